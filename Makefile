@@ -1,0 +1,35 @@
+# One command each: `make serve` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install serve test test-deps lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/agent-server serve --config config.toml
+
+# What the tests need beyond Python packages (a browser for the UI tests, Go for FerretDB).
+test-deps: install
+	@if [ -x scripts/test-deps.sh ]; then scripts/test-deps.sh; fi
+
+test: install test-deps
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check agent server tests bench
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

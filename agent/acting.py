@@ -1,0 +1,185 @@
+"""Carry out the tool calls of one model turn.
+
+Order on the wire, for a turn with calls c1..cn:
+1. `tool_start` for every ordinary call, in the model's order; then they all run concurrently;
+2. `tool_complete`/`tool_error` for each, in the model's order, each as soon as it and every
+   call before it have finished;
+3. then each `request_input` call, one question at a time, in the model's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agent.control import PendingQuestion
+from agent.errors import ModelBehaviorError, ToolError
+from agent.events import InputRequested, InputTimedOut, ToolCompleted, ToolFailed, ToolStarted
+from agent.messages import Message, ToolCall
+from agent.ports import ToolContext, ToolSpec
+from agent.run import RunContext, RunInterrupted, RunRecorder
+
+__all__ = ["REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
+
+REQUEST_INPUT = "request_input"
+REQUEST_INPUT_SPEC = ToolSpec(
+    name=REQUEST_INPUT,
+    description=(
+        "Ask the user a question and wait for the answer. Use it only when you need "
+        "information or a decision that only the user can give."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string", "description": "One clear question."}},
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    ok: bool
+    value: Any  # the result when ok, else the error text
+    duration_ms: int
+
+
+async def run_tool_calls(
+    ctx: RunContext, rec: RunRecorder, step: int, calls: Sequence[ToolCall]
+) -> None:
+    """Run every call of the turn and store one tool message per call, in the model's order."""
+    ordinary = [c for c in calls if c.name != REQUEST_INPUT]
+    questions = [c for c in calls if c.name == REQUEST_INPUT]
+    parsed = {c.id: _parse_arguments(c.arguments) for c in calls}
+    for call in ordinary:
+        args, _ = parsed[call.id]
+        rec.open_events[call.id] = call.name
+        await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
+    tasks = [asyncio.create_task(_execute(ctx, call, parsed[call.id])) for call in ordinary]
+    try:
+        for call, task in zip(ordinary, tasks, strict=True):
+            outcome = await task
+            await _finish_call(ctx, rec, step, call, outcome)
+    finally:
+        await _cancel_all(tasks)
+    for call in questions:
+        await _ask(ctx, rec, step, call, parsed[call.id])
+
+
+async def _finish_call(
+    ctx: RunContext, rec: RunRecorder, step: int, call: ToolCall, outcome: _Outcome
+) -> None:
+    rec.open_events.pop(call.id, None)
+    if outcome.ok:
+        await ctx.sink.emit(
+            ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms)
+        )
+        content = outcome.value if isinstance(outcome.value, str) else _dumps(outcome.value)
+        message = Message(
+            "tool", content, tool_call_id=call.id, tool_name=call.name, status="ok",
+            run_id=ctx.run_id,
+        )
+    else:
+        await ctx.sink.emit(ToolFailed(step, call.id, call.name, outcome.value))
+        message = Message(
+            "tool",
+            f"The tool call failed: {outcome.value}",
+            tool_call_id=call.id,
+            tool_name=call.name,
+            status="error",
+            error=outcome.value,
+            run_id=ctx.run_id,
+        )
+    await rec.add(message)
+
+
+async def _execute(
+    ctx: RunContext, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+) -> _Outcome:
+    args, problem = parsed
+    started = time.perf_counter()
+    if problem is not None:
+        return _Outcome(False, problem, 0)
+    context = ToolContext(ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.run_id)
+    try:
+        async with asyncio.timeout(ctx.limits.tool_timeout_s):
+            result = await ctx.tools.call(call.name, args, context)
+        _dumps(result)  # a result the wire cannot carry is the tool's failure, not the run's
+    except (ToolError, ModelBehaviorError) as exc:
+        return _Outcome(False, str(exc), _ms_since(started))
+    except TimeoutError:
+        limit = ctx.limits.tool_timeout_s
+        return _Outcome(False, f"{call.name} did not finish within {limit:g} s.", _ms_since(started))
+    except Exception as exc:  # noqa: BLE001 - a broken tool must not end the run
+        return _Outcome(False, f"{call.name} failed unexpectedly ({type(exc).__name__}).",
+                        _ms_since(started))
+    return _Outcome(True, result, _ms_since(started))
+
+
+async def _ask(
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    call: ToolCall,
+    parsed: tuple[dict[str, Any], str | None],
+) -> None:
+    args, problem = parsed
+    question = args.get("question")
+    if problem is not None or not isinstance(question, str) or not question.strip():
+        error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
+        await rec.add(
+            Message("tool", f"The tool call failed: {error}", tool_call_id=call.id,
+                    tool_name=call.name, status="error", error=error, run_id=ctx.run_id)
+        )
+        return
+    timeout = ctx.limits.request_input_timeout_s
+    pending = PendingQuestion(question.strip(), call.id, step, ctx.now_ms() + int(timeout * 1000))
+    await ctx.sink.emit(InputRequested(step, pending.question, call.id, pending.expires_at))
+    answer = await ctx.control.ask(pending, timeout)
+    if answer is None:
+        await rec.add(
+            Message("tool", "The user did not answer the question in time.",
+                    tool_call_id=call.id, tool_name=call.name, status="timeout",
+                    error="no answer", run_id=ctx.run_id)
+        )
+        await ctx.sink.emit(InputTimedOut(step))
+        raise RunInterrupted("input_timeout")
+    await rec.add(
+        Message("tool", answer, tool_call_id=call.id, tool_name=call.name, status="ok",
+                run_id=ctx.run_id)
+    )
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Return (arguments object, problem or None). Empty text means no arguments."""
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return {}, f"The arguments are not valid JSON ({exc.msg} at position {exc.pos})."
+    if not isinstance(value, dict):
+        return {}, f"The arguments must be a JSON object, got {type(value).__name__}."
+    return value, None
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Task[_Outcome]]) -> None:
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=1.0)
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _ms_since(started: float) -> int:
+    return int((time.perf_counter() - started) * 1000)

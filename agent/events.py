@@ -1,0 +1,162 @@
+"""What a run reports while it works: the internal event vocabulary.
+
+These are not wire frames. `server/protocol.py` maps each one to the frame PROTOCOL.md
+defines, so the loop can serve another transport unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "AgentEvent",
+    "ChatDelta",
+    "ChatDone",
+    "InputRequested",
+    "InputTimedOut",
+    "ObserveDelta",
+    "ObserveDone",
+    "ReasonDelta",
+    "ReasonDone",
+    "RunCompleted",
+    "RunStarted",
+    "RunStopped",
+    "StepStarted",
+    "StopReason",
+    "ToolCompleted",
+    "ToolFailed",
+    "ToolStarted",
+]
+
+StopReason = Literal["user", "input_timeout", "shutdown", "interrupted"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    max_steps: int
+    kind: Literal["run_started"] = "run_started"
+
+
+@dataclass(frozen=True, slots=True)
+class StepStarted:
+    step: int
+    kind: Literal["step_started"] = "step_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonDelta:
+    step: int
+    delta: str
+    kind: Literal["reason_delta"] = "reason_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonDone:
+    step: int
+    content: str
+    kind: Literal["reason_done"] = "reason_done"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStarted:
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    kind: Literal["tool_started"] = "tool_started"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCompleted:
+    step: int
+    call_id: str
+    name: str
+    result: Any
+    duration_ms: int
+    kind: Literal["tool_completed"] = "tool_completed"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFailed:
+    step: int
+    call_id: str
+    name: str
+    error: str
+    kind: Literal["tool_failed"] = "tool_failed"
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequested:
+    step: int
+    question: str
+    call_id: str
+    expires_at: int
+    kind: Literal["input_requested"] = "input_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class InputTimedOut:
+    step: int
+    kind: Literal["input_timed_out"] = "input_timed_out"
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveDelta:
+    step: int
+    delta: str
+    kind: Literal["observe_delta"] = "observe_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveDone:
+    step: int
+    content: str
+    kind: Literal["observe_done"] = "observe_done"
+
+
+@dataclass(frozen=True, slots=True)
+class RunStopped:
+    step: int
+    reason: StopReason
+    kind: Literal["run_stopped"] = "run_stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompleted:
+    steps: int
+    final_answer: str
+    stop_reason: Literal["finished", "max_steps", "budget"]
+    usage: dict[str, int]
+    kind: Literal["run_completed"] = "run_completed"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDelta:
+    delta: str
+    kind: Literal["chat_delta"] = "chat_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ChatDone:
+    content: str
+    kind: Literal["chat_done"] = "chat_done"
+
+
+AgentEvent = (
+    RunStarted
+    | StepStarted
+    | ReasonDelta
+    | ReasonDone
+    | ToolStarted
+    | ToolCompleted
+    | ToolFailed
+    | InputRequested
+    | InputTimedOut
+    | ObserveDelta
+    | ObserveDone
+    | RunStopped
+    | RunCompleted
+    | ChatDelta
+    | ChatDone
+)

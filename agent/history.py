@@ -1,0 +1,31 @@
+"""Build the message list one LLM call sees from the stored conversation.
+
+Exactly one system message leads every list. Earlier runs contribute what the user said, the
+tool calls and results, and the final answers; their reasoning and observation texts are left
+out (the final answer already says what mattered). Notes the server stored as `system`
+messages (e.g. "the previous run was stopped") are shown as user-side notes, because several
+OpenAI-compatible servers reject a second system message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.messages import Message
+
+__all__ = ["build_messages"]
+
+_THINKING_PHASES = frozenset({"reason", "observe"})
+
+
+def build_messages(system: str, conversation: Sequence[Message], run_id: str) -> list[Message]:
+    """Return [system, *conversation as the model should see it] for the current run."""
+    out = [Message("system", system)]
+    for message in conversation:
+        if message.run_id != run_id and message.phase in _THINKING_PHASES:
+            continue
+        if message.role == "system":
+            out.append(Message("user", f"[Note from the system] {message.content}"))
+            continue
+        out.append(message)
+    return out

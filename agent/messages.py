@@ -1,0 +1,82 @@
+"""The conversation as the loop sees it: messages, tool calls and token usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Message", "Role", "ToolCall", "Usage"]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model asked for; `arguments` is the raw JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One entry of the conversation, in the shape chat-completion APIs expect.
+
+    `phase` records which loop phase wrote an assistant message (reason, act, observe,
+    final, chat, summarize); `status`/`error` describe a tool result that did not succeed.
+    """
+
+    role: Role
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    phase: str | None = None
+    status: str | None = None
+    error: str | None = None
+    run_id: str | None = None
+
+    def to_openai(self) -> dict[str, Any]:
+        """Render as a chat-completions message dict."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        if self.role == "tool":
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts, summed over calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+    by_phase: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def add(self, phase: str, prompt: int, completion: int) -> None:
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.calls += 1
+        self.by_phase[phase] = self.by_phase.get(phase, 0) + prompt + completion
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "llm_calls": self.calls,
+        }

@@ -1,0 +1,272 @@
+"""Separate a streamed LLM reply into user-facing text and its JSON control block.
+
+Reason and Observe replies end with a small JSON object that steers the loop. The user must
+never see it, yet the text around it streams token by token. `ControlStream` releases text as
+soon as it cannot be the start of a control block, holds back what might be one, and cuts it
+out once it proves to be one. The concatenation of everything released is the reply's text.
+
+Accepted forms: a fenced block (```json … ``` or ``` … ```), or a bare object that starts at a
+line start or after white space. A fenced ```json block at the very end is cut even when it is
+malformed (the model tried to write a control block); anything else that does not parse is
+ordinary text. Missing or malformed blocks give `control=None`: the caller reads free text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "OBSERVE_KEYS",
+    "REASON_KEYS",
+    "ControlStream",
+    "ObserveControl",
+    "ReasonControl",
+    "read_observe_control",
+    "read_reason_control",
+    "split_control",
+]
+
+REASON_KEYS = frozenset({"plan", "tools_to_consider", "finish"})
+OBSERVE_KEYS = frozenset({"observation", "should_continue", "final_answer"})
+
+_FENCE = "```"
+_UNDECIDED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    start: int
+    end: int  # index after the candidate, or _UNDECIDED while it is still open
+    fenced: bool
+    json_label: bool
+    control: dict[str, Any] | None
+
+
+class ControlStream:
+    """Feed streamed text in; get back the part that is safe to show now."""
+
+    def __init__(self, keys: frozenset[str]) -> None:
+        self._keys = keys
+        self._text = ""
+        self._pos = 0  # everything before this index is decided: released or cut
+        self._released: list[str] = []
+        self.control: dict[str, Any] | None = None
+
+    @property
+    def released_text(self) -> str:
+        return "".join(self._released)
+
+    def feed(self, chunk: str) -> str:
+        """Add a chunk; return the text that may be shown now (possibly empty)."""
+        self._text += chunk
+        return self._advance(final=False)
+
+    def finish(self) -> str:
+        """End the stream; return the last text to show. `control` is then final."""
+        return self._advance(final=True)
+
+    @property
+    def content(self) -> str:
+        """The user-facing text so far, trimmed."""
+        return self.released_text.strip()
+
+    def _advance(self, *, final: bool) -> str:
+        out: list[str] = []
+        text = self._text
+        while self._pos < len(text):
+            start = self._find_candidate(self._pos, final=final)
+            if start == _UNDECIDED:  # no candidate, but the tail may still grow into one
+                cut = len(text) if final else self._safe_end(self._pos)
+                out.append(text[self._pos : cut])
+                self._pos = cut
+                break
+            out.append(text[self._pos : start])
+            self._pos = start
+            cand = self._read_candidate(start)
+            if cand.end == _UNDECIDED:
+                if not final:
+                    break
+                self._settle_open(cand, out)
+                break
+            if cand.control is not None:
+                self.control = cand.control
+                self._pos = cand.end
+                continue
+            rest = text[cand.end :]
+            if rest.strip():  # more text follows: it was ordinary content
+                out.append(text[start : cand.end])
+                self._pos = cand.end
+                continue
+            if not final:
+                break
+            if not (cand.fenced and cand.json_label):
+                out.append(text[start : cand.end])
+            self._pos = cand.end
+        released = "".join(out)
+        if released:
+            self._released.append(released)
+        return released
+
+    def _settle_open(self, cand: _Candidate, out: list[str]) -> None:
+        """At the end of the stream, decide about a block that never closed."""
+        body = self._text[cand.start :]
+        looks_like_control = cand.fenced and cand.json_label
+        if not cand.fenced:
+            head = body.lstrip("{ \t\r\n")
+            looks_like_control = any(head.startswith(f'"{k}"') for k in self._keys)
+        if not looks_like_control:
+            out.append(body)
+        self._pos = len(self._text)
+
+    def _safe_end(self, pos: int) -> int:
+        """Hold back a tail that could still become a candidate ("`", "``", "{ ")."""
+        text = self._text
+        end = len(text)
+        tail_start = max(pos, end - 3)
+        for i in range(tail_start, end):
+            piece = text[i:]
+            if _at_line_start(text, i) and _FENCE.startswith(piece):
+                return i
+            if piece.rstrip() == "{" and _after_space(text, i):
+                return i
+        return end
+
+    def _find_candidate(self, pos: int, *, final: bool) -> int:
+        text = self._text
+        i = pos
+        while True:
+            fence = text.find(_FENCE, i)
+            brace = text.find("{", i)
+            hits = [h for h in (fence, brace) if h != -1]
+            if not hits:
+                return _UNDECIDED
+            i = min(hits)
+            if i == fence and _at_line_start(text, i):
+                return i
+            if i == brace and _after_space(text, i):
+                nxt = text[i + 1 :].lstrip()
+                if nxt.startswith('"') or (not nxt and not final):
+                    return i
+            i += 1
+
+    def _read_candidate(self, start: int) -> _Candidate:
+        text = self._text
+        if text.startswith(_FENCE, start):
+            line_end = text.find("\n", start)
+            if line_end == -1:
+                return _Candidate(start, _UNDECIDED, True, _label_is_json(text[start:]), None)
+            label_json = _label_is_json(text[start:line_end])
+            close = text.find(_FENCE, line_end + 1)
+            if close == -1:
+                return _Candidate(start, _UNDECIDED, True, label_json, None)
+            end = close + len(_FENCE)
+            return _Candidate(start, end, True, label_json, self._control(text[line_end:close]))
+        end = _match_brace(text, start)
+        if end == _UNDECIDED:
+            return _Candidate(start, _UNDECIDED, False, False, None)
+        return _Candidate(start, end, False, False, self._control(text[start:end]))
+
+    def _control(self, raw: str) -> dict[str, Any] | None:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if isinstance(value, dict) and self._keys.intersection(value):
+            return value
+        return None
+
+
+def _at_line_start(text: str, i: int) -> bool:
+    j = i - 1
+    while j >= 0 and text[j] in " \t":
+        j -= 1
+    return j < 0 or text[j] == "\n"
+
+
+def _after_space(text: str, i: int) -> bool:
+    return i == 0 or text[i - 1].isspace()
+
+
+def _label_is_json(fence_line: str) -> bool:
+    return fence_line[len(_FENCE) :].strip().lower() in ("json", "")
+
+
+def _match_brace(text: str, start: int) -> int:
+    """Return the index after the object that opens at `start`, or _UNDECIDED."""
+    depth = 0
+    in_string = False
+    escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return _UNDECIDED
+
+
+def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] | None]:
+    """Split a complete reply into (user-facing text, control block or None)."""
+    stream = ControlStream(keys)
+    stream.feed(text)
+    stream.finish()
+    return stream.content, stream.control
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonControl:
+    plan: str
+    tools_to_consider: tuple[str, ...]
+    finish: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveControl:
+    observation: str
+    should_continue: bool
+    final_answer: str
+
+
+def read_reason_control(block: dict[str, Any] | None) -> ReasonControl | None:
+    """Read a Reason block leniently; None when there is none (free text)."""
+    if block is None:
+        return None
+    tools = block.get("tools_to_consider")
+    names = tuple(str(t) for t in tools) if isinstance(tools, list) else ()
+    return ReasonControl(_as_str(block.get("plan")), names, _as_bool(block.get("finish"), False))
+
+
+def read_observe_control(block: dict[str, Any] | None) -> ObserveControl | None:
+    """Read an Observe block leniently; None when there is none (free text)."""
+    if block is None:
+        return None
+    return ObserveControl(
+        _as_str(block.get("observation")),
+        _as_bool(block.get("should_continue"), True),
+        _as_str(block.get("final_answer")),
+    )
+
+
+def _as_str(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _as_bool(value: Any, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return default

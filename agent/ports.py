@@ -1,0 +1,111 @@
+"""The small interfaces the loop depends on. Adapters implement them; tests substitute them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from agent.events import AgentEvent
+from agent.messages import Message, ToolCall
+
+__all__ = [
+    "CallInfo",
+    "ChatModel",
+    "EventSink",
+    "ModelTurn",
+    "PromptProvider",
+    "ToolContext",
+    "ToolSpec",
+    "Toolbox",
+    "Transcript",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """Who is calling the model, for gateway headers and usage accounting."""
+
+    session_id: str
+    run_id: str
+    step: int
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as the model sees it: name, description and JSON schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTurn:
+    """The complete reply of one model call: the last item `ChatModel.stream` yields."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+
+
+class ChatModel(Protocol):
+    def stream(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec], call: CallInfo
+    ) -> AsyncIterator[str | ModelTurn]:
+        """Yield text deltas as they arrive, then exactly one ModelTurn.
+
+        Raise ModelError when the call fails for good. Cancelling the iteration must abort
+        the underlying request.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a tool may know about the call it serves."""
+
+    tenant_id: str
+    user_id: str
+    session_id: str
+    run_id: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Toolbox(Protocol):
+    def specs(self, names: Sequence[str] | None) -> list[ToolSpec]:
+        """The specs of the named tools (None: every enabled tool)."""
+        ...
+
+    async def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> Any:
+        """Run a tool and return its JSON-serializable result.
+
+        Raise ModelBehaviorError for an unknown tool or invalid arguments, ToolError when the
+        tool fails; both messages are shown to the model.
+        """
+        ...
+
+
+class EventSink(Protocol):
+    async def emit(self, event: AgentEvent) -> None:
+        """Persist and publish one event.
+
+        The write must complete even if the caller is cancelled while awaiting it, and events
+        must be stored and published in the order `emit` was called.
+        """
+        ...
+
+
+class Transcript(Protocol):
+    async def append(self, messages: Sequence[Message]) -> None:
+        """Persist messages of the conversation, in order, with the same guarantees as emit."""
+        ...
+
+
+class PromptProvider(Protocol):
+    def render(self, name: str, **values: object) -> str:
+        """Render the template `name` (e.g. "agent_reason_prompt") with `values`."""
+        ...

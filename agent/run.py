@@ -1,0 +1,168 @@
+"""What every run shares: its collaborators, its conversation, and a clean stop.
+
+`RunRecorder` keeps just enough bookkeeping that a run cut short at any await still leaves a
+conversation an LLM API accepts: the text streamed so far is stored, every tool call the model
+made gets a result, every `tool_start` gets its `tool_error`, and a note tells the model later
+that the run was stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from agent.control import RunControl
+from agent.events import RunStopped, StopReason, ToolFailed
+from agent.messages import Message, ToolCall, Usage
+from agent.ports import CallInfo, ChatModel, EventSink, PromptProvider, Toolbox, Transcript
+
+__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "run_guarded"]
+
+_STOP_NOTES: dict[StopReason, str] = {
+    "user": "The user stopped the previous run at step {step} before it finished.",
+    "input_timeout": "The previous run ended at step {step}: the user did not answer the question.",
+    "shutdown": "The previous run was ended at step {step} because the server shut down.",
+    "interrupted": "The previous run was interrupted at step {step} when the server restarted.",
+}
+
+_CUT_SHORT: dict[StopReason, str] = {
+    "user": "Not completed: the user stopped the run before this call finished.",
+    "input_timeout": "Not completed: the run ended because the user did not answer.",
+    "shutdown": "Not completed: the server shut down before this call finished.",
+    "interrupted": "Not completed: the server restarted before this call finished.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    max_steps: int = 10
+    request_input_timeout_s: float = 300.0
+    tool_timeout_s: float = 30.0
+    chat_tool_rounds: int = 5
+
+
+@dataclass(slots=True)
+class RunContext:
+    """Everything one run needs, injected by the transport."""
+
+    session_id: str
+    run_id: str
+    tenant_id: str
+    user_id: str
+    model: ChatModel
+    tools: Toolbox
+    prompts: PromptProvider
+    sink: EventSink
+    transcript: Transcript
+    control: RunControl
+    limits: RunLimits = field(default_factory=RunLimits)
+    tool_names: Sequence[str] | None = None
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+
+    def call(self, step: int, phase: str) -> CallInfo:
+        return CallInfo(self.session_id, self.run_id, step, phase)
+
+
+class RunInterrupted(Exception):
+    """Raised inside a run to end it the way a stop does (e.g. an unanswered question)."""
+
+    def __init__(self, reason: StopReason) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RunRecorder:
+    """The conversation of a run, plus what a stop must close."""
+
+    def __init__(self, ctx: RunContext, history: Sequence[Message]) -> None:
+        self.ctx = ctx
+        self.conversation: list[Message] = list(history)
+        self.usage = Usage()
+        self.step = 0
+        self.streaming: str | None = None  # the phase whose text is streaming now
+        self.streamed: list[str] = []  # what that phase has shown so far
+        self.open_events: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
+        self.unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
+        for message in self.conversation:  # a recovered run may have left calls open
+            if message.run_id == ctx.run_id:
+                self._track(message)
+
+    async def add(self, message: Message) -> None:
+        """Append to the conversation and persist it."""
+        self._track(message)
+        self.conversation.append(message)
+        await self.ctx.transcript.append([message])
+
+    def _track(self, message: Message) -> None:
+        if message.role == "tool" and message.tool_call_id:
+            self.unanswered.pop(message.tool_call_id, None)
+        if message.tool_calls:
+            self.unanswered.update({c.id: c for c in message.tool_calls})
+
+    def begin_stream(self, phase: str) -> None:
+        self.streaming = phase
+        self.streamed = []
+
+    def end_stream(self) -> None:
+        self.streaming = None
+        self.streamed = []
+
+    async def commit_stream(self, message: Message) -> None:
+        """Store the finished phase's message; from here on a stop has nothing partial to keep."""
+        self.end_stream()
+        await self.add(message)
+
+    def count(self, phase: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self.usage.add(phase, prompt_tokens, completion_tokens)
+
+    async def record_stop(self, reason: StopReason) -> None:
+        """Store what the stop cut short, then emit `agent_stopped`."""
+        ctx = self.ctx
+        if self.streaming is not None:
+            phase, text = self.streaming, "".join(self.streamed).strip()
+            self.end_stream()
+            if text:
+                await self.add(
+                    Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
+                )
+        for call_id, name in list(self.open_events.items()):
+            del self.open_events[call_id]
+            await ctx.sink.emit(ToolFailed(self.step, call_id, name, _CUT_SHORT[reason]))
+        for call in list(self.unanswered.values()):
+            await self.add(
+                Message(
+                    "tool",
+                    _CUT_SHORT[reason],
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    status="stopped",
+                    error=_CUT_SHORT[reason],
+                    run_id=ctx.run_id,
+                )
+            )
+        note = _STOP_NOTES[reason].format(step=self.step)
+        await self.add(Message("system", note, phase="stop", run_id=ctx.run_id))
+        await ctx.sink.emit(RunStopped(self.step, reason))
+
+
+async def run_guarded(ctx: RunContext, recorder: RunRecorder, body: Awaitable[None]) -> None:
+    """Await `body`; turn a stop (cancellation with a reason) into a recorded stop.
+
+    A cancellation without a stop reason is not ours (e.g. the event loop is closing): it
+    propagates untouched.
+    """
+    try:
+        await body
+    except asyncio.CancelledError:
+        reason = ctx.control.stop_reason
+        if reason is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        await recorder.record_stop(reason)
+    except RunInterrupted as interrupted:
+        ctx.control.claim_stop(interrupted.reason)
+        await recorder.record_stop(interrupted.reason)

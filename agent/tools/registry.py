@@ -1,0 +1,61 @@
+"""ToolRegistry: the enabled tools, their schemas, and argument validation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.errors import ModelBehaviorError
+from agent.ports import ToolContext, ToolSpec
+from agent.tools.base import Tool
+
+__all__ = ["ToolRegistry"]
+
+
+class ToolRegistry:
+    """Hold tools by name; validate arguments before a tool ever sees them."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is registered twice")
+        self._tools[tool.name] = tool
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self, names: Sequence[str] | None) -> list[ToolSpec]:
+        chosen = self._tools.values() if names is None else [
+            self._tools[n] for n in names if n in self._tools
+        ]
+        return [
+            ToolSpec(t.name, t.description, t.arguments.model_json_schema()) for t in chosen
+        ]
+
+    async def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> Any:
+        tool = self._tools.get(name)
+        if tool is None:
+            known = ", ".join(sorted(self._tools)) or "none"
+            raise ModelBehaviorError(f"There is no tool named {name!r}. Available tools: {known}.")
+        try:
+            args = tool.arguments.model_validate(arguments)
+        except ValidationError as exc:
+            raise ModelBehaviorError(
+                f"Invalid arguments for {name}: {_describe(exc)}"
+            ) from None
+        return await tool.run(args, context)
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,1 @@
+"""The shipped prompt templates (Markdown, rendered by agent.prompts)."""

@@ -1,0 +1,119 @@
+"""create_app: build the default parts from Settings, accept substitutes, wire the routes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+
+from agent.adapters.openai_chat import OpenAIChatModel
+from agent.ports import ChatModel, PromptProvider
+from agent.prompts import FilePromptProvider
+from agent.tools import BUILTIN_TOOLS, Tool, ToolRegistry
+from server.auth import Authenticator
+from server.http_api import routes as api_routes
+from server.services import Services
+from server.sessions import SessionHub
+from server.settings import ConfigError, Settings
+from server.storage.base import Store
+from server.ws import websocket_endpoint
+
+__all__ = ["create_app", "create_store"]
+
+log = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).parent / "static"
+
+
+def create_store(settings: Settings) -> Store:
+    """The configured backend; drivers are imported only when chosen."""
+    storage = settings.storage
+    if storage.backend == "mongodb":
+        from server.storage.mongo import MongoStore
+
+        return MongoStore(storage)
+    from server.storage.sqlite import SQLiteStore
+
+    return SQLiteStore(storage.sqlite_path)
+
+
+def _tools(settings: Settings, extra: list[Tool] | None) -> ToolRegistry:
+    available = {**BUILTIN_TOOLS, **{t.name: t for t in extra or ()}}
+    unknown = [n for n in settings.tools.enabled if n not in available]
+    if unknown:
+        raise ConfigError(
+            f"tools.enabled: unknown tool {unknown[0]!r}; available: {', '.join(available)}"
+        )
+    return ToolRegistry(available[n] for n in settings.tools.enabled)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    model: ChatModel | None = None,
+    store: Store | None = None,
+    prompts: PromptProvider | None = None,
+    extra_tools: list[Tool] | None = None,
+) -> Starlette:
+    """Build the ASGI app. Every collaborator can be substituted (tests, embedding)."""
+    llm = settings.llm
+    owned_model = None
+    if model is None:
+        owned_model = OpenAIChatModel(
+            model=llm.model,
+            api_key=llm.api_key.get_secret_value(),
+            base_url=llm.base_url or None,
+            timeout_s=llm.timeout_s,
+            max_retries=llm.max_retries,
+            stream_usage=llm.stream_usage,
+        )
+        model = owned_model
+    store = store or create_store(settings)
+    registry = _tools(settings, extra_tools)
+    hub = SessionHub(
+        store=store,
+        model=model,
+        tools=registry,
+        tool_names=registry.names,
+        prompts=prompts or FilePromptProvider(),
+        settings=settings.agent,
+    )
+    services = Services(
+        settings=settings,
+        store=store,
+        hub=hub,
+        auth=Authenticator(settings.auth, settings.server.allowed_origins),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await store.open()
+        recovered = await hub.recover()
+        if recovered:
+            log.info("closed %d run(s) interrupted by the last shutdown", recovered)
+        try:
+            yield
+        finally:
+            await hub.shutdown(settings.server.shutdown_timeout_s)
+            await store.close()
+            if owned_model is not None:
+                await owned_model.aclose()
+
+    async def index(request: Request) -> Response:
+        return FileResponse(STATIC_DIR / "index.html")
+
+    routes = [
+        *api_routes,
+        WebSocketRoute("/ws", websocket_endpoint),
+    ]
+    if (STATIC_DIR / "index.html").is_file():
+        routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.services = services
+    return app

@@ -1,0 +1,72 @@
+"""Connection: one WebSocket's outbound side, a bounded queue drained by its own task.
+
+The run never waits for a socket: `deliver` only queues. A client that stops reading fills its
+queue, and the connection is closed with 1013 so it can resume from the stored events with
+`after_seq`, instead of slowing the run or growing memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from starlette.websockets import WebSocket
+
+__all__ = ["Connection", "OVERFLOW_CLOSE_CODE"]
+
+OVERFLOW_CLOSE_CODE = 1013
+
+
+class Connection:
+    """Subscriber for one socket. Frames queued while `holding` wait until `release`."""
+
+    def __init__(self, websocket: WebSocket, max_queued: int) -> None:
+        self._ws = websocket
+        self._max = max_queued
+        self._queue: deque[str] = deque()
+        self._ready = asyncio.Event()
+        self._held: list[tuple[str, int | None]] | None = None
+        self.overflowed = asyncio.Event()
+
+    def hold(self) -> None:
+        """Keep live frames aside while the session frame and the replay are queued."""
+        self._held = []
+
+    def release(self, replayed_up_to: int) -> None:
+        """Queue the frames held back, skipping those the replay already contained."""
+        held, self._held = self._held or [], None
+        for text, seq in held:
+            if seq is None or seq > replayed_up_to:
+                self._put(text)
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        if self._held is not None:
+            self._held.append((text, seq))
+            if len(self._held) > self._max:
+                self.overflowed.set()
+            return
+        self._put(text)
+
+    def send(self, text: str) -> None:
+        """Queue a frame for this connection only (the session frame, errors, replay)."""
+        self._put(text)
+
+    def _put(self, text: str) -> None:
+        if self.overflowed.is_set():
+            return
+        if len(self._queue) >= self._max:
+            self._queue.clear()
+            self.overflowed.set()
+            return
+        self._queue.append(text)
+        self._ready.set()
+
+    async def write_forever(self) -> None:
+        """Send queued frames in order; yield after each so the reader is never starved."""
+        queue = self._queue
+        while True:
+            await self._ready.wait()
+            while queue:
+                await self._ws.send_text(queue.popleft())
+                await asyncio.sleep(0)
+            self._ready.clear()

@@ -1,0 +1,128 @@
+"""The HTTP API of PROTOCOL.md: /healthz and /api/sessions/…, all scoped by the caller.
+
+Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404 or 503.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agent.errors import StorageError
+from server.services import Services
+from server.storage.base import Scope
+
+__all__ = ["routes"]
+
+MAX_LIMIT = 500
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def _scope(request: Request) -> Scope:
+    scope = _services(request).auth.identify(request.headers)
+    if scope is None:
+        raise _ApiError(401, "unauthorized", "A valid 'Authorization: Bearer <token>' is required.")
+    return scope
+
+
+def _int_param(request: Request, name: str, default: int | None, low: int, high: int | None
+               ) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
+        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+        raise _ApiError(400, "invalid_query", f"{name}: expected a whole number {bound} (got {raw!r}).")
+    return int(raw)
+
+
+async def _session_or_404(request: Request, scope: Scope) -> str:
+    session_id = request.path_params["session_id"]
+    if await _services(request).store.get_session(scope, session_id) is None:
+        raise _ApiError(404, "not_found", "There is no such session.")
+    return str(session_id)
+
+
+def _handler(fn: Any) -> Any:
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await fn(request)  # type: ignore[no-any-return]
+        except _ApiError as exc:
+            return _json({"code": exc.code, "message": exc.message}, exc.status)
+        except StorageError:
+            message = "The conversation store is unavailable; try again shortly."
+            return _json({"code": "storage_error", "message": message}, 503)
+
+    return endpoint
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@_handler
+async def list_sessions(request: Request) -> Response:
+    scope = _scope(request)
+    limit = _int_param(request, "limit", 50, 1, MAX_LIMIT)
+    assert limit is not None
+    records = await _services(request).store.list_sessions(scope, limit)
+    return _json({"sessions": [r.to_api() for r in records]})
+
+
+@_handler
+async def latest_session(request: Request) -> Response:
+    scope = _scope(request)
+    records = await _services(request).store.list_sessions(scope, 1)
+    if not records:
+        raise _ApiError(404, "not_found", "There are no sessions yet.")
+    return _json(records[0].to_api())
+
+
+@_handler
+async def session_messages(request: Request) -> Response:
+    scope = _scope(request)
+    limit = _int_param(request, "limit", 50, 1, MAX_LIMIT)
+    since = _int_param(request, "since", None, 0, None)
+    session_id = await _session_or_404(request, scope)
+    assert limit is not None
+    messages, total = await _services(request).store.read_messages(scope, session_id, limit, since)
+    return _json({"session_id": session_id, "messages": messages, "total": total})
+
+
+@_handler
+async def session_events(request: Request) -> Response:
+    scope = _scope(request)
+    after_seq = _int_param(request, "after_seq", 0, 0, None)
+    limit = _int_param(request, "limit", None, 1, None)
+    session_id = await _session_or_404(request, scope)
+    assert after_seq is not None
+    frames = await _services(request).store.read_events(scope, session_id, after_seq, limit)
+    body = b'{"session_id":' + orjson.dumps(session_id) + b',"events":[' + b",".join(frames) + b"]}"
+    return Response(body, media_type="application/json")
+
+
+routes = [
+    Route("/healthz", healthz),
+    Route("/api/sessions", list_sessions),
+    Route("/api/sessions/latest", latest_session),
+    Route("/api/sessions/{session_id}/messages", session_messages),
+    Route("/api/sessions/{session_id}/events", session_events),
+]

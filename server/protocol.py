@@ -1,0 +1,202 @@
+"""The wire protocol of PROTOCOL.md: outbound frames from agent events, inbound frame parsing.
+
+Inbound frames are validated strictly (nothing is coerced); every failure maps to one of the
+protocol's error codes with a message that says what was expected and what arrived.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from agent.events import AgentEvent
+
+__all__ = [
+    "AgentControlFrame",
+    "ChatFrame",
+    "ClientFrame",
+    "ProtocolError",
+    "UserInputFrame",
+    "error_frame",
+    "event_frame",
+    "parse_client_frame",
+    "run_frame",
+]
+
+ErrorCode = Literal[
+    "invalid_json",
+    "unknown_type",
+    "invalid_message",
+    "run_in_progress",
+    "too_many_runs",
+    "no_active_run",
+    "not_awaiting_input",
+    "session_not_found",
+    "llm_error",
+    "storage_error",
+    "internal_error",
+]
+
+
+class ProtocolError(Exception):
+    """A client frame that cannot be served; becomes an `error` frame."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+class _Frame(BaseModel):
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+
+class ChatFrame(_Frame):
+    type: Literal["chat"]
+    content: Annotated[StrictStr, Field(min_length=1)]
+    agent_mode: StrictBool | None = None
+    agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
+    tools: list[StrictStr] | None = None
+
+
+class AgentControlFrame(_Frame):
+    type: Literal["agent_control"]
+    action: Literal["stop"]
+
+
+class UserInputFrame(_Frame):
+    type: Literal["agent_user_input"]
+    content: StrictStr
+
+
+ClientFrame = ChatFrame | AgentControlFrame | UserInputFrame
+_FRAMES: dict[str, type[_Frame]] = {
+    "chat": ChatFrame,
+    "agent_control": AgentControlFrame,
+    "agent_user_input": UserInputFrame,
+}
+
+
+def parse_client_frame(raw: str | bytes) -> ClientFrame:
+    """Parse one inbound frame or raise ProtocolError."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError("invalid_json", f"The frame is not valid JSON: {exc}.") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(
+            "invalid_json", f"A frame must be a JSON object, got {_json_type(data)}."
+        )
+    kind = data.get("type")
+    model = _FRAMES.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        expected = ", ".join(_FRAMES)
+        got = "no type" if "type" not in data else f"type {kind!r}"
+        raise ProtocolError("unknown_type", f"Expected a type of {expected}; got {got}.")
+    try:
+        frame = model.model_validate(data)
+    except ValidationError as exc:
+        raise ProtocolError("invalid_message", _describe(exc)) from None
+    if isinstance(frame, ChatFrame) and not frame.content.strip():
+        raise ProtocolError("invalid_message", "content: must not be empty or only white space.")
+    return frame  # type: ignore[return-value]
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(p) for p in err["loc"]) or "frame"
+        given = err.get("input")
+        shown = "" if err["type"] == "missing" else f" (got {orjson.dumps(given).decode()})"
+        parts.append(f"{field}: {err['msg']}{shown}")
+    return "; ".join(parts) + "."
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    return "a number"
+
+
+def error_frame(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message}
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    type: str
+    update_type: str | None
+    fields: tuple[tuple[str, str], ...]  # (wire name, event attribute)
+
+
+_SHAPES: dict[str, _Shape] = {
+    "run_started": _Shape("agent_update", "agent_start", (("max_steps", "max_steps"),)),
+    "step_started": _Shape("agent_update", "agent_turn_start", (("step", "step"),)),
+    "reason_delta": _Shape("agent_update", "agent_reason_delta",
+                           (("step", "step"), ("delta", "delta"))),
+    "reason_done": _Shape("agent_update", "agent_reason", (("step", "step"), ("content", "content"))),
+    "input_requested": _Shape(
+        "agent_update",
+        "agent_request_input",
+        (("step", "step"), ("question", "question"), ("tool_call_id", "call_id"),
+         ("expires_at", "expires_at")),
+    ),
+    "input_timed_out": _Shape("agent_update", "agent_request_input_timeout", (("step", "step"),)),
+    "observe_delta": _Shape("agent_update", "agent_observe_delta",
+                            (("step", "step"), ("delta", "delta"))),
+    "observe_done": _Shape("agent_update", "agent_observe",
+                           (("step", "step"), ("content", "content"))),
+    "run_stopped": _Shape("agent_update", "agent_stopped", (("step", "step"), ("reason", "reason"))),
+    "run_completed": _Shape(
+        "agent_update",
+        "agent_completion",
+        (("steps", "steps"), ("final_answer", "final_answer"), ("stop_reason", "stop_reason"),
+         ("usage", "usage")),
+    ),
+    "tool_started": _Shape(
+        "tool_start", None,
+        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
+         ("arguments", "arguments")),
+    ),
+    "tool_completed": _Shape(
+        "tool_complete", None,
+        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
+         ("result", "result"), ("duration_ms", "duration_ms")),
+    ),
+    "tool_failed": _Shape(
+        "tool_error", None,
+        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
+         ("error", "error")),
+    ),
+    "chat_delta": _Shape("chat_delta", None, (("delta", "delta"),)),
+    "chat_done": _Shape("chat_response", None, (("content", "content"),)),
+}
+
+
+def run_frame(
+    kind: str, session_id: str, run_id: str, ts: int, update_type: str | None = None
+) -> dict[str, Any]:
+    """The envelope every run event carries; `seq` is filled in by the store."""
+    frame: dict[str, Any] = {"type": kind}
+    if update_type is not None:
+        frame["update_type"] = update_type
+    frame.update(session_id=session_id, run_id=run_id, seq=0, ts=ts)
+    return frame
+
+
+def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dict[str, Any]:
+    """The wire frame for an internal event (without its final `seq`)."""
+    shape = _SHAPES[event.kind]
+    frame = run_frame(shape.type, session_id, run_id, ts, shape.update_type)
+    for wire, attr in shape.fields:
+        frame[wire] = getattr(event, attr)
+    return frame

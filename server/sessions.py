@@ -1,0 +1,305 @@
+"""SessionHub: the session registry. Opens sessions, starts and stops runs, recovers.
+
+A run is a task. Its RunControl (stop Event, input queue) is what `agent_control` and
+`agent_user_input` act on; its sink and transcript write through the LiveSession, so every
+event is stored before any socket sees it. Whatever way a run ends (finished, stopped,
+failed), the hub sends exactly one `response_complete` as its last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from agent.chat import run_chat
+from agent.control import RunControl
+from agent.errors import ModelError, StorageError
+from agent.events import AgentEvent, InputRequested, RunStopped
+from agent.loop import run_agent
+from agent.messages import Message
+from agent.ports import ChatModel, PromptProvider, Toolbox
+from agent.run import RunContext, RunLimits, RunRecorder
+from server.live import ActiveRun, LiveSession, now_ms, shielded
+from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
+from server.settings import AgentSettings
+from server.storage.base import Scope, Store, UnfinishedRun
+
+__all__ = ["SessionHub"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _RunRequest:
+    content: str
+    agent_mode: bool
+    max_steps: int
+    tools: tuple[str, ...] | None
+
+
+class _RunSink:
+    """EventSink of one run: frames, status changes, then delivery, via the LiveSession."""
+
+    def __init__(self, live: LiveSession, run_id: str) -> None:
+        self._live = live
+        self._run_id = run_id
+
+    async def emit(self, event: AgentEvent) -> None:
+        frame = event_frame(event, self._live.session_id, self._run_id, now_ms())
+        if isinstance(event, InputRequested):
+            pending = {
+                "question": event.question,
+                "tool_call_id": event.call_id,
+                "step": event.step,
+                "expires_at": event.expires_at,
+            }
+            await self._live.publish(
+                [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
+            )
+        else:
+            await self._live.publish([frame])
+
+    async def append(self, messages: Sequence[Message]) -> None:
+        await self._live.save_messages(messages)
+
+
+class SessionHub:
+    """Own every live session, every run, and the per-tenant run limit."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        model: ChatModel,
+        tools: Toolbox,
+        tool_names: Sequence[str],
+        prompts: PromptProvider,
+        settings: AgentSettings,
+    ) -> None:
+        self._store = store
+        self._model = model
+        self._tools = tools
+        self._tool_names = tuple(tool_names)
+        self._prompts = prompts
+        self._settings = settings
+        self._live: dict[str, LiveSession] = {}
+        self._opening = asyncio.Lock()
+        self._active: Counter[str] = Counter()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def open(self, scope: Scope, session_id: str | None) -> tuple[LiveSession, bool]:
+        """Return (live session, resumed). A new session is created when `session_id` is None.
+
+        Raise ProtocolError("session_not_found") for an unknown or foreign id.
+        """
+        async with self._opening:
+            if session_id is None:
+                record = await self._store.create_session(scope, uuid.uuid4().hex, now_ms())
+                live = self._live[record.session_id] = LiveSession(record, self._store)
+                return live, False
+            live_or_none = self._live.get(session_id)
+            if live_or_none is not None and live_or_none.scope == scope:
+                return live_or_none, True
+            record_or_none = None
+            if live_or_none is None:
+                record_or_none = await self._store.get_session(scope, session_id)
+            if record_or_none is None:
+                raise ProtocolError("session_not_found", "There is no such session.")
+            live = self._live[session_id] = LiveSession(record_or_none, self._store)
+            return live, True
+
+    def release(self, live: LiveSession) -> None:
+        """Forget the session when nobody watches it and no run works on it."""
+        if live.idle and self._live.get(live.session_id) is live:
+            del self._live[live.session_id]
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
+        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
+        request = self._validate(frame)
+        if live.run is not None:
+            raise ProtocolError(
+                "run_in_progress", "A run is already active in this session; stop it first."
+            )
+        tenant = live.scope.tenant_id
+        if self._active[tenant] >= self._settings.max_concurrent_runs_per_tenant:
+            raise ProtocolError(
+                "too_many_runs",
+                f"Your organization already has {self._active[tenant]} active runs, the limit; "
+                "wait for one to finish.",
+            )
+        run = ActiveRun(uuid.uuid4().hex, RunControl())
+        live.run = run
+        self._active[tenant] += 1
+        task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
+        run.task = task
+        run.control.attach(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return run.run_id
+
+    def stop(self, live: LiveSession) -> None:
+        if live.run is None:
+            raise ProtocolError("no_active_run", "There is no active run to stop.")
+        live.run.control.request_stop("user")
+
+    async def answer(self, live: LiveSession, content: str) -> None:
+        run = live.run
+        if run is None or run.control.pending is None:
+            raise ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
+        run.control.answer(content)
+        await live.publish([], status="running", run_id=run.run_id)
+
+    def _validate(self, frame: ChatFrame) -> _RunRequest:
+        limit = self._settings.max_steps_limit
+        steps = frame.agent_max_steps or self._settings.default_max_steps
+        if steps > limit:
+            raise ProtocolError(
+                "invalid_message", f"agent_max_steps: must be at most {limit} (got {steps})."
+            )
+        tools = None if frame.tools is None else tuple(frame.tools)
+        unknown = [t for t in tools or () if t not in self._tool_names]
+        if unknown:
+            enabled = ", ".join(self._tool_names) or "none"
+            raise ProtocolError(
+                "invalid_message", f"tools: unknown tool {unknown[0]!r} (enabled: {enabled})."
+            )
+        mode = self._settings.default_mode if frame.agent_mode is None else frame.agent_mode
+        return _RunRequest(frame.content, mode, steps, tools)
+
+    async def _drive(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
+        sink = _RunSink(live, run.run_id)
+        ctx = RunContext(
+            session_id=live.session_id,
+            run_id=run.run_id,
+            tenant_id=live.scope.tenant_id,
+            user_id=live.scope.user_id,
+            model=self._model,
+            tools=self._tools,
+            prompts=self._prompts,
+            sink=sink,
+            transcript=sink,
+            control=run.control,
+            limits=RunLimits(
+                max_steps=request.max_steps,
+                request_input_timeout_s=self._settings.request_input_timeout_s,
+                tool_timeout_s=self._settings.tool_timeout_s,
+                chat_tool_rounds=self._settings.chat_tool_rounds,
+            ),
+            tool_names=request.tools if request.tools is not None else self._tool_names,
+        )
+        try:
+            await self._begin(live, run, request)
+            history = await self._store.load_history(live.scope, live.session_id)
+            runner = run_agent if request.agent_mode else run_chat
+            await runner(ctx, history)
+        except asyncio.CancelledError:
+            reason = run.control.stop_reason
+            if reason is None:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            await sink.emit(RunStopped(0, reason))  # stopped before the loop began
+        except ModelError as exc:
+            await self._fail(live, run, "llm_error", str(exc))
+        except StorageError as exc:
+            log.error("storage failed in session %s: %s", live.session_id, exc)
+            await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
+        except Exception:
+            log.exception("run %s failed", run.run_id)
+            await self._fail(live, run, "internal_error", "Something went wrong on the server.")
+        finally:
+            run.control.detach()
+            await self._finish(live, run)
+
+    async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
+        if not live.title:
+            await live.set_title(" ".join(request.content.split())[:80])
+        await live.save_messages([Message("user", request.content, run_id=run.run_id)])
+        await live.publish([], status="running", run_id=run.run_id)
+
+    async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
+        frame = {**run_frame("error", live.session_id, run.run_id, now_ms()),
+                 **error_frame(code, message)}
+        try:
+            await live.publish([frame])
+        except StorageError:
+            frame.pop("seq")
+            live.deliver_unstored(orjson.dumps(frame).decode())
+
+    async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
+        """Release the run, then send its one `response_complete` with the status change."""
+        live.run = None
+        self._active[live.scope.tenant_id] -= 1
+        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        try:
+            await live.publish([frame], status="idle")
+        except StorageError:
+            frame.pop("seq")
+            live.status, live.pending_input = "idle", None
+            live.deliver_unstored(orjson.dumps(frame).decode())
+        finally:
+            self.release(live)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def shutdown(self, timeout_s: float) -> None:
+        """Stop every run with reason "shutdown" and wait (bounded) until they have ended."""
+        for live in list(self._live.values()):
+            if live.run is not None:
+                live.run.control.request_stop("shutdown")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
+    async def recover(self) -> int:
+        """Close runs a dead process left open: `agent_stopped` ("interrupted"), then
+        `response_complete`, with the conversation repaired. Return how many."""
+        unfinished = await self._store.unfinished_runs()
+        for item in unfinished:
+            await shielded(self._recover_one(item))
+        return len(unfinished)
+
+    async def _recover_one(self, item: UnfinishedRun) -> None:
+        record = await self._store.get_session(item.scope, item.session_id)
+        if record is None:
+            return
+        live = LiveSession(record, self._store)
+        run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
+        sink = _RunSink(live, run.run_id)
+        ctx = RunContext(
+            session_id=live.session_id, run_id=run.run_id, tenant_id=item.scope.tenant_id,
+            user_id=item.scope.user_id, model=self._model, tools=self._tools,
+            prompts=self._prompts, sink=sink, transcript=sink, control=run.control,
+        )
+        history = await self._store.load_history(item.scope, item.session_id)
+        recorder = RunRecorder(ctx, history)
+        recorder.step, recorder.open_events = await self._last_step(live, run.run_id)
+        await recorder.record_stop("interrupted")
+        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        await live.publish([frame], status="idle")
+
+    async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:
+        """The last step the dead run started, and its tool calls that never ended."""
+        frames = await self._store.read_events(live.scope, live.session_id, 0)
+        step = 0
+        open_calls: dict[str, str] = {}
+        for raw in frames:
+            frame = orjson.loads(raw)
+            if frame.get("run_id") != run_id:
+                continue
+            step = max(step, int(frame.get("step", 0) or 0))
+            if frame["type"] == "tool_start":
+                open_calls[frame["tool_call_id"]] = frame["tool_name"]
+            elif frame["type"] in ("tool_complete", "tool_error"):
+                open_calls.pop(frame["tool_call_id"], None)
+        return step, open_calls
+

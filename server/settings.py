@@ -1,0 +1,216 @@
+"""Settings: config.toml, then CLI flags, then `AGENT__SECTION__KEY` environment variables.
+
+Parsed once, at startup, into frozen models; each component receives only its section.
+Every wrong value is reported at once, with the key, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+__all__ = [
+    "AgentSettings",
+    "AuthSettings",
+    "ConfigError",
+    "Identity",
+    "LLMSettings",
+    "ServerSettings",
+    "Settings",
+    "StorageSettings",
+    "ToolSettings",
+    "load_settings",
+]
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message says which key and why."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    allowed_origins: tuple[str, ...] = ("http://127.0.0.1:8765", "http://localhost:8765")
+    max_message_bytes: int = Field(1_048_576, ge=1024)
+    ping_interval_s: float = Field(20.0, gt=0)
+    ping_timeout_s: float = Field(20.0, gt=0)
+    outbound_queue_size: int = Field(2048, ge=16)
+    shutdown_timeout_s: float = Field(10.0, gt=0)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class LLMSettings(_Section):
+    base_url: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key: SecretStr = SecretStr("")  # filled from the variable named by api_key_env
+    model: str = Field("gpt-4o-mini", min_length=1)
+    timeout_s: float = Field(60.0, gt=0)
+    max_retries: int = Field(3, ge=0, le=10)
+    stream_usage: bool = True
+
+
+class AgentSettings(_Section):
+    default_mode: bool = True
+    default_max_steps: int = Field(10, ge=1)
+    max_steps_limit: int = Field(50, ge=1)
+    request_input_timeout_s: float = Field(300.0, gt=0)
+    max_concurrent_runs_per_tenant: int = Field(20, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0)
+    chat_tool_rounds: int = Field(5, ge=0)
+
+    @model_validator(mode="after")
+    def _default_within_limit(self) -> AgentSettings:
+        if self.default_max_steps > self.max_steps_limit:
+            raise ValueError(
+                f"default_max_steps ({self.default_max_steps}) exceeds "
+                f"max_steps_limit ({self.max_steps_limit})"
+            )
+        return self
+
+
+class StorageSettings(_Section):
+    backend: Literal["sqlite", "mongodb"] = "sqlite"
+    sqlite_path: Path = Path("data/agent.db")
+    mongodb_uri: str = "mongodb://127.0.0.1:27017"
+    mongodb_database: str = "agent_server"
+    mongodb_timeout_ms: int = Field(5000, ge=100)
+
+
+class ToolSettings(_Section):
+    enabled: tuple[str, ...] = ("get_current_time",)
+
+
+class Identity(_Section):
+    tenant: str = Field(min_length=1)
+    user: str = Field(min_length=1)
+
+
+class AuthSettings(_Section):
+    tokens: dict[str, Identity] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _long_tokens(self) -> AuthSettings:
+        short = [t for t in self.tokens if len(t) < 16]
+        if short:
+            raise ValueError("every token must be at least 16 characters long")
+        return self
+
+
+class Settings(BaseSettings):
+    """The whole configuration. Build it with `load_settings`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT__", env_nested_delimiter="__", extra="forbid", frozen=True,
+        nested_model_default_partial_update=True,
+    )
+
+    server: ServerSettings = ServerSettings()
+    llm: LLMSettings = LLMSettings()
+    agent: AgentSettings = AgentSettings()
+    storage: StorageSettings = StorageSettings()
+    tools: ToolSettings = ToolSettings()
+    auth: AuthSettings = AuthSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)  # env beats flags, flags beat the file
+
+    @model_validator(mode="after")
+    def _safe_binding(self) -> Settings:
+        if not self.auth.tokens and not _is_loopback(self.server.host):
+            raise ValueError(
+                f"server.host is {self.server.host!r} but no auth tokens are configured: "
+                "without tokens the server only binds to a loopback address (127.0.0.1, ::1, "
+                "localhost). Configure [auth] tokens to serve other hosts."
+            )
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_settings(
+    config_path: Path | None = None,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Settings:
+    """Read the TOML file (if it exists), apply flags and environment, validate everything.
+
+    Relative paths resolve against the config file's folder (or the working directory when
+    there is no file). Raise ConfigError with every problem found.
+    """
+    env = os.environ if environ is None else environ
+    data: dict[str, Any] = {}
+    base = Path.cwd()
+    if config_path is not None:
+        config_path = config_path.expanduser().resolve()
+        base = config_path.parent
+        try:
+            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {config_path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{config_path} is not valid TOML: {exc}") from None
+    for section, values in (overrides or {}).items():
+        data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, config_path)) from None
+    return _resolve(settings, base, env)
+
+
+def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings:
+    llm = settings.llm
+    sqlite_path = settings.storage.sqlite_path
+    if not sqlite_path.is_absolute():
+        sqlite_path = base / sqlite_path
+    return settings.model_copy(
+        update={
+            "llm": llm.model_copy(
+                update={
+                    "base_url": llm.base_url or env.get("OPENAI_BASE_URL", ""),
+                    "api_key": SecretStr(env.get(llm.api_key_env, "")),
+                }
+            ),
+            "storage": settings.storage.model_copy(update={"sqlite_path": sqlite_path}),
+        }
+    )
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for err in exc.errors(include_url=False):
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        given = err.get("input")
+        shown = "" if isinstance(given, dict) else f" (got {given!r})"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown key"
+        lines.append(f"  {key}: {message}{shown}")
+    return "\n".join(lines)

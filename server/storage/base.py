@@ -1,0 +1,170 @@
+"""The storage contract every backend implements (SQLite embedded, MongoDB shared).
+
+Every read and write is scoped by a tenant and user: a session of another scope does not
+exist for the caller. Event `seq` and message `sequence` are allocated by the store, gap-free
+and unique per session, also when several processes write (each backend says how).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from agent.messages import Message, ToolCall
+
+__all__ = [
+    "Scope",
+    "SessionRecord",
+    "SessionStatus",
+    "Store",
+    "UnfinishedRun",
+    "message_from_api",
+    "message_to_api",
+]
+
+SessionStatus = Literal["idle", "running", "awaiting_input"]
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Whose data: every query filters on both."""
+
+    tenant_id: str
+    user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    session_id: str
+    tenant_id: str
+    user_id: str
+    status: SessionStatus
+    title: str
+    created_at: int
+    updated_at: int
+    last_seq: int
+    active_run_id: str | None = None
+    pending_input: dict[str, Any] | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "title": self.title,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UnfinishedRun:
+    """A run the store still shows as active: its process died before it ended."""
+
+    scope: Scope
+    session_id: str
+    run_id: str
+
+
+class Store(Protocol):
+    async def open(self) -> None:
+        """Connect and create the schema or indexes (idempotent)."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord: ...
+
+    async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None: ...
+
+    async def list_sessions(self, scope: Scope, limit: int) -> list[SessionRecord]:
+        """Newest `updated_at` first."""
+        ...
+
+    async def update_session(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        status: SessionStatus | None = None,
+        title: str | None = None,
+        active_run_id: str | None = None,
+        pending_input: dict[str, Any] | None = None,
+    ) -> None:
+        """Set the given fields. `pending_input` and `active_run_id` are always written
+        (None clears them) whenever `status` is given."""
+        ...
+
+    async def append_events(
+        self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
+    ) -> list[bytes]:
+        """Give each frame the session's next `seq`, store it, return the JSON sent for it.
+
+        Each frame dict has a "seq" key whose value is replaced.
+        """
+        ...
+
+    async def read_events(
+        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+    ) -> list[bytes]:
+        """Stored frames with seq > after_seq, ascending, exactly as they were sent."""
+        ...
+
+    async def append_messages(
+        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
+    ) -> None: ...
+
+    async def read_messages(
+        self, scope: Scope, session_id: str, limit: int, since: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """(API message dicts oldest first, total count of the session's messages).
+
+        With `since`: the first `limit` messages with ts > since; else the last `limit`.
+        """
+        ...
+
+    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
+        """Every message of the session, in order, for the model."""
+        ...
+
+    async def unfinished_runs(self) -> list[UnfinishedRun]:
+        """Sessions left running or awaiting input (across all tenants), for recovery."""
+        ...
+
+
+_OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "phase")
+
+
+def message_to_api(
+    message: Message, message_id: str, sequence: int, ts: int
+) -> dict[str, Any]:
+    """The HTTP API shape of a stored message (also what backends store as its body)."""
+    out: dict[str, Any] = {
+        "message_id": message_id,
+        "role": message.role,
+        "content": message.content,
+        "sequence": sequence,
+        "ts": ts,
+    }
+    for name in _OPTIONAL_FIELDS:
+        value = getattr(message, name)
+        if value is not None:
+            out[name] = value
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
+        ]
+    return out
+
+
+def message_from_api(body: dict[str, Any]) -> Message:
+    """Inverse of `message_to_api`."""
+    return Message(
+        role=body["role"],
+        content=body["content"],
+        tool_calls=tuple(
+            ToolCall(c["id"], c["name"], c["arguments"]) for c in body.get("tool_calls", ())
+        ),
+        **{name: body.get(name) for name in _OPTIONAL_FIELDS},
+    )

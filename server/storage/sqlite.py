@@ -1,0 +1,392 @@
+"""SQLiteStore: the embedded default, one WAL-mode file.
+
+Nothing here blocks the event loop: statements run in two dedicated threads, one writer and
+one reader, each with its own connection. Writes are group-committed: every write waiting
+while a transaction runs goes into the next one, so a hundred streaming sessions cost one
+commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction and `seq`
+is read from the session row inside it, so allocation stays gap-free even if a second
+process opens the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from agent.errors import StorageError
+from agent.messages import Message
+from server.storage.base import (
+    Scope,
+    SessionRecord,
+    SessionStatus,
+    UnfinishedRun,
+    message_from_api,
+    message_to_api,
+)
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+_Op = Callable[[sqlite3.Connection], Any]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id    TEXT PRIMARY KEY,
+    tenant_id     TEXT NOT NULL,
+    user_id       TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    title         TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL,
+    last_seq      INTEGER NOT NULL DEFAULT 0,
+    message_count INTEGER NOT NULL DEFAULT 0,
+    active_run_id TEXT,
+    pending_input TEXT
+);
+CREATE INDEX IF NOT EXISTS sessions_by_user
+    ON sessions (tenant_id, user_id, updated_at DESC);
+CREATE INDEX IF NOT EXISTS sessions_by_status ON sessions (tenant_id, status, created_at DESC);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    run_id     TEXT,
+    ts         INTEGER NOT NULL,
+    body       BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS messages (
+    session_id TEXT NOT NULL,
+    sequence   INTEGER NOT NULL,
+    ts         INTEGER NOT NULL,
+    body       BLOB NOT NULL,
+    PRIMARY KEY (session_id, sequence)
+) WITHOUT ROWID;
+"""
+
+_SESSION_COLUMNS = (
+    "session_id, tenant_id, user_id, status, title, created_at, updated_at, last_seq, "
+    "active_run_id, pending_input"
+)
+
+
+class SQLiteStore:
+    """The Store contract over a SQLite file."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
+        self._write_conn: sqlite3.Connection | None = None
+        self._read_conn: sqlite3.Connection | None = None
+        self._pending: list[tuple[_Op, asyncio.Future[Any]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        await self._in_writer(self._open_writer)
+        await self._in_reader(self._open_reader)
+
+    async def close(self) -> None:
+        if self._flushing is not None:
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        await self._in_writer(_close_conn, self._write_conn)
+        await self._in_reader(_close_conn, self._read_conn)
+        self._writer.shutdown(wait=False)
+        self._reader.shutdown(wait=False)
+
+    def _open_writer(self) -> None:
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.executescript(_SCHEMA)
+        self._write_conn = conn
+
+    def _open_reader(self) -> None:
+        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=5000")
+        self._read_conn = conn
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO sessions (session_id, tenant_id, user_id, status, title, "
+                "created_at, updated_at) VALUES (?, ?, ?, 'idle', '', ?, ?)",
+                (session_id, scope.tenant_id, scope.user_id, now, now),
+            )
+
+        await self._write(op)
+        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", "", now, now, 0)
+
+    async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
+        def op(conn: sqlite3.Connection) -> SessionRecord | None:
+            row = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions "
+                "WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
+                (session_id, scope.tenant_id, scope.user_id),
+            ).fetchone()
+            return _session(row) if row else None
+
+        return await self._read(op)
+
+    async def list_sessions(self, scope: Scope, limit: int) -> list[SessionRecord]:
+        def op(conn: sqlite3.Connection) -> list[SessionRecord]:
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? "
+                "ORDER BY updated_at DESC, rowid DESC LIMIT ?",
+                (scope.tenant_id, scope.user_id, limit),
+            ).fetchall()
+            return [_session(r) for r in rows]
+
+        return await self._read(op)
+
+    async def update_session(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        status: SessionStatus | None = None,
+        title: str | None = None,
+        active_run_id: str | None = None,
+        pending_input: dict[str, Any] | None = None,
+    ) -> None:
+        sets = ["updated_at = ?"]
+        args: list[Any] = [now]
+        if status is not None:
+            sets += ["status = ?", "active_run_id = ?", "pending_input = ?"]
+            pending = orjson.dumps(pending_input).decode() if pending_input else None
+            args += [status, active_run_id, pending]
+        if title is not None:
+            sets.append("title = ?")
+            args.append(title)
+        sql = (
+            f"UPDATE sessions SET {', '.join(sets)} "
+            "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
+        )
+        args += [session_id, scope.tenant_id, scope.user_id]
+        await self._write(lambda conn: conn.execute(sql, args))
+
+    # -- events ------------------------------------------------------------------------------
+
+    async def append_events(
+        self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
+    ) -> list[bytes]:
+        def op(conn: sqlite3.Connection) -> list[bytes]:
+            last = _bump(conn, scope, session_id, "last_seq", len(frames), now)
+            bodies = []
+            rows = []
+            for offset, frame in enumerate(frames, start=last - len(frames) + 1):
+                frame["seq"] = offset
+                body = orjson.dumps(frame)
+                bodies.append(body)
+                rows.append((session_id, offset, frame.get("run_id"), frame.get("ts", now), body))
+            conn.executemany(
+                "INSERT INTO events (session_id, seq, run_id, ts, body) VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            return bodies
+
+        result: list[bytes] = await self._write(op)
+        return result
+
+    async def read_events(
+        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+    ) -> list[bytes]:
+        def op(conn: sqlite3.Connection) -> list[bytes]:
+            rows = conn.execute(
+                "SELECT e.body FROM events e JOIN sessions s ON s.session_id = e.session_id "
+                "WHERE e.session_id = ? AND s.tenant_id = ? AND s.user_id = ? AND e.seq > ? "
+                "ORDER BY e.seq LIMIT ?",
+                (session_id, scope.tenant_id, scope.user_id, after_seq,
+                 -1 if limit is None else limit),
+            ).fetchall()
+            return [bytes(r[0]) for r in rows]
+
+        return await self._read(op)
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def append_messages(
+        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
+    ) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            last = _bump(conn, scope, session_id, "message_count", len(messages), now)
+            first = last - len(messages)
+            rows = []
+            for sequence, message in enumerate(messages, start=first):
+                body = message_to_api(message, uuid.uuid4().hex, sequence, now)
+                rows.append((session_id, sequence, now, orjson.dumps(body)))
+            conn.executemany(
+                "INSERT INTO messages (session_id, sequence, ts, body) VALUES (?, ?, ?, ?)", rows
+            )
+
+        await self._write(op)
+
+    async def read_messages(
+        self, scope: Scope, session_id: str, limit: int, since: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        def op(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
+            row = conn.execute(
+                "SELECT message_count FROM sessions "
+                "WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
+                (session_id, scope.tenant_id, scope.user_id),
+            ).fetchone()
+            if row is None:
+                return [], 0
+            if since is not None:
+                rows = conn.execute(
+                    "SELECT body FROM messages WHERE session_id = ? AND ts > ? "
+                    "ORDER BY sequence LIMIT ?",
+                    (session_id, since, limit),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    "SELECT body FROM messages WHERE session_id = ? "
+                    "ORDER BY sequence DESC LIMIT ?",
+                    (session_id, limit),
+                ).fetchall()[::-1]
+            return [orjson.loads(r[0]) for r in rows], int(row[0])
+
+        return await self._read(op)
+
+    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
+        def op(conn: sqlite3.Connection) -> list[Message]:
+            rows = conn.execute(
+                "SELECT m.body FROM messages m JOIN sessions s ON s.session_id = m.session_id "
+                "WHERE m.session_id = ? AND s.tenant_id = ? AND s.user_id = ? "
+                "ORDER BY m.sequence",
+                (session_id, scope.tenant_id, scope.user_id),
+            ).fetchall()
+            return [message_from_api(orjson.loads(r[0])) for r in rows]
+
+        return await self._read(op)
+
+    async def unfinished_runs(self) -> list[UnfinishedRun]:
+        def op(conn: sqlite3.Connection) -> list[UnfinishedRun]:
+            rows = conn.execute(
+                "SELECT tenant_id, user_id, session_id, active_run_id FROM sessions "
+                "WHERE status IN ('running', 'awaiting_input')"
+            ).fetchall()
+            return [UnfinishedRun(Scope(r[0], r[1]), r[2], r[3] or "") for r in rows]
+
+        return await self._read(op)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    async def _write(self, op: _Op) -> Any:
+        """Queue `op` for the next group commit and wait for its result."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((op, future))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                results = await self._in_writer(self._commit, [op for op, _ in batch])
+            except StorageError as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+    def _commit(self, ops: list[_Op]) -> list[Any]:
+        conn = self._write_conn
+        if conn is None:
+            raise StorageError("the SQLite store is not open")
+        results: list[Any] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append(op(conn))
+                    conn.execute("RELEASE op")
+                except sqlite3.Error:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append(StorageError(str(exc)))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise StorageError(f"SQLite write failed: {exc}") from exc
+        return results
+
+    async def _read(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        def run() -> T:
+            if self._read_conn is None:
+                raise StorageError("the SQLite store is not open")
+            try:
+                return op(self._read_conn)
+            except sqlite3.Error as exc:
+                raise StorageError(f"SQLite read failed: {exc}") from exc
+
+        return await self._in_reader(run)
+
+    async def _in_writer(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._writer, fn, *args)
+
+    async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+
+
+class _Missing(Exception):
+    """The session row an operation needs does not exist in the caller's scope."""
+
+
+def _bump(
+    conn: sqlite3.Connection, scope: Scope, session_id: str, column: str, count: int, now: int
+) -> int:
+    """Advance a session counter by `count` inside the open transaction; return its new value."""
+    row = conn.execute(
+        f"UPDATE sessions SET {column} = {column} + ?, updated_at = ? "
+        "WHERE session_id = ? AND tenant_id = ? AND user_id = ? RETURNING " + column,
+        (count, now, session_id, scope.tenant_id, scope.user_id),
+    ).fetchone()
+    if row is None:
+        raise _Missing(f"session {session_id} does not exist")
+    return int(row[0])
+
+
+def _session(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(
+        session_id=row[0],
+        tenant_id=row[1],
+        user_id=row[2],
+        status=row[3],
+        title=row[4],
+        created_at=row[5],
+        updated_at=row[6],
+        last_seq=row[7],
+        active_run_id=row[8],
+        pending_input=orjson.loads(row[9]) if row[9] else None,
+    )
+
+
+def _close_conn(conn: sqlite3.Connection | None) -> None:
+    if conn is not None:
+        conn.close()

@@ -1,0 +1,177 @@
+"""The /ws endpoint: authenticate, attach to a session, replay, then read and write.
+
+Reading and writing run in separate tasks, so a stop message is read at once even while the
+socket is busy streaming. Nothing a client sends closes the connection except a frame over
+the size limit (1009); bad frames get an `error` frame and change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agent.errors import StorageError
+from server.connection import OVERFLOW_CLOSE_CODE, Connection
+from server.live import LiveSession
+from server.protocol import (
+    AgentControlFrame,
+    ChatFrame,
+    ProtocolError,
+    error_frame,
+    parse_client_frame,
+)
+from server.services import Services
+
+__all__ = ["websocket_endpoint"]
+
+log = logging.getLogger(__name__)
+
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_SESSION_NOT_FOUND = 4404
+CLOSE_TOO_BIG = 1009
+
+
+def _dumps(frame: dict[str, Any]) -> str:
+    return orjson.dumps(frame).decode()
+
+
+async def websocket_endpoint(websocket: WebSocket) -> None:
+    services: Services = websocket.app.state.services
+    auth = services.auth
+    if not auth.origin_allowed(websocket.headers.get("origin")):
+        await websocket.close(code=1008)  # before accept: HTTP 403
+        return
+    scope = auth.identify(websocket.headers, websocket.query_params.get("token"))
+    if scope is None:
+        await websocket.close(code=CLOSE_UNAUTHORIZED)  # before accept: HTTP 403
+        return
+    await websocket.accept()
+    session_id = websocket.query_params.get("session_id") or None
+    after_seq, query_error = _after_seq(websocket.query_params.get("after_seq"))
+    try:
+        live, resumed = await services.hub.open(scope, session_id)
+    except ProtocolError as exc:
+        await websocket.send_text(_dumps(error_frame(exc.code, exc.message)))
+        await websocket.close(code=CLOSE_SESSION_NOT_FOUND)
+        return
+    except StorageError:
+        await websocket.send_text(
+            _dumps(error_frame("storage_error", "The conversation store is unavailable."))
+        )
+        await websocket.close(code=1011)
+        return
+    conn = Connection(websocket, services.settings.server.outbound_queue_size)
+    try:
+        await _attach(services, live, conn, resumed, after_seq if resumed else None, query_error)
+        await _serve(services, websocket, live, conn)
+    finally:
+        live.subscribers.discard(conn)
+        services.hub.release(live)
+
+
+def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
+    if raw is None or raw == "":
+        return None, None
+    if raw.isdigit():
+        return int(raw), None
+    return None, f"after_seq: expected a whole number >= 0 (got {raw!r}); nothing was replayed."
+
+
+async def _attach(
+    services: Services,
+    live: LiveSession,
+    conn: Connection,
+    resumed: bool,
+    after_seq: int | None,
+    query_error: str | None,
+) -> None:
+    """Send the session frame, then the replay, then live frames: no gap, no duplicate."""
+    conn.hold()
+    live.subscribers.add(conn)
+    first = {"type": "session", "session_id": live.session_id, "resumed": resumed,
+             **live.snapshot()}
+    conn.send(_dumps(first))
+    if query_error is not None:
+        conn.send(_dumps(error_frame("invalid_message", query_error)))
+    replayed_up_to = after_seq if after_seq is not None else live.last_seq
+    if after_seq is not None:
+        try:
+            frames = await services.store.read_events(live.scope, live.session_id, after_seq)
+        except StorageError:
+            conn.send(_dumps(error_frame("storage_error", "Stored events could not be read.")))
+            frames = []
+        for raw in frames:
+            conn.send(raw.decode())
+        if frames:
+            replayed_up_to = int(orjson.loads(frames[-1])["seq"])
+    conn.release(replayed_up_to)
+
+
+async def _serve(
+    services: Services, websocket: WebSocket, live: LiveSession, conn: Connection
+) -> None:
+    writer = asyncio.create_task(conn.write_forever())
+    reader = asyncio.create_task(_read(services, websocket, live, conn))
+    overflow = asyncio.create_task(conn.overflowed.wait())
+    try:
+        done, _ = await asyncio.wait({writer, reader, overflow}, return_when="FIRST_COMPLETED")
+        if overflow in done:
+            await _close(websocket, OVERFLOW_CLOSE_CODE)
+        elif reader in done and reader.result() == CLOSE_TOO_BIG:
+            await _close(websocket, CLOSE_TOO_BIG)
+    finally:
+        for task in (writer, reader, overflow):
+            task.cancel()
+        await asyncio.gather(writer, reader, overflow, return_exceptions=True)
+
+
+async def _read(
+    services: Services, websocket: WebSocket, live: LiveSession, conn: Connection
+) -> int | None:
+    """Handle inbound frames until the client leaves; return a close code if we must close."""
+    limit = services.settings.server.max_message_bytes
+    while True:
+        try:
+            message = await websocket.receive()
+        except (WebSocketDisconnect, RuntimeError):
+            return None
+        if message["type"] == "websocket.disconnect":
+            return None
+        text = message.get("text")
+        if text is None:
+            data = message.get("bytes") or b""
+            if len(data) > limit:
+                return CLOSE_TOO_BIG
+            conn.send(_dumps(error_frame(
+                "invalid_json", "Binary frames are not supported: send JSON as text."
+            )))
+            continue
+        if len(text) * 4 > limit and len(text.encode()) > limit:
+            return CLOSE_TOO_BIG
+        try:
+            await _dispatch(services, live, text)
+        except ProtocolError as exc:
+            conn.send(_dumps(error_frame(exc.code, exc.message)))
+        except StorageError:
+            conn.send(_dumps(error_frame("storage_error", "The change could not be saved.")))
+
+
+async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
+    frame = parse_client_frame(text)
+    if isinstance(frame, ChatFrame):
+        services.hub.start_run(live, frame)
+    elif isinstance(frame, AgentControlFrame):
+        services.hub.stop(live)
+    else:
+        await services.hub.answer(live, frame.content)
+
+
+async def _close(websocket: WebSocket, code: int) -> None:
+    try:
+        await websocket.close(code=code)
+    except RuntimeError:  # already closed by the peer
+        log.debug("socket closed before close code %s was sent", code)

@@ -1,0 +1,81 @@
+"""Shared fixtures: a scripted LLM server, and the agent server under uvicorn, both real."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server.app import create_app
+from server.cli import uvicorn_config
+from server.settings import Settings, load_settings
+from tests.fakes.client import Client
+from tests.fakes.openai_server import FakeLLM
+from tests.fakes.servers import serve
+
+
+@pytest.fixture(autouse=True)
+def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may reach a real model: point the defaults at a closed local port."""
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AGENT__"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    fake = FakeLLM()
+    async with serve(fake.app) as address:
+        fake.base_url = f"http://{address}/v1"  # type: ignore[attr-defined]
+        yield fake
+
+
+@dataclass
+class Running:
+    address: str
+    settings: Settings
+    app: Any
+
+    async def client(self, **params: Any) -> Client:
+        return await Client.connect(self.address, **params)
+
+
+ServerFactory = Callable[..., AbstractAsyncContextManager[Running]]
+
+
+@pytest.fixture
+def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
+    """Start the agent server with settings overrides, e.g. {"agent": {"default_max_steps": 3}}."""
+
+    @asynccontextmanager
+    async def start(**sections: dict[str, Any]) -> AsyncIterator[Running]:
+        overrides: dict[str, dict[str, Any]] = {
+            "llm": {"base_url": fake_llm.base_url, "max_retries": 1, "timeout_s": 5},
+            "storage": {"sqlite_path": str(tmp_path / "agent.db")},
+            "server": {"shutdown_timeout_s": 5},
+        }
+        for name, values in sections.items():
+            overrides.setdefault(name, {}).update(values)
+        settings = load_settings(None, overrides)
+        app = create_app(settings)
+        config = uvicorn_config(app, settings).__dict__
+        options = {k: config[k] for k in ("ws_max_size", "ws_ping_interval", "ws_ping_timeout",
+                                          "ws_per_message_deflate")}
+        async with serve(app, **options) as address:
+            yield Running(address, settings, app)
+
+    return start
+
+
+@pytest.fixture
+async def server(server_factory: ServerFactory) -> AsyncIterator[Running]:
+    async with server_factory() as running:
+        yield running

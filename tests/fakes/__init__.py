@@ -1,0 +1,1 @@
+"""Fakes at process boundaries: an OpenAI-compatible server, a server runner, clients."""

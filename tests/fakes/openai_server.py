@@ -1,0 +1,174 @@
+"""A scripted OpenAI-compatible chat-completions server, served over real HTTP on loopback.
+
+Replies are scripted per phase (the `X-Agent-Phase` header) and consumed in order; a phase
+with nothing scripted gets a sensible default, so a test scripts only what it is about.
+Every request is recorded (headers and body), and tests can wait for one to arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class FakeToolCall:
+    name: str
+    arguments: Any  # a dict (sent as JSON) or a raw string (sent as is)
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:12]}")
+
+    def raw_arguments(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass
+class Reply:
+    """One scripted reply. `chunks` stream as content deltas, then tool calls, then usage."""
+
+    chunks: list[str] = field(default_factory=list)
+    tool_calls: list[FakeToolCall] = field(default_factory=list)
+    delay_s: float = 0.0  # before each chunk
+    status: int | None = None  # answer with this HTTP error instead
+    hang_after: int | None = None  # stop sending after this many chunks, until disconnected
+    drop_after: int | None = None  # break the stream after this many chunks
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+def text(*chunks: str, **kw: Any) -> Reply:
+    return Reply(chunks=list(chunks), **kw)
+
+
+def reason(sentence: str = "I will look into it.", *, finish: bool = False, **kw: Any) -> Reply:
+    block = json.dumps({"plan": sentence, "tools_to_consider": [], "finish": finish})
+    return Reply(chunks=[sentence, "\n```json\n", block, "\n```"], **kw)
+
+
+def observe(sentence: str = "That worked.", *, final: str | None = None, **kw: Any) -> Reply:
+    block = json.dumps(
+        {"observation": sentence, "should_continue": final is None, "final_answer": final or ""}
+    )
+    return Reply(chunks=[sentence, "\n", block], **kw)
+
+
+def act(*calls: FakeToolCall, **kw: Any) -> Reply:
+    return Reply(tool_calls=list(calls), **kw)
+
+
+@dataclass
+class Recorded:
+    phase: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class FakeLLM:
+    """The scripted server's state; `app` is its ASGI app."""
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self.requests: list[Recorded] = []
+        self.disconnects = 0
+        self._arrived = asyncio.Condition()
+        self.app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
+
+    def script(self, phase: str, *replies: Reply) -> None:
+        self.scripts[phase].extend(replies)
+
+    def phases(self) -> list[str]:
+        return [r.phase for r in self.requests]
+
+    async def wait_for(self, phase: str, count: int = 1, timeout: float = 5.0) -> Recorded:
+        """Wait until `count` requests of `phase` have arrived; return the last of them."""
+        async def ready() -> None:
+            async with self._arrived:
+                await self._arrived.wait_for(
+                    lambda: sum(r.phase == phase for r in self.requests) >= count
+                )
+
+        await asyncio.wait_for(ready(), timeout)
+        return [r for r in self.requests if r.phase == phase][count - 1]
+
+    async def _handle(self, request: Request) -> Response:
+        body = await request.json()
+        phase = request.headers.get("x-agent-phase", "")
+        async with self._arrived:
+            self.requests.append(Recorded(phase, dict(request.headers), body))
+            self._arrived.notify_all()
+        queue = self.scripts.get(phase)
+        reply = queue.popleft() if queue else _default(phase)
+        if reply.status is not None:
+            return JSONResponse(
+                {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
+                status_code=reply.status,
+            )
+        return StreamingResponse(self._stream(reply, body), media_type="text/event-stream")
+
+    async def _stream(self, reply: Reply, body: dict[str, Any]) -> AsyncIterator[bytes]:
+        ident = f"chatcmpl-{uuid.uuid4().hex[:8]}"
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
+            payload: dict[str, Any] = {
+                "id": ident, "object": "chat.completion.chunk", "created": created,
+                "model": body.get("model", "fake"),
+                "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            if usage:
+                payload["usage"] = usage
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            for i, piece in enumerate(reply.chunks):
+                if reply.hang_after is not None and i >= reply.hang_after:
+                    await asyncio.Event().wait()
+                if reply.drop_after is not None and i >= reply.drop_after:
+                    raise ConnectionResetError("scripted drop")
+                if reply.delay_s:
+                    await asyncio.sleep(reply.delay_s)
+                yield chunk({"content": piece})
+            if reply.hang_after is not None and reply.hang_after >= len(reply.chunks):
+                await asyncio.Event().wait()
+            for index, call in enumerate(reply.tool_calls):
+                yield chunk({"tool_calls": [{
+                    "index": index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""},
+                }]})
+                raw = call.raw_arguments()
+                half = len(raw) // 2
+                for part in (raw[:half], raw[half:]):
+                    yield chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+            finish = "tool_calls" if reply.tool_calls else "stop"
+            yield chunk({}, finish)
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield chunk({}, usage={
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                })
+            yield b"data: [DONE]\n\n"
+        except asyncio.CancelledError:
+            self.disconnects += 1
+            raise
+
+
+def _default(phase: str) -> Reply:
+    if phase == "reason":
+        return reason("I can answer this directly.")
+    if phase == "observe":
+        return observe("I have what I need.", final="Here is the answer.")
+    if phase == "act":
+        return Reply(chunks=[])
+    return text("Here is the answer.")
