@@ -56,7 +56,9 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
     """Start the agent server with settings overrides, e.g. {"agent": {"default_max_steps": 3}}."""
 
     @asynccontextmanager
-    async def start(**sections: dict[str, Any]) -> AsyncIterator[Running]:
+    async def start(
+        extra_tools: list[Any] | None = None, **sections: dict[str, Any]
+    ) -> AsyncIterator[Running]:
         overrides: dict[str, dict[str, Any]] = {
             "llm": {"base_url": fake_llm.base_url, "max_retries": 1, "timeout_s": 5},
             "storage": {"sqlite_path": str(tmp_path / "agent.db")},
@@ -65,7 +67,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         for name, values in sections.items():
             overrides.setdefault(name, {}).update(values)
         settings = load_settings(None, overrides)
-        app = create_app(settings)
+        app = create_app(settings, extra_tools=extra_tools)
         config = uvicorn_config(app, settings).__dict__
         options = {k: config[k] for k in ("ws_max_size", "ws_ping_interval", "ws_ping_timeout",
                                           "ws_per_message_deflate")}

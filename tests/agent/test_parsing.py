@@ -1,0 +1,72 @@
+"""The control-block splitter: what users see never contains the block."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.parsing import (
+    OBSERVE_KEYS,
+    REASON_KEYS,
+    ControlStream,
+    read_observe_control,
+    read_reason_control,
+    split_control,
+)
+
+
+def stream(chunks: list[str], keys=REASON_KEYS) -> tuple[list[str], ControlStream]:
+    s = ControlStream(keys)
+    shown = [s.feed(c) for c in chunks]
+    shown.append(s.finish())
+    return shown, s
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        'I will check.\n```json\n{"plan": "p", "finish": false}\n```',
+        'I will check.\n```\n{"plan": "p", "finish": false}\n```\n',
+        'I will check. {"plan": "p", "finish": false}',
+        'I will check.\n{"plan": "p",\n "finish": false}\n',
+    ],
+)
+def test_the_block_is_cut_out_in_every_accepted_form(reply):
+    for size in (1, 3, 7, len(reply)):
+        chunks = [reply[i : i + size] for i in range(0, len(reply), size)]
+        shown, s = stream(chunks)
+        assert "".join(shown).strip() == "I will check."
+        assert s.control == {"plan": "p", "finish": False}
+
+
+def test_text_streams_before_the_block_arrives():
+    shown, _ = stream(["Looking ", "it up", " now.\n", '{"finish": true}'])
+    assert shown[:3] == ["Looking ", "it up", " now.\n"]
+
+
+def test_ordinary_braces_and_code_fences_stay_visible():
+    reply = 'Use {"a": 1} like this:\n```python\nprint(1)\n```\nThen go on.'
+    content, control = split_control(reply, REASON_KEYS)
+    assert content == reply and control is None
+
+
+def test_a_malformed_trailing_json_fence_is_hidden_and_reads_as_no_control():
+    content, control = split_control('Done.\n```json\n{"finish": tru\n```', REASON_KEYS)
+    assert content == "Done." and control is None
+
+
+def test_a_cut_off_block_is_hidden():
+    content, control = split_control('Almost {"should_continue": fal', OBSERVE_KEYS)
+    assert content == "Almost" and control is None
+
+
+def test_the_last_block_wins_and_the_text_between_stays():
+    content, control = split_control('{"plan": "a"} middle {"plan": "b"}', REASON_KEYS)
+    assert content == "middle" and control == {"plan": "b"}
+
+
+def test_lenient_reading_of_values():
+    assert read_reason_control({"finish": "true"}).finish is True  # type: ignore[union-attr]
+    assert read_reason_control({"plan": 3}).plan == ""  # type: ignore[union-attr]
+    observed = read_observe_control({"should_continue": None, "final_answer": "x"})
+    assert observed is not None and observed.should_continue is True
+    assert read_observe_control(None) is None

@@ -1,0 +1,221 @@
+"""A whole agent run over the real socket: phases, order, fields, seq, tool events, limits."""
+
+from __future__ import annotations
+
+import json
+
+from tests.fakes.client import kind
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
+from tests.fakes.tools import echo_tool
+
+
+def kinds(frames: list[dict]) -> list[str]:
+    return [kind(f) for f in frames]
+
+
+async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_llm: FakeLLM):
+    call = FakeToolCall("get_current_time", {"timezone": "Europe/Paris"})
+    fake_llm.script("reason", reason("I'll check the time in Paris."))
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("It is daytime there.", final="It is **noon** in Paris."))
+    async with await server.client() as c:
+        session = await c.recv()
+        frames = await c.run("What time is it in Paris?", agent_max_steps=3)
+
+    assert kinds(frames) == [
+        "agent_start", "agent_turn_start",
+        "agent_reason_delta", "agent_reason_delta", "agent_reason",
+        "tool_start", "tool_complete",
+        "agent_observe_delta", "agent_observe_delta", "agent_observe",
+        "agent_completion", "response_complete",
+    ]
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+    run_id = frames[0]["run_id"]
+    for f in frames:
+        assert f["session_id"] == session["session_id"]
+        assert f["run_id"] == run_id
+        assert isinstance(f["ts"], int) and f["ts"] > 1_600_000_000_000
+    assert frames[0]["max_steps"] == 3
+    assert frames[1]["step"] == 1
+    reason_deltas = "".join(f["delta"] for f in frames if kind(f) == "agent_reason_delta")
+    reason_done = next(f for f in frames if kind(f) == "agent_reason")
+    assert reason_done["content"] == "I'll check the time in Paris."
+    assert reason_deltas.strip() == reason_done["content"]
+    assert "{" not in reason_deltas and "```" not in reason_deltas
+    start = next(f for f in frames if kind(f) == "tool_start")
+    assert start["tool_call_id"] == call.id
+    assert start["tool_name"] == "get_current_time"
+    assert start["arguments"] == {"timezone": "Europe/Paris"}
+    done = next(f for f in frames if kind(f) == "tool_complete")
+    assert done["tool_call_id"] == call.id and done["step"] == 1
+    assert done["result"]["timezone"] == "Europe/Paris"
+    assert isinstance(done["duration_ms"], int)
+    observed = next(f for f in frames if kind(f) == "agent_observe")
+    assert observed["content"] == "It is daytime there."
+    completion = frames[-2]
+    assert completion["final_answer"] == "It is **noon** in Paris."
+    assert completion["stop_reason"] == "finished"
+    assert completion["steps"] == 1
+    assert completion["usage"]["total_tokens"] == 45  # three calls of 10 + 5 tokens
+    assert frames[-1] == {"type": "response_complete", "session_id": session["session_id"],
+                          "run_id": run_id, "seq": frames[-1]["seq"], "ts": frames[-1]["ts"]}
+
+
+async def test_llm_requests_carry_gateway_headers_and_phase_inputs(server, fake_llm: FakeLLM):
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {})))
+    fake_llm.script("observe", observe("ok", final="done"))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        frames = await c.run("time?")
+    run_id = frames[0]["run_id"]
+    assert fake_llm.phases() == ["reason", "act", "observe"]
+    for recorded, phase in zip(fake_llm.requests, ["reason", "act", "observe"], strict=True):
+        assert recorded.headers["x-agent-session"] == session
+        assert recorded.headers["x-agent-run"] == run_id
+        assert recorded.headers["x-agent-step"] == "1"
+        assert recorded.headers["x-agent-phase"] == phase
+        assert recorded.body["stream"] is True
+        systems = [m for m in recorded.body["messages"] if m["role"] == "system"]
+        assert len(systems) == 1 and recorded.body["messages"][0]["role"] == "system"
+    assert "tools" not in fake_llm.requests[0].body  # Reason is a plain call
+    offered = {t["function"]["name"] for t in fake_llm.requests[1].body["tools"]}
+    assert offered == {"get_current_time", "request_input"}
+    observe_messages = fake_llm.requests[2].body["messages"]
+    assert observe_messages[-1]["role"] == "tool"
+    assert json.loads(observe_messages[-1]["content"])["timezone"] == "UTC"
+
+
+async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(server, fake_llm):
+    fake_llm.script("reason", reason("I know this already.", finish=True))
+    fake_llm.script("observe", observe("Nothing to look up.", final="Paris is in France."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("Where is Paris?")
+    assert fake_llm.phases() == ["reason", "observe"]
+    assert "agent_reason" in kinds(frames) and "agent_observe" in kinds(frames)
+    assert frames[-2]["final_answer"] == "Paris is in France."
+
+
+async def test_max_steps_ends_with_a_summary_that_names_the_limit(server, fake_llm: FakeLLM):
+    for _ in range(2):
+        fake_llm.script("observe", observe("Still more to do."))
+    fake_llm.script("summarize", text("I ran out of steps; here is what I found."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("Do a long task", agent_max_steps=2)
+    assert [f["step"] for f in frames if kind(f) == "agent_turn_start"] == [1, 2]
+    assert fake_llm.phases() == ["reason", "act", "observe"] * 2 + ["summarize"]
+    summarize = fake_llm.requests[-1]
+    assert "tools" not in summarize.body
+    assert "step limit" in summarize.body["messages"][0]["content"]
+    completion = frames[-2]
+    assert completion["stop_reason"] == "max_steps" and completion["steps"] == 2
+    assert completion["final_answer"] == "I ran out of steps; here is what I found."
+
+
+async def test_missing_control_block_is_free_text_and_the_run_continues(server, fake_llm):
+    fake_llm.script("reason", text("Just thinking aloud, no block."))
+    fake_llm.script("observe", text("No block here either."), observe("ok", final="Final."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("go", agent_max_steps=3)
+    reasons = [f["content"] for f in frames if kind(f) == "agent_reason"]
+    assert reasons[0] == "Just thinking aloud, no block."
+    assert [f["step"] for f in frames if kind(f) == "agent_turn_start"] == [1, 2]
+    assert frames[-2]["final_answer"] == "Final."
+
+
+async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(server_factory, fake_llm):
+    calls = [
+        FakeToolCall("no_such_tool", {}),
+        FakeToolCall("get_current_time", {"timezone": "Mars/Olympus"}),
+        FakeToolCall("get_current_time", {"timezone": 42}),
+        FakeToolCall("get_current_time", '{"timezone": "UTC"'),
+        FakeToolCall("echo", {"text": "crash"}),
+    ]
+    fake_llm.script("act", act(*calls))
+    fake_llm.script("observe", observe("Several calls failed.", final="I could not do it."))
+    async with server_factory(extra_tools=[echo_tool], tools={"enabled": ["get_current_time",
+                                                                           "echo"]}) as srv:
+        async with await srv.client() as c:
+            await c.recv()
+            frames = await c.run("break things")
+    tool_frames = [f for f in frames if f["type"].startswith("tool_")]
+    assert [f["type"] for f in tool_frames] == ["tool_start"] * 5 + ["tool_error"] * 5
+    assert [f["tool_call_id"] for f in tool_frames[5:]] == [c.id for c in calls]
+    errors = [f["error"] for f in tool_frames[5:]]
+    assert "no tool named 'no_such_tool'" in errors[0]
+    assert "Mars/Olympus" in errors[1]
+    assert "timezone" in errors[2]
+    assert "not valid JSON" in errors[3]
+    assert "failed unexpectedly" in errors[4] and "Traceback" not in errors[4]
+    assert tool_frames[3]["arguments"] == {}
+    assert frames[-2]["stop_reason"] == "finished"
+    tool_messages = [m for m in fake_llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 5
+    assert all(m["content"].startswith("The tool call failed") for m in tool_messages)
+
+
+async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order(
+    server_factory, fake_llm
+):
+    slow, fast = FakeToolCall("echo", {"text": "slow", "delay_ms": 300}), FakeToolCall(
+        "echo", {"text": "fast"}
+    )
+    fake_llm.script("act", act(slow, fast))
+    fake_llm.script("observe", observe("Both done.", final="ok"))
+    async with server_factory(extra_tools=[echo_tool], tools={"enabled": ["echo"]}) as srv:
+        async with await srv.client() as c:
+            await c.recv()
+            frames = await c.run("two things")
+    tool_frames = [(f["type"], f["tool_call_id"]) for f in frames if f["type"].startswith("tool_")]
+    assert tool_frames == [
+        ("tool_start", slow.id), ("tool_start", fast.id),
+        ("tool_complete", slow.id), ("tool_complete", fast.id),
+    ]
+    durations = {f["tool_call_id"]: f["duration_ms"] for f in frames if kind(f) == "tool_complete"}
+    assert durations[slow.id] >= 300 and durations[fast.id] < 300
+
+
+async def test_chat_mode_streams_plain_chat_and_can_use_tools(server, fake_llm: FakeLLM):
+    fake_llm.script("chat", Reply(chunks=["Let me check. "],
+                                  tool_calls=[FakeToolCall("get_current_time", {})]),
+                    text("It is ", "noon."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("time?", agent_mode=False)
+    assert kinds(frames) == ["chat_delta", "tool_start", "tool_complete", "chat_delta",
+                             "chat_delta", "chat_response", "response_complete"]
+    assert frames[1]["step"] == 0
+    assert frames[-2]["content"] == "Let me check. It is noon."
+    assert fake_llm.phases() == ["chat", "chat"]
+    assert all(r.headers["x-agent-step"] == "0" for r in fake_llm.requests)
+
+
+async def test_the_default_mode_comes_from_config(server_factory, fake_llm: FakeLLM):
+    async with server_factory(agent={"default_mode": False}) as srv:
+        async with await srv.client() as c:
+            await c.recv()
+            frames = await c.run("hi")
+    assert kinds(frames)[-2:] == ["chat_response", "response_complete"]
+
+
+async def test_tools_field_limits_the_offered_tools(server, fake_llm: FakeLLM):
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("hi", tools=[])
+    offered = {t["function"]["name"] for t in fake_llm.requests[1].body["tools"]}
+    assert offered == {"request_input"}
+
+
+async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM):
+    fake_llm.script("observe", observe("ok", final="The answer is 42."))
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("first question")
+        await c.run("second question")
+    second_reason = [r for r in fake_llm.requests if r.phase == "reason"][1]
+    contents = [(m["role"], m["content"]) for m in second_reason.body["messages"][1:]]
+    assert ("user", "first question") in contents
+    assert ("assistant", "The answer is 42.") in contents
+    assert contents[-1] == ("user", "second question")

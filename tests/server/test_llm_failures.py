@@ -1,0 +1,60 @@
+"""The LLM failing: retried when transient, reported as llm_error when it stays down."""
+
+from __future__ import annotations
+
+from tests.fakes.client import kind
+from tests.fakes.openai_server import FakeLLM, Reply, observe
+
+
+async def test_transient_failures_are_retried(server_factory, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(status=429), Reply(status=503))
+    fake_llm.script("observe", observe("ok", final="made it"))
+    async with server_factory(llm={"max_retries": 2}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hi")
+    assert frames[-2]["final_answer"] == "made it"
+    assert fake_llm.phases()[:3] == ["reason", "reason", "reason"]
+
+
+async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(status=500), Reply(status=500))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        frames = await c.run("hi")
+        assert [kind(f) for f in frames] == ["agent_start", "agent_turn_start", "error",
+                                             "response_complete"]
+        error = frames[2]
+        assert error["code"] == "llm_error" and "500" in error["message"]
+        assert error["session_id"] == session and error["seq"] == 3
+        assert fake_llm.phases() == ["reason", "reason"]  # max_retries = 1 in tests
+        again = await c.run("and now?")
+        assert again[-2]["type"] == "agent_update"
+
+
+async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(status=400))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("hi")
+    assert frames[-2]["code"] == "llm_error"
+    assert fake_llm.phases() == ["reason"]
+
+
+async def test_a_stream_cut_mid_reply_is_an_llm_error_not_a_retry(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(chunks=["partial ", "answer"], drop_after=1))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("hi")
+    assert [kind(f) for f in frames][-3:] == ["agent_reason_delta", "error", "response_complete"]
+    assert frames[-2]["code"] == "llm_error"
+    assert fake_llm.phases() == ["reason"]
+
+
+async def test_an_unreachable_llm_is_reported_plainly(server_factory):
+    async with server_factory(llm={"base_url": "http://127.0.0.1:9/v1", "max_retries": 0}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hi", agent_mode=False)
+    assert frames[-2]["code"] == "llm_error"
+    assert "could not be reached" in frames[-2]["message"]

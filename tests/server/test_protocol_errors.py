@@ -1,0 +1,132 @@
+"""Every error code of PROTOCOL.md, and that none of them closes the connection."""
+
+from __future__ import annotations
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from tests.fakes.client import Client, kind
+from tests.fakes.openai_server import FakeLLM, Reply
+
+
+async def _error(c: Client, frame) -> dict:
+    await c.send(frame)
+    reply = await c.recv()
+    assert reply["type"] == "error", reply
+    assert set(reply) == {"type", "code", "message"} and reply["message"]
+    return reply
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        ("not json", "invalid_json"),
+        ("[1, 2]", "invalid_json"),
+        ('"chat"', "invalid_json"),
+        ({"content": "hi"}, "unknown_type"),
+        ({"type": "dance"}, "unknown_type"),
+        ({"type": 5}, "unknown_type"),
+        ({"type": "chat"}, "invalid_message"),
+        ({"type": "chat", "content": ""}, "invalid_message"),
+        ({"type": "chat", "content": "   "}, "invalid_message"),
+        ({"type": "chat", "content": 5}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": 0}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": "abc"}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": "3"}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": True}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": 2.5}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_max_steps": 51}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "agent_mode": "yes"}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "tools": "get_current_time"}, "invalid_message"),
+        ({"type": "chat", "content": "hi", "tools": ["nope"]}, "invalid_message"),
+        ({"type": "agent_control"}, "invalid_message"),
+        ({"type": "agent_control", "action": "pause"}, "invalid_message"),
+        ({"type": "agent_user_input"}, "invalid_message"),
+        ({"type": "agent_user_input", "content": 1}, "invalid_message"),
+        ({"type": "agent_control", "action": "stop"}, "no_active_run"),
+        ({"type": "agent_user_input", "content": "hi"}, "not_awaiting_input"),
+    ],
+)
+async def test_bad_frames_get_their_error_code_and_change_nothing(server, frame, code):
+    async with await server.client() as c:
+        hello = await c.recv()
+        assert (await _error(c, frame))["code"] == code
+        frames = await c.run("still works")  # the connection and session are intact
+        assert frames[0]["seq"] == hello["last_seq"] + 1
+
+
+async def test_error_messages_say_what_was_expected(server):
+    async with await server.client() as c:
+        await c.recv()
+        steps = await _error(c, {"type": "chat", "content": "x", "agent_max_steps": 60})
+        assert "at most 50" in steps["message"] and "60" in steps["message"]
+        typed = await _error(c, {"type": "chat", "content": "x", "agent_max_steps": "3"})
+        assert "agent_max_steps" in typed["message"] and '"3"' in typed["message"]
+
+
+async def test_run_in_progress_and_a_binary_frame(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(chunks=["slow"], hang_after=0))
+    async with await server.client() as c:
+        await c.recv()
+        await c.send({"type": "chat", "content": "first"})
+        await c.until("agent_turn_start")
+        assert (await _error(c, {"type": "chat", "content": "second"}))["code"] == "run_in_progress"
+        await c.ws.send(b"\x00\x01")
+        assert (await c.recv())["code"] == "invalid_json"
+        await c.send({"type": "agent_control", "action": "stop"})
+        await c.until("response_complete")
+
+
+async def test_too_many_runs_per_tenant(server_factory, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(chunks=["a"], hang_after=0), Reply(chunks=["b"], hang_after=0))
+    async with server_factory(agent={"max_concurrent_runs_per_tenant": 2}) as s:
+        clients = [await s.client() for _ in range(3)]
+        for c in clients:
+            await c.recv()
+        for c in clients[:2]:
+            await c.send({"type": "chat", "content": "busy"})
+            await c.until("agent_turn_start")
+        assert (await _error(clients[2], {"type": "chat", "content": "one more"}))["code"] == (
+            "too_many_runs"
+        )
+        await clients[0].send({"type": "agent_control", "action": "stop"})
+        await clients[0].until("response_complete")
+        frames = await clients[2].run("now there is room")
+        assert kind(frames[-1]) == "response_complete"
+        await clients[1].send({"type": "agent_control", "action": "stop"})
+        await clients[1].until("response_complete")
+        for c in clients:
+            await c.close()
+
+
+async def test_unknown_or_foreign_session_is_refused_with_4404(server):
+    async with await server.client(session_id="does-not-exist") as c:
+        error = await c.recv()
+        assert error == {"type": "error", "code": "session_not_found",
+                         "message": error["message"]}
+        with pytest.raises(ConnectionClosed) as closed:
+            await c.recv()
+        assert closed.value.rcvd.code == 4404
+
+
+async def test_a_frame_over_the_limit_closes_with_1009(server_factory):
+    async with server_factory(server={"max_message_bytes": 2048}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            await c.send({"type": "chat", "content": "x" * 1000})  # under the limit: fine
+            await c.until("response_complete")
+            with pytest.raises(ConnectionClosed) as closed:
+                await c.send({"type": "chat", "content": "x" * 5000})
+                await c.recv()
+            assert closed.value.rcvd.code == 1009
+        async with await s.client() as c:  # the server keeps serving
+            assert (await c.recv())["type"] == "session"
+
+
+async def test_origin_not_allowed_is_refused_before_upgrade(server):
+    with pytest.raises(InvalidStatus) as refused:
+        await Client.connect(server.address, headers={"Origin": "http://evil.example"})
+    assert refused.value.response.status_code == 403
+    ok = await Client.connect(server.address, headers={"Origin": "http://localhost:8765"})
+    assert (await ok.recv())["type"] == "session"
+    await ok.close()

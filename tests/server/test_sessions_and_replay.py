@@ -1,0 +1,146 @@
+"""Reconnect with after_seq, restart on the same SQLite file, recovery of a dead run."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import httpx
+
+from tests.fakes.client import kind
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+
+
+async def test_a_dropped_socket_does_not_stop_the_run_and_replay_has_no_gap(server, fake_llm):
+    fake_llm.script("reason", Reply(chunks=["one ", "two ", "three"], delay_s=0.05))
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {})))
+    fake_llm.script("observe", observe("fine", final="All done."))
+    c = await server.client()
+    session = (await c.recv())["session_id"]
+    await c.send({"type": "chat", "content": "go"})
+    seen = await c.until("agent_reason_delta")
+    await c.close()  # mid-run
+    after = seen[-1]["seq"]
+    async with await server.client(session_id=session, after_seq=after) as again:
+        hello = await again.recv()
+        assert hello["type"] == "session" and hello["resumed"] is True
+        assert hello["session_id"] == session
+        rest = await again.until("response_complete")
+    seqs = [f["seq"] for f in seen] + [f["seq"] for f in rest]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert rest[-2]["final_answer"] == "All done."
+
+
+async def test_replay_from_zero_equals_the_live_stream_and_the_http_events(server, fake_llm):
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        live = await c.run("first")
+        live += await c.run("second")
+    async with await server.client(session_id=session, after_seq=0) as again:
+        hello = await again.recv()
+        assert hello["last_seq"] == len(live) and hello["status"] == "idle"
+        replayed = [await again.recv() for _ in live]
+    assert replayed == live
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        events = (await http.get(f"/api/sessions/{session}/events")).json()
+        tail = (await http.get(f"/api/sessions/{session}/events?after_seq={len(live) - 2}")).json()
+        past = (await http.get(f"/api/sessions/{session}/events?after_seq=9999")).json()
+    assert events == {"session_id": session, "events": live}
+    assert tail["events"] == live[-2:]
+    assert past["events"] == []
+
+
+async def test_two_connections_on_one_session_each_get_every_event(server, fake_llm):
+    async with await server.client() as a:
+        session = (await a.recv())["session_id"]
+        async with await server.client(session_id=session) as b:
+            await b.recv()
+            frames_a = await a.run("hello")
+            frames_b = await b.until("response_complete")
+    assert frames_a == frames_b
+
+
+async def test_reconnect_without_after_seq_gets_only_live_events(server, fake_llm):
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.run("one")
+    async with await server.client(session_id=session) as again:
+        hello = await again.recv()
+        frames = await again.run("two")
+    assert frames[0]["seq"] == hello["last_seq"] + 1
+
+
+async def test_invalid_after_seq_is_reported_and_nothing_is_replayed(server):
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.run("one")
+    async with await server.client(session_id=session, after_seq="-1") as again:
+        assert (await again.recv())["type"] == "session"
+        error = await again.recv()
+        assert error["code"] == "invalid_message" and "after_seq" in error["message"]
+
+
+async def test_restart_on_the_same_file_keeps_history_and_continues_seq(server_factory, fake_llm):
+    fake_llm.script("observe", observe("ok", final="Remember: blue."))
+    async with server_factory() as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            first = await c.run("my favourite colour is blue")
+    async with server_factory() as s:
+        async with await s.client(session_id=session) as c:
+            hello = await c.recv()
+            assert hello["resumed"] and hello["last_seq"] == first[-1]["seq"]
+            second = await c.run("what is my favourite colour?")
+    assert second[0]["seq"] == first[-1]["seq"] + 1
+    reason_request = [r for r in fake_llm.requests if r.phase == "reason"][-1]
+    contents = [m["content"] for m in reason_request.body["messages"]]
+    assert "my favourite colour is blue" in contents and "Remember: blue." in contents
+
+
+async def test_a_run_left_open_by_a_dead_process_is_closed_at_the_next_start(
+    server_factory, fake_llm: FakeLLM, tmp_path
+):
+    call = FakeToolCall("get_current_time", {})
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("ok", final="done"))
+    async with server_factory() as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+    # Rewind the file to the state a crash right after the tool call started leaves behind.
+    run_id = frames[0]["run_id"]
+    cut = next(f["seq"] for f in frames if f["type"] == "tool_start")
+    db = sqlite3.connect(tmp_path / "agent.db")
+    with db:
+        db.execute("DELETE FROM events WHERE seq > ?", (cut,))
+        rows = db.execute("SELECT sequence, body FROM messages ORDER BY sequence").fetchall()
+        keep = next(seq for seq, body in rows if b'"tool_calls"' in body)
+        db.execute("DELETE FROM messages WHERE sequence > ?", (keep,))
+        db.execute(
+            "UPDATE sessions SET status = 'running', active_run_id = ?, last_seq = ?, "
+            "message_count = ?", (run_id, cut, keep + 1),
+        )
+    db.close()
+    async with server_factory() as s:
+        async with await s.client(session_id=session, after_seq=cut) as c:
+            hello = await c.recv()
+            assert hello["status"] == "idle"
+            tail = await c.until("response_complete")
+            assert [kind(f) for f in tail] == ["tool_error", "agent_stopped", "response_complete"]
+            assert tail[1]["reason"] == "interrupted" and tail[1]["step"] == 1
+            assert [f["seq"] for f in tail] == [cut + 1, cut + 2, cut + 3]
+            assert all(f["run_id"] == run_id for f in tail)
+            again = await c.run("are you there?")
+            assert again[-1]["type"] == "response_complete"
+    act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
+    tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
+    assert tool[0]["tool_call_id"] == call.id and "restarted" in tool[0]["content"]
+
+
+async def test_reason_output_of_earlier_runs_is_not_resent(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", reason("SECRET-REASONING of run one"))
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("one")
+        await c.run("two")
+    last = [r for r in fake_llm.requests if r.phase == "reason"][-1]
+    assert not any("SECRET-REASONING" in m["content"] for m in last.body["messages"])

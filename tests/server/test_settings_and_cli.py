@@ -1,0 +1,125 @@
+"""Configuration: file, flags and environment in that order; clear errors; the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from server.settings import ConfigError, load_settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_config_loads_and_points_at_the_openai_env(tmp_path):
+    settings = load_settings(
+        REPO / "config.toml",
+        environ={"OPENAI_BASE_URL": "http://llm.local/v1", "OPENAI_API_KEY": "k"},
+    )
+    assert settings.server.port == 8765
+    assert settings.llm.base_url == "http://llm.local/v1"
+    assert settings.llm.api_key.get_secret_value() == "k"
+    assert settings.storage.sqlite_path == REPO / "data" / "agent.db"
+
+
+def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
+    config = tmp_path / "conf" / "c.toml"
+    config.parent.mkdir()
+    config.write_text('[server]\nport = 1000\n[llm]\nmodel = "from-file"\n'
+                      '[storage]\nsqlite_path = "db/x.db"\n')
+    settings = load_settings(config, {"server": {"port": 2000}}, environ={})
+    assert settings.server.port == 2000 and settings.llm.model == "from-file"
+    assert settings.storage.sqlite_path == tmp_path / "conf" / "db" / "x.db"
+    monkeypatch.setenv("AGENT__SERVER__PORT", "3000")
+    monkeypatch.setenv("AGENT__LLM__MODEL", "from-env")
+    settings = load_settings(config, {"server": {"port": 2000}}, environ={})
+    assert settings.server.port == 3000 and settings.llm.model == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("[server]\nport = 70000\n", "server.port"),
+        ("[agent]\ndefault_max_steps = 60\n", "exceeds max_steps_limit"),
+        ("[storage]\nbackend = \"postgres\"\n", "storage.backend"),
+        ("[llm]\ntimeout_s = -1\n", "llm.timeout_s"),
+        ("[server]\nprot = 1\n", "server.prot: unknown key"),
+        ("[server\n", "not valid TOML"),
+        ("[auth]\ntokens = { \"short\" = { tenant = \"a\", user = \"b\" } }\n", "16 characters"),
+    ],
+)
+def test_wrong_values_are_named(tmp_path, toml, message):
+    config = tmp_path / "c.toml"
+    config.write_text(toml)
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        load_settings(config, environ={})
+
+
+def test_a_missing_config_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml", environ={})
+
+
+def test_serve_reports_bad_config_and_exits_2(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[agent]\nmax_steps_limit = 0\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "agent.max_steps_limit" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_refuses_unknown_tools(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[tools]\nenabled = ["get_current_time", "teleport"]\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "--config", str(config)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "teleport" in done.stderr
+
+
+def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
+    import os
+    import signal
+    import socket
+    import time
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "server", "--config", str(REPO / "config.toml"),
+         "--port", str(port)],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # poll the real endpoint until it answers (bounded)
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        assert response.json() == {"status": "ok"}
+        proc.send_signal(signal.SIGTERM)
+        # uvicorn re-raises the signal after a clean shutdown, as a process should
+        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
+        output = proc.stdout.read() if proc.stdout else ""
+        assert "Application shutdown complete" in output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()
+    assert (tmp_path / "a.db").exists()

@@ -1,0 +1,184 @@
+"""Stop in every phase, request_input answered / timed out / stopped, and what gets stored."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from tests.fakes.client import kind
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+from tests.fakes.tools import Gate
+
+
+async def _eventually(check, timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+async def _messages(address: str, session_id: str) -> list[dict]:
+    async with httpx.AsyncClient(base_url=f"http://{address}") as http:
+        body = (await http.get(f"/api/sessions/{session_id}/messages?limit=500")).json()
+    return body["messages"]
+
+
+async def test_stop_during_a_reason_stream_ends_the_run_at_once(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(chunks=["Thinking ", "very ", "slowly"], hang_after=2))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "take your time"})
+        await c.until(lambda f: kind(f) == "agent_reason_delta" and "very" in f["delta"])
+        await c.send({"type": "agent_control", "action": "stop"})
+        frames = await c.until("response_complete")
+        assert [kind(f) for f in frames] == ["agent_stopped", "response_complete"]
+        assert frames[0]["step"] == 1 and frames[0]["reason"] == "user"
+        await _eventually(lambda: fake_llm.disconnects == 1)  # the LLM request was aborted
+
+        messages = await _messages(server.address, session)
+        assert [(m["role"], m.get("phase"), m.get("status")) for m in messages] == [
+            ("user", None, None),
+            ("assistant", "reason", "stopped"),
+            ("system", "stop", None),
+        ]
+        assert messages[1]["content"] == "Thinking very"
+
+        fake_llm.script("observe", observe("ok", final="Back again."))
+        frames = await c.run("continue please")
+        assert frames[-2]["final_answer"] == "Back again."
+    next_reason = [r for r in fake_llm.requests if r.phase == "reason"][1]
+    notes = [m["content"] for m in next_reason.body["messages"] if m["role"] == "user"]
+    assert any("stopped the previous run" in n for n in notes)
+
+
+async def test_stop_during_a_tool_call_cancels_it_and_closes_the_call(server_factory, fake_llm):
+    gate = Gate()
+    call = FakeToolCall("wait_for_gate", {"label": "x"})
+    fake_llm.script("act", act(call))
+    async with server_factory(extra_tools=[gate.tool], tools={"enabled": ["wait_for_gate"]}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            await c.send({"type": "chat", "content": "wait"})
+            await c.until("tool_start")
+            await asyncio.wait_for(gate.started.wait(), 5)
+            await c.send({"type": "agent_control", "action": "stop"})
+            frames = await c.until("response_complete")
+            await asyncio.wait_for(gate.cancelled.wait(), 5)
+            assert [kind(f) for f in frames] == ["tool_error", "agent_stopped", "response_complete"]
+            assert frames[0]["tool_call_id"] == call.id
+            assert "stopped" in frames[0]["error"]
+            messages = await _messages(s.address, session)
+            tool = [m for m in messages if m["role"] == "tool"]
+            assert len(tool) == 1 and tool[0]["tool_call_id"] == call.id
+            assert tool[0]["status"] == "stopped"
+            # The conversation is valid for the API: the next run's requests carry the result.
+            await c.run("again")
+    act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
+    ids = [m.get("tool_call_id") for m in act_request.body["messages"] if m["role"] == "tool"]
+    assert ids == [call.id]
+
+
+async def test_stop_during_act_and_observe(server, fake_llm: FakeLLM):
+    for phase in ("act", "observe"):
+        fake_llm.script(phase, Reply(chunks=["..."], hang_after=0))
+        async with await server.client() as c:
+            await c.recv()
+            await c.send({"type": "chat", "content": f"stop in {phase}"})
+            await fake_llm.wait_for(phase)
+            await c.send({"type": "agent_control", "action": "stop"})
+            frames = await c.until("response_complete")
+            assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
+    await _eventually(lambda: fake_llm.disconnects == 2)
+
+
+async def test_request_input_pauses_until_the_answer_which_becomes_the_tool_result(
+    server, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("act", act(ask))
+    fake_llm.script("observe", observe("Got it.", final="Lyon it is."))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "weather please"})
+        frames = await c.until("agent_request_input")
+        question = frames[-1]
+        assert question["question"] == "Which city?"
+        assert question["tool_call_id"] == ask.id and question["step"] == 1
+        assert question["expires_at"] > question["ts"]
+        assert not any(f["type"].startswith("tool_") for f in frames)
+
+        async with await server.client(session_id=session) as other:
+            hello = await other.recv()
+            assert hello["status"] == "awaiting_input"
+            assert hello["pending_input"] == {
+                "question": "Which city?", "tool_call_id": ask.id, "step": 1,
+                "expires_at": question["expires_at"],
+            }
+            await other.send({"type": "agent_user_input", "content": "Lyon"})
+            rest = await c.until("response_complete")
+            assert rest[-2]["final_answer"] == "Lyon it is."
+    observe_request = [r for r in fake_llm.requests if r.phase == "observe"][0]
+    tool = [m for m in observe_request.body["messages"] if m["role"] == "tool"]
+    assert tool == [{"role": "tool", "content": "Lyon", "tool_call_id": ask.id}]
+
+
+async def test_request_input_timeout_ends_the_run(server_factory, fake_llm: FakeLLM):
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Still there?"})))
+    async with server_factory(agent={"request_input_timeout_s": 0.3}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("ask me")
+            assert [kind(f) for f in frames][-4:] == [
+                "agent_request_input", "agent_request_input_timeout", "agent_stopped",
+                "response_complete",
+            ]
+            assert frames[-2]["reason"] == "input_timeout"
+            messages = await _messages(s.address, session)
+            tool = [m for m in messages if m["role"] == "tool"]
+            assert tool[0]["status"] == "timeout" and "did not answer" in tool[0]["content"]
+            await c.send({"type": "agent_user_input", "content": "too late"})
+            error = await c.recv()
+            assert error["code"] == "not_awaiting_input"
+
+
+async def test_stop_while_a_question_is_pending(server, fake_llm: FakeLLM):
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Yes or no?"})))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "ask"})
+        await c.until("agent_request_input")
+        await c.send({"type": "agent_control", "action": "stop"})
+        frames = await c.until("response_complete")
+        assert [kind(f) for f in frames] == ["agent_stopped", "response_complete"]
+        async with await server.client(session_id=session) as again:
+            hello = await again.recv()
+            assert hello["status"] == "idle" and hello["pending_input"] is None
+        messages = await _messages(server.address, session)
+        assert [m["status"] for m in messages if m["role"] == "tool"] == ["stopped"]
+
+
+async def test_invalid_request_input_arguments_are_fed_back(server, fake_llm: FakeLLM):
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": ""})))
+    fake_llm.script("observe", observe("hmm", final="ok"))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("ask badly")
+    assert "agent_request_input" not in [kind(f) for f in frames]
+    tool = [m for m in fake_llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    assert "question" in tool[0]["content"]
+
+
+async def test_stopped_run_events_replay_like_they_were_sent(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(chunks=["a", "b"], hang_after=1))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "x"})
+        await c.until("agent_reason_delta")
+        await c.send({"type": "agent_control", "action": "stop"})
+        await c.until("response_complete")
+        live = c.seen[1:]
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        stored = (await http.get(f"/api/sessions/{session}/events")).json()["events"]
+    assert stored == live
+    assert json.dumps(stored)  # plain JSON
