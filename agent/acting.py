@@ -82,7 +82,11 @@ async def _finish_call(
         )
         content = outcome.value if isinstance(outcome.value, str) else _dumps(outcome.value)
         message = Message(
-            "tool", content, tool_call_id=call.id, tool_name=call.name, status="ok",
+            "tool",
+            content,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            status="ok",
             run_id=ctx.run_id,
         )
     else:
@@ -115,10 +119,13 @@ async def _execute(
         return _Outcome(False, str(exc), _ms_since(started))
     except TimeoutError:
         limit = ctx.limits.tool_timeout_s
-        return _Outcome(False, f"{call.name} did not finish within {limit:g} s.", _ms_since(started))
+        return _Outcome(
+            False, f"{call.name} did not finish within {limit:g} s.", _ms_since(started)
+        )
     except Exception as exc:  # noqa: BLE001 - a broken tool must not end the run
-        return _Outcome(False, f"{call.name} failed unexpectedly ({type(exc).__name__}).",
-                        _ms_since(started))
+        return _Outcome(
+            False, f"{call.name} failed unexpectedly ({type(exc).__name__}).", _ms_since(started)
+        )
     return _Outcome(True, result, _ms_since(started))
 
 
@@ -134,8 +141,15 @@ async def _ask(
     if problem is not None or not isinstance(question, str) or not question.strip():
         error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
         await rec.add(
-            Message("tool", f"The tool call failed: {error}", tool_call_id=call.id,
-                    tool_name=call.name, status="error", error=error, run_id=ctx.run_id)
+            Message(
+                "tool",
+                f"The tool call failed: {error}",
+                tool_call_id=call.id,
+                tool_name=call.name,
+                status="error",
+                error=error,
+                run_id=ctx.run_id,
+            )
         )
         return
     timeout = ctx.limits.request_input_timeout_s
@@ -144,15 +158,27 @@ async def _ask(
     answer = await ctx.control.ask(pending, timeout)
     if answer is None:
         await rec.add(
-            Message("tool", "The user did not answer the question in time.",
-                    tool_call_id=call.id, tool_name=call.name, status="timeout",
-                    error="no answer", run_id=ctx.run_id)
+            Message(
+                "tool",
+                "The user did not answer the question in time.",
+                tool_call_id=call.id,
+                tool_name=call.name,
+                status="timeout",
+                error="no answer",
+                run_id=ctx.run_id,
+            )
         )
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     await rec.add(
-        Message("tool", answer, tool_call_id=call.id, tool_name=call.name, status="ok",
-                run_id=ctx.run_id)
+        Message(
+            "tool",
+            answer,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            status="ok",
+            run_id=ctx.run_id,
+        )
     )
 
 
@@ -162,7 +188,7 @@ def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
         return {}, None
     try:
         value = json.loads(raw)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return {}, f"The arguments are not valid JSON ({exc.msg} at position {exc.pos})."
     if not isinstance(value, dict):
         return {}, f"The arguments must be a JSON object, got {type(value).__name__}."

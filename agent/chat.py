@@ -34,8 +34,13 @@ async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
         offered = tools if round_no < ctx.limits.chat_tool_rounds else []
         turn = await _stream_round(ctx, rec, system, offered, shown)
         await rec.commit_stream(
-            Message("assistant", turn.content, tool_calls=turn.tool_calls, phase="chat",
-                    run_id=ctx.run_id)
+            Message(
+                "assistant",
+                turn.content,
+                tool_calls=turn.tool_calls,
+                phase="chat",
+                run_id=ctx.run_id,
+            )
         )
         if not turn.tool_calls:
             break

@@ -1,11 +1,11 @@
 """Errors of the agent core.
 
-    AgentError
-    ├── ModelError          the LLM still failed after the retry policy gave up; ends the run
-    ├── ModelBehaviorError  the LLM answered, but wrongly (unknown tool, malformed arguments);
-    │                       fed back to the model as a tool error, never ends the run
-    ├── ToolError           a tool refused or failed; fed back to the model
-    └── StorageError        the store could not read or write; ends the run
+AgentError
+├── ModelError          the LLM still failed after the retry policy gave up; ends the run
+├── ModelBehaviorError  the LLM answered, but wrongly (unknown tool, malformed arguments);
+│                       fed back to the model as a tool error, never ends the run
+├── ToolError           a tool refused or failed; fed back to the model
+└── StorageError        the store could not read or write; ends the run
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Literal
 
 from agent.acting import REQUEST_INPUT_SPEC, run_tool_calls
 from agent.events import (
@@ -83,8 +84,9 @@ async def _act(
     if not turn.tool_calls and not turn.content.strip():
         return
     await rec.add(
-        Message("assistant", turn.content, tool_calls=turn.tool_calls, phase="act",
-                run_id=ctx.run_id)
+        Message(
+            "assistant", turn.content, tool_calls=turn.tool_calls, phase="act", run_id=ctx.run_id
+        )
     )
     if turn.tool_calls:
         await run_tool_calls(ctx, rec, step, turn.tool_calls)
@@ -114,10 +116,13 @@ async def _summarize(ctx: RunContext, rec: RunRecorder) -> str:
 
 
 async def _complete(
-    ctx: RunContext, rec: RunRecorder, steps: int, final_answer: str, stop_reason: str
+    ctx: RunContext,
+    rec: RunRecorder,
+    steps: int,
+    final_answer: str,
+    stop_reason: Literal["finished", "max_steps"],
 ) -> None:
     await rec.add(Message("assistant", final_answer, phase="final", run_id=ctx.run_id))
-    assert stop_reason in ("finished", "max_steps")
     await ctx.sink.emit(RunCompleted(steps, final_answer, stop_reason, rec.usage.as_dict()))
 
 

@@ -28,7 +28,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         ws_per_message_deflate=False,
         lifespan="on",
         log_level=server.log_level,
-        timeout_graceful_shutdown=server.shutdown_timeout_s,
+        timeout_graceful_shutdown=max(1, round(server.shutdown_timeout_s)),
     )
 
 
@@ -44,7 +44,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"agent-server: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
     uvicorn.Server(uvicorn_config(app, settings)).run()
     return 0
 
@@ -59,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the server")
-    serve.add_argument("--config", type=Path, default=None,
-                       help="config file (default: ./config.toml if present)")
+    serve.add_argument(
+        "--config", type=Path, default=None, help="config file (default: ./config.toml if present)"
+    )
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
     serve.set_defaults(func=_serve)

@@ -43,14 +43,17 @@ def _scope(request: Request) -> Scope:
     return scope
 
 
-def _int_param(request: Request, name: str, default: int | None, low: int, high: int | None
-               ) -> int | None:
+def _int_param(
+    request: Request, name: str, default: int | None, low: int, high: int | None
+) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
     if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
         bound = f"from {low} to {high}" if high is not None else f">= {low}"
-        raise _ApiError(400, "invalid_query", f"{name}: expected a whole number {bound} (got {raw!r}).")
+        raise _ApiError(
+            400, "invalid_query", f"{name}: expected a whole number {bound} (got {raw!r})."
+        )
     return int(raw)
 
 

@@ -124,13 +124,15 @@ class LiveSession:
     ) -> None:
         bodies: list[bytes] = []
         if frames:
-            bodies = await self._store.append_events(
-                self.scope, self.session_id, frames, now_ms()
-            )
+            bodies = await self._store.append_events(self.scope, self.session_id, frames, now_ms())
         if status is not None:
             await self._store.update_session(
-                self.scope, self.session_id, now_ms(), status=status,
-                active_run_id=run_id, pending_input=pending_input,
+                self.scope,
+                self.session_id,
+                now_ms(),
+                status=status,
+                active_run_id=run_id,
+                pending_input=pending_input,
             )
             self.status = status
             self.pending_input = pending_input

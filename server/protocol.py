@@ -141,41 +141,67 @@ class _Shape:
 _SHAPES: dict[str, _Shape] = {
     "run_started": _Shape("agent_update", "agent_start", (("max_steps", "max_steps"),)),
     "step_started": _Shape("agent_update", "agent_turn_start", (("step", "step"),)),
-    "reason_delta": _Shape("agent_update", "agent_reason_delta",
-                           (("step", "step"), ("delta", "delta"))),
-    "reason_done": _Shape("agent_update", "agent_reason", (("step", "step"), ("content", "content"))),
+    "reason_delta": _Shape(
+        "agent_update", "agent_reason_delta", (("step", "step"), ("delta", "delta"))
+    ),
+    "reason_done": _Shape(
+        "agent_update", "agent_reason", (("step", "step"), ("content", "content"))
+    ),
     "input_requested": _Shape(
         "agent_update",
         "agent_request_input",
-        (("step", "step"), ("question", "question"), ("tool_call_id", "call_id"),
-         ("expires_at", "expires_at")),
+        (
+            ("step", "step"),
+            ("question", "question"),
+            ("tool_call_id", "call_id"),
+            ("expires_at", "expires_at"),
+        ),
     ),
     "input_timed_out": _Shape("agent_update", "agent_request_input_timeout", (("step", "step"),)),
-    "observe_delta": _Shape("agent_update", "agent_observe_delta",
-                            (("step", "step"), ("delta", "delta"))),
-    "observe_done": _Shape("agent_update", "agent_observe",
-                           (("step", "step"), ("content", "content"))),
-    "run_stopped": _Shape("agent_update", "agent_stopped", (("step", "step"), ("reason", "reason"))),
+    "observe_delta": _Shape(
+        "agent_update", "agent_observe_delta", (("step", "step"), ("delta", "delta"))
+    ),
+    "observe_done": _Shape(
+        "agent_update", "agent_observe", (("step", "step"), ("content", "content"))
+    ),
+    "run_stopped": _Shape(
+        "agent_update", "agent_stopped", (("step", "step"), ("reason", "reason"))
+    ),
     "run_completed": _Shape(
         "agent_update",
         "agent_completion",
-        (("steps", "steps"), ("final_answer", "final_answer"), ("stop_reason", "stop_reason"),
-         ("usage", "usage")),
+        (
+            ("steps", "steps"),
+            ("final_answer", "final_answer"),
+            ("stop_reason", "stop_reason"),
+            ("usage", "usage"),
+        ),
     ),
     "tool_started": _Shape(
-        "tool_start", None,
-        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
-         ("arguments", "arguments")),
+        "tool_start",
+        None,
+        (
+            ("step", "step"),
+            ("tool_call_id", "call_id"),
+            ("tool_name", "name"),
+            ("arguments", "arguments"),
+        ),
     ),
     "tool_completed": _Shape(
-        "tool_complete", None,
-        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
-         ("result", "result"), ("duration_ms", "duration_ms")),
+        "tool_complete",
+        None,
+        (
+            ("step", "step"),
+            ("tool_call_id", "call_id"),
+            ("tool_name", "name"),
+            ("result", "result"),
+            ("duration_ms", "duration_ms"),
+        ),
     ),
     "tool_failed": _Shape(
-        "tool_error", None,
-        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"),
-         ("error", "error")),
+        "tool_error",
+        None,
+        (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"), ("error", "error")),
     ),
     "chat_delta": _Shape("chat_delta", None, (("delta", "delta"),)),
     "chat_done": _Shape("chat_response", None, (("content", "content"),)),

@@ -143,7 +143,7 @@ class SessionHub:
         self._active[tenant] += 1
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
         run.task = task
-        run.control.attach(task)  # type: ignore[arg-type]
+        run.control.attach(task)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
@@ -228,8 +228,10 @@ class SessionHub:
         await live.publish([], status="running", run_id=run.run_id)
 
     async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
-        frame = {**run_frame("error", live.session_id, run.run_id, now_ms()),
-                 **error_frame(code, message)}
+        frame = {
+            **run_frame("error", live.session_id, run.run_id, now_ms()),
+            **error_frame(code, message),
+        }
         try:
             await live.publish([frame])
         except StorageError:
@@ -276,9 +278,16 @@ class SessionHub:
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
         sink = _RunSink(live, run.run_id)
         ctx = RunContext(
-            session_id=live.session_id, run_id=run.run_id, tenant_id=item.scope.tenant_id,
-            user_id=item.scope.user_id, model=self._model, tools=self._tools,
-            prompts=self._prompts, sink=sink, transcript=sink, control=run.control,
+            session_id=live.session_id,
+            run_id=run.run_id,
+            tenant_id=item.scope.tenant_id,
+            user_id=item.scope.user_id,
+            model=self._model,
+            tools=self._tools,
+            prompts=self._prompts,
+            sink=sink,
+            transcript=sink,
+            control=run.control,
         )
         history = await self._store.load_history(item.scope, item.session_id)
         recorder = RunRecorder(ctx, history)
@@ -302,4 +311,3 @@ class SessionHub:
             elif frame["type"] in ("tool_complete", "tool_error"):
                 open_calls.pop(frame["tool_call_id"], None)
         return step, open_calls
-

@@ -111,7 +111,10 @@ class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""
 
     model_config = SettingsConfigDict(
-        env_prefix="AGENT__", env_nested_delimiter="__", extra="forbid", frozen=True,
+        env_prefix="AGENT__",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
         nested_model_default_partial_update=True,
     )
 

@@ -92,8 +92,12 @@ async def _attach(
     """Send the session frame, then the replay, then live frames: no gap, no duplicate."""
     conn.hold()
     live.subscribers.add(conn)
-    first = {"type": "session", "session_id": live.session_id, "resumed": resumed,
-             **live.snapshot()}
+    first = {
+        "type": "session",
+        "session_id": live.session_id,
+        "resumed": resumed,
+        **live.snapshot(),
+    }
     conn.send(_dumps(first))
     if query_error is not None:
         conn.send(_dumps(error_frame("invalid_message", query_error)))
@@ -146,9 +150,13 @@ async def _read(
             data = message.get("bytes") or b""
             if len(data) > limit:
                 return CLOSE_TOO_BIG
-            conn.send(_dumps(error_frame(
-                "invalid_json", "Binary frames are not supported: send JSON as text."
-            )))
+            conn.send(
+                _dumps(
+                    error_frame(
+                        "invalid_json", "Binary frames are not supported: send JSON as text."
+                    )
+                )
+            )
             continue
         if len(text) * 4 > limit and len(text.encode()) > limit:
             return CLOSE_TOO_BIG

@@ -69,8 +69,15 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         settings = load_settings(None, overrides)
         app = create_app(settings, extra_tools=extra_tools)
         config = uvicorn_config(app, settings).__dict__
-        options = {k: config[k] for k in ("ws_max_size", "ws_ping_interval", "ws_ping_timeout",
-                                          "ws_per_message_deflate")}
+        options = {
+            k: config[k]
+            for k in (
+                "ws_max_size",
+                "ws_ping_interval",
+                "ws_ping_timeout",
+                "ws_per_message_deflate",
+            )
+        }
         async with serve(app, **options) as address:
             yield Running(address, settings, app)
 

@@ -60,7 +60,9 @@ class OpenAIChatModel:
         retry_max_s: float = 8.0,
     ) -> None:
         self._client = AsyncOpenAI(
-            api_key=api_key or "unset", base_url=base_url or None, timeout=timeout_s,
+            api_key=api_key or "unset",
+            base_url=base_url or None,
+            timeout=timeout_s,
             max_retries=0,
         )
         self._model = model

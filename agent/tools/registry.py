@@ -32,12 +32,12 @@ class ToolRegistry:
         return list(self._tools)
 
     def specs(self, names: Sequence[str] | None) -> list[ToolSpec]:
-        chosen = self._tools.values() if names is None else [
-            self._tools[n] for n in names if n in self._tools
-        ]
-        return [
-            ToolSpec(t.name, t.description, t.arguments.model_json_schema()) for t in chosen
-        ]
+        chosen = (
+            self._tools.values()
+            if names is None
+            else [self._tools[n] for n in names if n in self._tools]
+        )
+        return [ToolSpec(t.name, t.description, t.arguments.model_json_schema()) for t in chosen]
 
     async def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> Any:
         tool = self._tools.get(name)
@@ -47,9 +47,7 @@ class ToolRegistry:
         try:
             args = tool.arguments.model_validate(arguments)
         except ValidationError as exc:
-            raise ModelBehaviorError(
-                f"Invalid arguments for {name}: {_describe(exc)}"
-            ) from None
+            raise ModelBehaviorError(f"Invalid arguments for {name}: {_describe(exc)}") from None
         return await tool.run(args, context)
 
 

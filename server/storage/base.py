@@ -136,9 +136,7 @@ class Store(Protocol):
 _OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "phase")
 
 
-def message_to_api(
-    message: Message, message_id: str, sequence: int, ts: int
-) -> dict[str, Any]:
+def message_to_api(message: Message, message_id: str, sequence: int, ts: int) -> dict[str, Any]:
     """The HTTP API shape of a stored message (also what backends store as its body)."""
     out: dict[str, Any] = {
         "message_id": message_id,

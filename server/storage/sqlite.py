@@ -209,8 +209,13 @@ class SQLiteStore:
                 "SELECT e.body FROM events e JOIN sessions s ON s.session_id = e.session_id "
                 "WHERE e.session_id = ? AND s.tenant_id = ? AND s.user_id = ? AND e.seq > ? "
                 "ORDER BY e.seq LIMIT ?",
-                (session_id, scope.tenant_id, scope.user_id, after_seq,
-                 -1 if limit is None else limit),
+                (
+                    session_id,
+                    scope.tenant_id,
+                    scope.user_id,
+                    after_seq,
+                    -1 if limit is None else limit,
+                ),
             ).fetchall()
             return [bytes(r[0]) for r in rows]
 
@@ -253,8 +258,7 @@ class SQLiteStore:
                 ).fetchall()
             else:
                 rows = conn.execute(
-                    "SELECT body FROM messages WHERE session_id = ? "
-                    "ORDER BY sequence DESC LIMIT ?",
+                    "SELECT body FROM messages WHERE session_id = ? ORDER BY sequence DESC LIMIT ?",
                     (session_id, limit),
                 ).fetchall()[::-1]
             return [orjson.loads(r[0]) for r in rows], int(row[0])

@@ -54,7 +54,9 @@ class Client:
                 if test(frame):
                     return out
 
-    async def run(self, content: str = "hello", timeout: float = 10.0, **fields: Any) -> list[Frame]:
+    async def run(
+        self, content: str = "hello", timeout: float = 10.0, **fields: Any
+    ) -> list[Frame]:
         """Send a chat and return every frame up to its response_complete."""
         await self.send({"type": "chat", "content": content, **fields})
         return await self.until("response_complete", timeout)

@@ -80,6 +80,7 @@ class FakeLLM:
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: list[Recorded] = []
         self.disconnects = 0
+        self._disconnected = asyncio.Condition()
         self._arrived = asyncio.Condition()
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
 
@@ -91,6 +92,7 @@ class FakeLLM:
 
     async def wait_for(self, phase: str, count: int = 1, timeout: float = 5.0) -> Recorded:
         """Wait until `count` requests of `phase` have arrived; return the last of them."""
+
         async def ready() -> None:
             async with self._arrived:
                 await self._arrived.wait_for(
@@ -99,6 +101,11 @@ class FakeLLM:
 
         await asyncio.wait_for(ready(), timeout)
         return [r for r in self.requests if r.phase == phase][count - 1]
+
+    async def wait_disconnects(self, count: int, timeout: float = 5.0) -> None:
+        """Wait until `count` streams were aborted by the client (e.g. by a stop)."""
+        async with asyncio.timeout(timeout), self._disconnected:
+            await self._disconnected.wait_for(lambda: self.disconnects >= count)
 
     async def _handle(self, request: Request) -> Response:
         body = await request.json()
@@ -121,7 +128,9 @@ class FakeLLM:
 
         def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> bytes:
             payload: dict[str, Any] = {
-                "id": ident, "object": "chat.completion.chunk", "created": created,
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
                 "model": body.get("model", "fake"),
                 "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
@@ -142,10 +151,18 @@ class FakeLLM:
             if reply.hang_after is not None and reply.hang_after >= len(reply.chunks):
                 await asyncio.Event().wait()
             for index, call in enumerate(reply.tool_calls):
-                yield chunk({"tool_calls": [{
-                    "index": index, "id": call.id, "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }]})
+                yield chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
                 raw = call.raw_arguments()
                 half = len(raw) // 2
                 for part in (raw[:half], raw[half:]):
@@ -153,14 +170,19 @@ class FakeLLM:
             finish = "tool_calls" if reply.tool_calls else "stop"
             yield chunk({}, finish)
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield chunk({}, usage={
-                    "prompt_tokens": reply.prompt_tokens,
-                    "completion_tokens": reply.completion_tokens,
-                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-                })
+                yield chunk(
+                    {},
+                    usage={
+                        "prompt_tokens": reply.prompt_tokens,
+                        "completion_tokens": reply.completion_tokens,
+                        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                    },
+                )
             yield b"data: [DONE]\n\n"
         except asyncio.CancelledError:
             self.disconnects += 1
+            async with self._disconnected:
+                self._disconnected.notify_all()
             raise
 
 

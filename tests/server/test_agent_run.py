@@ -23,11 +23,18 @@ async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_
         frames = await c.run("What time is it in Paris?", agent_max_steps=3)
 
     assert kinds(frames) == [
-        "agent_start", "agent_turn_start",
-        "agent_reason_delta", "agent_reason_delta", "agent_reason",
-        "tool_start", "tool_complete",
-        "agent_observe_delta", "agent_observe_delta", "agent_observe",
-        "agent_completion", "response_complete",
+        "agent_start",
+        "agent_turn_start",
+        "agent_reason_delta",
+        "agent_reason_delta",
+        "agent_reason",
+        "tool_start",
+        "tool_complete",
+        "agent_observe_delta",
+        "agent_observe_delta",
+        "agent_observe",
+        "agent_completion",
+        "response_complete",
     ]
     assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
     run_id = frames[0]["run_id"]
@@ -57,8 +64,13 @@ async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_
     assert completion["stop_reason"] == "finished"
     assert completion["steps"] == 1
     assert completion["usage"]["total_tokens"] == 45  # three calls of 10 + 5 tokens
-    assert frames[-1] == {"type": "response_complete", "session_id": session["session_id"],
-                          "run_id": run_id, "seq": frames[-1]["seq"], "ts": frames[-1]["ts"]}
+    assert frames[-1] == {
+        "type": "response_complete",
+        "session_id": session["session_id"],
+        "run_id": run_id,
+        "seq": frames[-1]["seq"],
+        "ts": frames[-1]["ts"],
+    }
 
 
 async def test_llm_requests_carry_gateway_headers_and_phase_inputs(server, fake_llm: FakeLLM):
@@ -135,8 +147,9 @@ async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(server_fact
     ]
     fake_llm.script("act", act(*calls))
     fake_llm.script("observe", observe("Several calls failed.", final="I could not do it."))
-    async with server_factory(extra_tools=[echo_tool], tools={"enabled": ["get_current_time",
-                                                                           "echo"]}) as srv:
+    async with server_factory(
+        extra_tools=[echo_tool], tools={"enabled": ["get_current_time", "echo"]}
+    ) as srv:
         async with await srv.client() as c:
             await c.recv()
             frames = await c.run("break things")
@@ -159,8 +172,9 @@ async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(server_fact
 async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order(
     server_factory, fake_llm
 ):
-    slow, fast = FakeToolCall("echo", {"text": "slow", "delay_ms": 300}), FakeToolCall(
-        "echo", {"text": "fast"}
+    slow, fast = (
+        FakeToolCall("echo", {"text": "slow", "delay_ms": 300}),
+        FakeToolCall("echo", {"text": "fast"}),
     )
     fake_llm.script("act", act(slow, fast))
     fake_llm.script("observe", observe("Both done.", final="ok"))
@@ -170,22 +184,33 @@ async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order
             frames = await c.run("two things")
     tool_frames = [(f["type"], f["tool_call_id"]) for f in frames if f["type"].startswith("tool_")]
     assert tool_frames == [
-        ("tool_start", slow.id), ("tool_start", fast.id),
-        ("tool_complete", slow.id), ("tool_complete", fast.id),
+        ("tool_start", slow.id),
+        ("tool_start", fast.id),
+        ("tool_complete", slow.id),
+        ("tool_complete", fast.id),
     ]
     durations = {f["tool_call_id"]: f["duration_ms"] for f in frames if kind(f) == "tool_complete"}
     assert durations[slow.id] >= 300 and durations[fast.id] < 300
 
 
 async def test_chat_mode_streams_plain_chat_and_can_use_tools(server, fake_llm: FakeLLM):
-    fake_llm.script("chat", Reply(chunks=["Let me check. "],
-                                  tool_calls=[FakeToolCall("get_current_time", {})]),
-                    text("It is ", "noon."))
+    fake_llm.script(
+        "chat",
+        Reply(chunks=["Let me check. "], tool_calls=[FakeToolCall("get_current_time", {})]),
+        text("It is ", "noon."),
+    )
     async with await server.client() as c:
         await c.recv()
         frames = await c.run("time?", agent_mode=False)
-    assert kinds(frames) == ["chat_delta", "tool_start", "tool_complete", "chat_delta",
-                             "chat_delta", "chat_response", "response_complete"]
+    assert kinds(frames) == [
+        "chat_delta",
+        "tool_start",
+        "tool_complete",
+        "chat_delta",
+        "chat_delta",
+        "chat_response",
+        "response_complete",
+    ]
     assert frames[1]["step"] == 0
     assert frames[-2]["content"] == "Let me check. It is noon."
     assert fake_llm.phases() == ["chat", "chat"]

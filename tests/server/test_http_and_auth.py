@@ -65,9 +65,9 @@ async def test_messages_api_roles_order_and_pagination(server, fake_llm: FakeLLM
         last_two = (await http.get(f"/api/sessions/{session}/messages?limit=2")).json()
         assert last_two["messages"] == messages[-2:] and last_two["total"] == len(messages)
         first_ts = messages[0]["ts"]
-        since = (await http.get(f"/api/sessions/{session}/messages?since={first_ts - 1}&limit=1"))
+        since = await http.get(f"/api/sessions/{session}/messages?since={first_ts - 1}&limit=1")
         assert since.json()["messages"] == messages[:1]
-        none = (await http.get(f"/api/sessions/{session}/messages?since={messages[-1]['ts']}"))
+        none = await http.get(f"/api/sessions/{session}/messages?since={messages[-1]['ts']}")
         assert none.json()["messages"] == []
         assert (await http.get(f"/api/sessions/{session}/messages?limit=0")).status_code == 400
         assert (await http.get("/api/sessions/nope/messages")).status_code == 404

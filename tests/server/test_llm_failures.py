@@ -22,8 +22,12 @@ async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm
     async with await server.client() as c:
         session = (await c.recv())["session_id"]
         frames = await c.run("hi")
-        assert [kind(f) for f in frames] == ["agent_start", "agent_turn_start", "error",
-                                             "response_complete"]
+        assert [kind(f) for f in frames] == [
+            "agent_start",
+            "agent_turn_start",
+            "error",
+            "response_complete",
+        ]
         error = frames[2]
         assert error["code"] == "llm_error" and "500" in error["message"]
         assert error["session_id"] == session and error["seq"] == 3

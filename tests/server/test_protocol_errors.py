@@ -102,8 +102,7 @@ async def test_too_many_runs_per_tenant(server_factory, fake_llm: FakeLLM):
 async def test_unknown_or_foreign_session_is_refused_with_4404(server):
     async with await server.client(session_id="does-not-exist") as c:
         error = await c.recv()
-        assert error == {"type": "error", "code": "session_not_found",
-                         "message": error["message"]}
+        assert error == {"type": "error", "code": "session_not_found", "message": error["message"]}
         with pytest.raises(ConnectionClosed) as closed:
             await c.recv()
         assert closed.value.rcvd.code == 4404

@@ -117,7 +117,8 @@ async def test_a_run_left_open_by_a_dead_process_is_closed_at_the_next_start(
         db.execute("DELETE FROM messages WHERE sequence > ?", (keep,))
         db.execute(
             "UPDATE sessions SET status = 'running', active_run_id = ?, last_seq = ?, "
-            "message_count = ?", (run_id, cut, keep + 1),
+            "message_count = ?",
+            (run_id, cut, keep + 1),
         )
     db.close()
     async with server_factory() as s:
@@ -144,3 +145,20 @@ async def test_reason_output_of_earlier_runs_is_not_resent(server, fake_llm: Fak
         await c.run("two")
     last = [r for r in fake_llm.requests if r.phase == "reason"][-1]
     assert not any("SECRET-REASONING" in m["content"] for m in last.body["messages"])
+
+
+async def test_shutdown_stops_active_runs_with_reason_shutdown(server_factory, fake_llm):
+    fake_llm.script("reason", Reply(chunks=["forever"], hang_after=0))
+    async with server_factory() as s:
+        c = await s.client()
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "long job"})
+        await fake_llm.wait_for("reason")
+    await c.close()
+    async with server_factory() as s:
+        async with await s.client(session_id=session, after_seq=0) as again:
+            hello = await again.recv()
+            assert hello["status"] == "idle"
+            frames = await again.until("response_complete")
+    assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
+    assert frames[-2]["reason"] == "shutdown"

@@ -27,8 +27,9 @@ def test_the_shipped_config_loads_and_points_at_the_openai_env(tmp_path):
 def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
     config = tmp_path / "conf" / "c.toml"
     config.parent.mkdir()
-    config.write_text('[server]\nport = 1000\n[llm]\nmodel = "from-file"\n'
-                      '[storage]\nsqlite_path = "db/x.db"\n')
+    config.write_text(
+        '[server]\nport = 1000\n[llm]\nmodel = "from-file"\n[storage]\nsqlite_path = "db/x.db"\n'
+    )
     settings = load_settings(config, {"server": {"port": 2000}}, environ={})
     assert settings.server.port == 2000 and settings.llm.model == "from-file"
     assert settings.storage.sqlite_path == tmp_path / "conf" / "db" / "x.db"
@@ -43,11 +44,11 @@ def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
     [
         ("[server]\nport = 70000\n", "server.port"),
         ("[agent]\ndefault_max_steps = 60\n", "exceeds max_steps_limit"),
-        ("[storage]\nbackend = \"postgres\"\n", "storage.backend"),
+        ('[storage]\nbackend = "postgres"\n', "storage.backend"),
         ("[llm]\ntimeout_s = -1\n", "llm.timeout_s"),
         ("[server]\nprot = 1\n", "server.prot: unknown key"),
         ("[server\n", "not valid TOML"),
-        ("[auth]\ntokens = { \"short\" = { tenant = \"a\", user = \"b\" } }\n", "16 characters"),
+        ('[auth]\ntokens = { "short" = { tenant = "a", user = "b" } }\n', "16 characters"),
     ],
 )
 def test_wrong_values_are_named(tmp_path, toml, message):
@@ -67,7 +68,10 @@ def test_serve_reports_bad_config_and_exits_2(tmp_path):
     config.write_text("[agent]\nmax_steps_limit = 0\n")
     done = subprocess.run(
         [sys.executable, "-m", "server", "--config", str(config)],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert done.returncode == 2
     assert "agent.max_steps_limit" in done.stderr and "Traceback" not in done.stderr
@@ -78,7 +82,10 @@ def test_serve_refuses_unknown_tools(tmp_path):
     config.write_text('[tools]\nenabled = ["get_current_time", "teleport"]\n')
     done = subprocess.run(
         [sys.executable, "-m", "server", "--config", str(config)],
-        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert done.returncode == 2 and "teleport" in done.stderr
 
@@ -96,9 +103,20 @@ def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
         port = probe.getsockname()[1]
     env = {**os.environ, "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server", "--config", str(REPO / "config.toml"),
-         "--port", str(port)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "server",
+            "--config",
+            str(REPO / "config.toml"),
+            "--port",
+            str(port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30

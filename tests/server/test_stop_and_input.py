@@ -8,14 +8,8 @@ import json
 import httpx
 
 from tests.fakes.client import kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
 from tests.fakes.tools import Gate
-
-
-async def _eventually(check, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not check():
-            await asyncio.sleep(0.01)
 
 
 async def _messages(address: str, session_id: str) -> list[dict]:
@@ -34,7 +28,7 @@ async def test_stop_during_a_reason_stream_ends_the_run_at_once(server, fake_llm
         frames = await c.until("response_complete")
         assert [kind(f) for f in frames] == ["agent_stopped", "response_complete"]
         assert frames[0]["step"] == 1 and frames[0]["reason"] == "user"
-        await _eventually(lambda: fake_llm.disconnects == 1)  # the LLM request was aborted
+        await fake_llm.wait_disconnects(1)  # the LLM request was aborted
 
         messages = await _messages(server.address, session)
         assert [(m["role"], m.get("phase"), m.get("status")) for m in messages] == [
@@ -89,7 +83,7 @@ async def test_stop_during_act_and_observe(server, fake_llm: FakeLLM):
             await c.send({"type": "agent_control", "action": "stop"})
             frames = await c.until("response_complete")
             assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
-    await _eventually(lambda: fake_llm.disconnects == 2)
+    await fake_llm.wait_disconnects(2)
 
 
 async def test_request_input_pauses_until_the_answer_which_becomes_the_tool_result(
@@ -112,7 +106,9 @@ async def test_request_input_pauses_until_the_answer_which_becomes_the_tool_resu
             hello = await other.recv()
             assert hello["status"] == "awaiting_input"
             assert hello["pending_input"] == {
-                "question": "Which city?", "tool_call_id": ask.id, "step": 1,
+                "question": "Which city?",
+                "tool_call_id": ask.id,
+                "step": 1,
                 "expires_at": question["expires_at"],
             }
             await other.send({"type": "agent_user_input", "content": "Lyon"})
@@ -130,7 +126,9 @@ async def test_request_input_timeout_ends_the_run(server_factory, fake_llm: Fake
             session = (await c.recv())["session_id"]
             frames = await c.run("ask me")
             assert [kind(f) for f in frames][-4:] == [
-                "agent_request_input", "agent_request_input_timeout", "agent_stopped",
+                "agent_request_input",
+                "agent_request_input_timeout",
+                "agent_stopped",
                 "response_complete",
             ]
             assert frames[-2]["reason"] == "input_timeout"
