@@ -57,7 +57,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
 
     @asynccontextmanager
     async def start(
-        extra_tools: list[Any] | None = None, **sections: dict[str, Any]
+        extra_tools: list[Any] | None = None, prompts: Any = None, **sections: dict[str, Any]
     ) -> AsyncIterator[Running]:
         overrides: dict[str, dict[str, Any]] = {
             "llm": {"base_url": fake_llm.base_url, "max_retries": 1, "timeout_s": 5},
@@ -67,7 +67,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         for name, values in sections.items():
             overrides.setdefault(name, {}).update(values)
         settings = load_settings(None, overrides)
-        app = create_app(settings, extra_tools=extra_tools)
+        app = create_app(settings, extra_tools=extra_tools, prompts=prompts)
         config = uvicorn_config(app, settings).__dict__
         options = {
             k: config[k]

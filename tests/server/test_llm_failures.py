@@ -62,3 +62,42 @@ async def test_an_unreachable_llm_is_reported_plainly(server_factory):
             frames = await c.run("hi", agent_mode=False)
     assert frames[-2]["code"] == "llm_error"
     assert "could not be reached" in frames[-2]["message"]
+
+
+async def test_a_failing_store_ends_the_run_with_storage_error(server_factory, fake_llm, tmp_path):
+    import sqlite3
+
+    fake_llm.script("reason", Reply(chunks=["a", "b"], hang_after=1))
+    async with server_factory() as s:
+        async with await s.client() as c:
+            await c.recv()
+            await c.send({"type": "chat", "content": "hi"})
+            await c.until("agent_reason_delta")
+            db = sqlite3.connect(tmp_path / "agent.db")
+            db.execute("DROP TABLE events")  # every later event write fails
+            db.close()
+            await c.send({"type": "agent_control", "action": "stop"})
+            frames = await c.until("response_complete")
+            assert [kind(f) for f in frames] == ["error", "response_complete"]
+            assert frames[0]["code"] == "storage_error"
+            assert "seq" not in frames[0] and "seq" not in frames[1]
+            assert "could not be saved" in frames[0]["message"]
+            await c.send({"type": "agent_control", "action": "stop"})
+            assert (await c.recv())["code"] == "no_active_run"  # the session is usable
+
+
+async def test_an_unexpected_failure_is_internal_error_without_details(server_factory, fake_llm):
+    from agent.prompts import FilePromptProvider
+
+    class BrokenPrompts(FilePromptProvider):
+        def render(self, name: str, **values: object) -> str:
+            if name == "agent_observe_prompt":
+                raise KeyError("secret internal detail")
+            return super().render(name, **values)
+
+    async with server_factory(prompts=BrokenPrompts()) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hi")
+    assert frames[-2]["code"] == "internal_error"
+    assert "secret" not in frames[-2]["message"] and "KeyError" not in frames[-2]["message"]
