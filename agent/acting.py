@@ -81,21 +81,12 @@ async def _finish_call(
             ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms)
         )
         content = outcome.value if isinstance(outcome.value, str) else _dumps(outcome.value)
-        message = Message(
-            "tool",
-            content,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            status="ok",
-            run_id=ctx.run_id,
-        )
+        message = Message.tool_result(call, content, status="ok", run_id=ctx.run_id)
     else:
         await ctx.sink.emit(ToolFailed(step, call.id, call.name, outcome.value))
-        message = Message(
-            "tool",
+        message = Message.tool_result(
+            call,
             f"The tool call failed: {outcome.value}",
-            tool_call_id=call.id,
-            tool_name=call.name,
             status="error",
             error=outcome.value,
             run_id=ctx.run_id,
@@ -141,11 +132,9 @@ async def _ask(
     if problem is not None or not isinstance(question, str) or not question.strip():
         error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
         await rec.add(
-            Message(
-                "tool",
+            Message.tool_result(
+                call,
                 f"The tool call failed: {error}",
-                tool_call_id=call.id,
-                tool_name=call.name,
                 status="error",
                 error=error,
                 run_id=ctx.run_id,
@@ -158,11 +147,9 @@ async def _ask(
     answer = await ctx.control.ask(pending, timeout)
     if answer is None:
         await rec.add(
-            Message(
-                "tool",
+            Message.tool_result(
+                call,
                 "The user did not answer the question in time.",
-                tool_call_id=call.id,
-                tool_name=call.name,
                 status="timeout",
                 error="no answer",
                 run_id=ctx.run_id,
@@ -170,16 +157,7 @@ async def _ask(
         )
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
-    await rec.add(
-        Message(
-            "tool",
-            answer,
-            tool_call_id=call.id,
-            tool_name=call.name,
-            status="ok",
-            run_id=ctx.run_id,
-        )
-    )
+    await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:

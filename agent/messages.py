@@ -37,6 +37,21 @@ class Message:
     error: str | None = None
     run_id: str | None = None
 
+    @classmethod
+    def tool_result(
+        cls, call: ToolCall, content: str, *, status: str, run_id: str, error: str | None = None
+    ) -> Message:
+        """The tool message that answers `call`."""
+        return cls(
+            "tool",
+            content,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            status=status,
+            error=error,
+            run_id=run_id,
+        )
+
     def to_openai(self) -> dict[str, Any]:
         """Render as a chat-completions message dict."""
         out: dict[str, Any] = {"role": self.role, "content": self.content}

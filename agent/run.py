@@ -131,16 +131,9 @@ class RunRecorder:
             del self.open_events[call_id]
             await ctx.sink.emit(ToolFailed(self.step, call_id, name, _CUT_SHORT[reason]))
         for call in list(self.unanswered.values()):
+            cut = _CUT_SHORT[reason]
             await self.add(
-                Message(
-                    "tool",
-                    _CUT_SHORT[reason],
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    status="stopped",
-                    error=_CUT_SHORT[reason],
-                    run_id=ctx.run_id,
-                )
+                Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
             )
         note = _STOP_NOTES[reason].format(step=self.step)
         await self.add(Message("system", note, phase="stop", run_id=ctx.run_id))

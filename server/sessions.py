@@ -178,26 +178,14 @@ class SessionHub:
         return _RunRequest(frame.content, mode, steps, tools)
 
     async def _drive(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
-        sink = _RunSink(live, run.run_id)
-        ctx = RunContext(
-            session_id=live.session_id,
-            run_id=run.run_id,
-            tenant_id=live.scope.tenant_id,
-            user_id=live.scope.user_id,
-            model=self._model,
-            tools=self._tools,
-            prompts=self._prompts,
-            sink=sink,
-            transcript=sink,
-            control=run.control,
-            limits=RunLimits(
-                max_steps=request.max_steps,
-                request_input_timeout_s=self._settings.request_input_timeout_s,
-                tool_timeout_s=self._settings.tool_timeout_s,
-                chat_tool_rounds=self._settings.chat_tool_rounds,
-            ),
-            tool_names=request.tools if request.tools is not None else self._tool_names,
+        limits = RunLimits(
+            max_steps=request.max_steps,
+            request_input_timeout_s=self._settings.request_input_timeout_s,
+            tool_timeout_s=self._settings.tool_timeout_s,
+            chat_tool_rounds=self._settings.chat_tool_rounds,
         )
+        ctx = self._context(live, run, limits, request.tools)
+        sink = ctx.sink
         try:
             await self._begin(live, run, request)
             history = await self._store.load_history(live.scope, live.session_id)
@@ -220,6 +208,29 @@ class SessionHub:
         finally:
             run.control.detach()
             await self._finish(live, run)
+
+    def _context(
+        self,
+        live: LiveSession,
+        run: ActiveRun,
+        limits: RunLimits,
+        tools: tuple[str, ...] | None,
+    ) -> RunContext:
+        sink = _RunSink(live, run.run_id)
+        return RunContext(
+            session_id=live.session_id,
+            run_id=run.run_id,
+            tenant_id=live.scope.tenant_id,
+            user_id=live.scope.user_id,
+            model=self._model,
+            tools=self._tools,
+            prompts=self._prompts,
+            sink=sink,
+            transcript=sink,
+            control=run.control,
+            limits=limits,
+            tool_names=tools if tools is not None else self._tool_names,
+        )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
         if not live.title:
@@ -276,19 +287,7 @@ class SessionHub:
             return
         live = LiveSession(record, self._store)
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
-        sink = _RunSink(live, run.run_id)
-        ctx = RunContext(
-            session_id=live.session_id,
-            run_id=run.run_id,
-            tenant_id=item.scope.tenant_id,
-            user_id=item.scope.user_id,
-            model=self._model,
-            tools=self._tools,
-            prompts=self._prompts,
-            sink=sink,
-            transcript=sink,
-            control=run.control,
-        )
+        ctx = self._context(live, run, RunLimits(), None)
         history = await self._store.load_history(item.scope, item.session_id)
         recorder = RunRecorder(ctx, history)
         recorder.step, recorder.open_events = await self._last_step(live, run.run_id)
