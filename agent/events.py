@@ -29,7 +29,7 @@ __all__ = [
     "ToolStarted",
 ]
 
-StopReason = Literal["user", "input_timeout", "shutdown", "interrupted"]
+StopReason = Literal["user", "input_timeout", "shutdown", "interrupted", "run_timeout"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ _STOP_NOTES: dict[StopReason, str] = {
     "input_timeout": "The previous run ended at step {step}: the user did not answer the question.",
     "shutdown": "The previous run was ended at step {step} because the server shut down.",
     "interrupted": "The previous run was interrupted at step {step} when the server restarted.",
+    "run_timeout": "The previous run was ended at step {step}: it ran longer than its time limit.",
 }
 
 _CUT_SHORT: dict[StopReason, str] = {
@@ -32,6 +33,7 @@ _CUT_SHORT: dict[StopReason, str] = {
     "input_timeout": "Not completed: the run ended because the user did not answer.",
     "shutdown": "Not completed: the server shut down before this call finished.",
     "interrupted": "Not completed: the server restarted before this call finished.",
+    "run_timeout": "Not completed: the run reached its time limit before this call finished.",
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import uvicorn
 
+from server.runner import AgentServer
 from server.settings import ConfigError, Settings, load_settings
 
 __all__ = ["main", "uvicorn_config"]
@@ -47,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
-    uvicorn.Server(uvicorn_config(app, settings)).run()
+    AgentServer(uvicorn_config(app, settings)).run()
     return 0
 
 

@@ -27,6 +27,8 @@ class Connection:
         self._ready = asyncio.Event()
         self._held: list[tuple[str, int | None]] | None = None
         self.overflowed = asyncio.Event()
+        self._close_code: int | None = None
+        self._closed = asyncio.Event()
 
     def hold(self) -> None:
         """Keep live frames aside while the session frame and the replay are queued."""
@@ -61,12 +63,30 @@ class Connection:
         self._queue.append(text)
         self._ready.set()
 
+    def finish(self, code: int) -> None:
+        """Send what is queued, then close with `code` (e.g. 1001 when the server goes away)."""
+        self._close_code = code
+        self._ready.set()
+
+    async def wait_closed(self) -> None:
+        """Return once `finish` has closed the socket."""
+        await self._closed.wait()
+
     async def write_forever(self) -> None:
-        """Send queued frames in order; yield after each so the reader is never starved."""
+        """Send queued frames in order; yield after each so the reader is never starved.
+
+        Returns after closing the socket when `finish` was called and the queue is empty.
+        """
         queue = self._queue
         while True:
             await self._ready.wait()
             while queue:
                 await self._ws.send_text(queue.popleft())
                 await asyncio.sleep(0)
+            if self._close_code is not None:
+                try:
+                    await self._ws.close(code=self._close_code)
+                finally:
+                    self._closed.set()
+                return
             self._ready.clear()

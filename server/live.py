@@ -34,6 +34,14 @@ class Subscriber(Protocol):
         """Queue one frame for sending without waiting; the subscriber handles overflow."""
         ...
 
+    def finish(self, code: int) -> None:
+        """Send what is queued, then close the connection with `code`."""
+        ...
+
+    async def wait_closed(self) -> None:
+        """Return once `finish` has closed the connection."""
+        ...
+
 
 @dataclass(slots=True)
 class ActiveRun:

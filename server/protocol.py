@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from agent.events import AgentEvent
+from agent.events import AgentEvent, RunStopped
 
 __all__ = [
     "AgentControlFrame",
@@ -39,6 +39,9 @@ ErrorCode = Literal[
     "storage_error",
     "internal_error",
 ]
+
+
+RUN_TIMEOUT_MESSAGE = "The run took longer than its time limit and was ended."
 
 
 class ProtocolError(Exception):
@@ -220,7 +223,16 @@ def run_frame(
 
 
 def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dict[str, Any]:
-    """The wire frame for an internal event (without its final `seq`)."""
+    """The wire frame for an internal event (without its final `seq`).
+
+    A run ended by the wall-clock limit has no `agent_stopped` reason in PROTOCOL.md; it is
+    reported as an `internal_error` that says so.
+    """
+    if isinstance(event, RunStopped) and event.reason == "run_timeout":
+        return {
+            **run_frame("error", session_id, run_id, ts),
+            **error_frame("internal_error", RUN_TIMEOUT_MESSAGE),
+        }
     shape = _SHAPES[event.kind]
     frame = run_frame(shape.type, session_id, run_id, ts, shape.update_type)
     for wire, attr in shape.fields:

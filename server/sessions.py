@@ -34,6 +34,7 @@ from server.storage.base import Scope, Store, UnfinishedRun
 __all__ = ["SessionHub"]
 
 log = logging.getLogger(__name__)
+GOING_AWAY = 1001
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +187,9 @@ class SessionHub:
         )
         ctx = self._context(live, run, limits, request.tools)
         sink = ctx.sink
+        limit = asyncio.get_running_loop().call_later(
+            self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
+        )
         try:
             await self._begin(live, run, request)
             history = await self._store.load_history(live.scope, live.session_id)
@@ -206,6 +210,7 @@ class SessionHub:
             log.exception("run %s failed", run.run_id)
             await self._fail(live, run, "internal_error", "Something went wrong on the server.")
         finally:
+            limit.cancel()
             run.control.detach()
             await self._finish(live, run)
 
@@ -266,12 +271,24 @@ class SessionHub:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def shutdown(self, timeout_s: float) -> None:
-        """Stop every run with reason "shutdown" and wait (bounded) until they have ended."""
+        """Stop every run ("shutdown"), wait (bounded) until each has stored its stop, then
+        let every connection send what it has queued and close with 1001 (going away)."""
         for live in list(self._live.values()):
             if live.run is not None:
                 live.run.control.request_stop("shutdown")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout_s)
+        closing = []
+        for live in list(self._live.values()):
+            for subscriber in list(live.subscribers):
+                subscriber.finish(GOING_AWAY)
+                closing.append(asyncio.ensure_future(subscriber.wait_closed()))
+        if closing:
+            _, late = await asyncio.wait(closing, timeout=max(0.1, deadline - loop.time()))
+            for waiter in late:
+                waiter.cancel()
 
     async def recover(self) -> int:
         """Close runs a dead process left open: `agent_stopped` ("interrupted"), then

@@ -68,6 +68,7 @@ class AgentSettings(_Section):
     max_concurrent_runs_per_tenant: int = Field(20, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
     chat_tool_rounds: int = Field(5, ge=0)
+    run_timeout_s: float = Field(1800.0, gt=0)
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:

@@ -12,10 +12,11 @@ import pytest
 
 from server.app import create_app
 from server.cli import uvicorn_config
+from server.runner import AgentServer
 from server.settings import Settings, load_settings
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM
-from tests.fakes.servers import serve
+from tests.fakes.servers import ServerHandle, run_server, serve
 
 
 @pytest.fixture(autouse=True)
@@ -43,6 +44,11 @@ class Running:
     address: str
     settings: Settings
     app: Any
+    handle: ServerHandle
+
+    async def stop(self) -> None:
+        """Shut the server down as SIGTERM would."""
+        await self.handle.stop()
 
     async def client(self, **params: Any) -> Client:
         return await Client.connect(self.address, **params)
@@ -78,8 +84,8 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
                 "ws_per_message_deflate",
             )
         }
-        async with serve(app, **options) as address:
-            yield Running(address, settings, app)
+        async with run_server(app, AgentServer, **options) as handle:
+            yield Running(handle.address, settings, app, handle)
 
     return start
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
 import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
@@ -147,18 +150,24 @@ async def test_reason_output_of_earlier_runs_is_not_resent(server, fake_llm: Fak
     assert not any("SECRET-REASONING" in m["content"] for m in last.body["messages"])
 
 
-async def test_shutdown_stops_active_runs_with_reason_shutdown(server_factory, fake_llm):
+async def test_shutdown_stops_runs_while_clients_watch_then_closes_with_1001(
+    server_factory, fake_llm
+):
     fake_llm.script("reason", Reply(chunks=["forever"], hang_after=0))
     async with server_factory() as s:
         c = await s.client()
         session = (await c.recv())["session_id"]
         await c.send({"type": "chat", "content": "long job"})
         await fake_llm.wait_for("reason")
-    await c.close()
-    async with server_factory() as s:
-        async with await s.client(session_id=session, after_seq=0) as again:
-            hello = await again.recv()
-            assert hello["status"] == "idle"
-            frames = await again.until("response_complete")
+        shutdown = asyncio.create_task(s.stop())
+        frames = await c.until("response_complete")
+        with pytest.raises(ConnectionClosed) as closed:
+            await c.recv()
+        await shutdown
+    assert closed.value.rcvd.code == 1001
     assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
     assert frames[-2]["reason"] == "shutdown"
+    async with server_factory() as s:
+        async with await s.client(session_id=session) as again:
+            hello = await again.recv()
+    assert hello["status"] == "idle" and hello["last_seq"] == frames[-1]["seq"]

@@ -180,3 +180,18 @@ async def test_stopped_run_events_replay_like_they_were_sent(server, fake_llm: F
         stored = (await http.get(f"/api/sessions/{session}/events")).json()["events"]
     assert stored == live
     assert json.dumps(stored)  # plain JSON
+
+
+async def test_a_run_past_its_wall_clock_limit_ends_with_a_clear_error(server_factory, fake_llm):
+    fake_llm.script("reason", Reply(chunks=["slow"], hang_after=1))
+    async with server_factory(agent={"run_timeout_s": 0.3}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("never ends")
+            assert [kind(f) for f in frames][-2:] == ["error", "response_complete"]
+            assert frames[-2]["code"] == "internal_error"
+            assert "time limit" in frames[-2]["message"]
+            messages = await _messages(s.address, session)
+            assert "time limit" in messages[-1]["content"] and messages[-1]["role"] == "system"
+            again = await c.run("next one is fine")
+            assert again[-2]["type"] == "agent_update"
