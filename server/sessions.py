@@ -94,6 +94,7 @@ class SessionHub:
         self._opening = asyncio.Lock()
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._emptied = asyncio.Event()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -118,10 +119,22 @@ class SessionHub:
             live = self._live[session_id] = LiveSession(record_or_none, self._store)
             return live, True
 
+    def live_count(self) -> int:
+        """Sessions held in memory (watched or running); 0 when the server is idle."""
+        return len(self._live)
+
+    async def wait_empty(self) -> None:
+        """Return once no session is held in memory (leak checks, tests)."""
+        while self._live:
+            self._emptied.clear()
+            await self._emptied.wait()
+
     def release(self, live: LiveSession) -> None:
         """Forget the session when nobody watches it and no run works on it."""
         if live.idle and self._live.get(live.session_id) is live:
             del self._live[live.session_id]
+            if not self._live:
+                self._emptied.set()
 
     # -- runs --------------------------------------------------------------------------------
 

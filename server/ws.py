@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SESSION_NOT_FOUND = 4404
 CLOSE_TOO_BIG = 1009
+REPLAY_PAGE = 500
 
 
 def _dumps(frame: dict[str, Any]) -> str:
@@ -66,7 +67,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         return
     conn = Connection(websocket, services.settings.server.outbound_queue_size)
     try:
-        await _attach(services, live, conn, resumed, after_seq if resumed else None, query_error)
+        replay_from = after_seq if resumed else None
+        await _attach(services, websocket, live, conn, resumed, replay_from, query_error)
         await _serve(services, websocket, live, conn)
     finally:
         live.subscribers.discard(conn)
@@ -83,35 +85,42 @@ def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
 
 async def _attach(
     services: Services,
+    websocket: WebSocket,
     live: LiveSession,
     conn: Connection,
     resumed: bool,
     after_seq: int | None,
     query_error: str | None,
 ) -> None:
-    """Send the session frame, then the replay, then live frames: no gap, no duplicate."""
+    """Send the session frame, then the replay, then live frames: no gap, no duplicate.
+
+    Live frames are held back from the moment of subscription; the replay is sent directly,
+    page by page at the client's pace (the writer task has not started yet); then held frames
+    the replay already contained are dropped.
+    """
     conn.hold()
     live.subscribers.add(conn)
-    first = {
-        "type": "session",
-        "session_id": live.session_id,
-        "resumed": resumed,
-        **live.snapshot(),
-    }
-    conn.send(_dumps(first))
+    first = {"type": "session", "session_id": live.session_id, "resumed": resumed}
+    await websocket.send_text(_dumps({**first, **live.snapshot()}))
     if query_error is not None:
-        conn.send(_dumps(error_frame("invalid_message", query_error)))
-    replayed_up_to = after_seq if after_seq is not None else live.last_seq
-    if after_seq is not None:
+        await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
+    replayed_up_to = live.last_seq if after_seq is None else after_seq
+    while after_seq is not None:
         try:
-            frames = await services.store.read_events(live.scope, live.session_id, after_seq)
+            page = await services.store.read_events(
+                live.scope, live.session_id, replayed_up_to, REPLAY_PAGE
+            )
         except StorageError:
-            conn.send(_dumps(error_frame("storage_error", "Stored events could not be read.")))
-            frames = []
-        for raw in frames:
-            conn.send(raw.decode())
-        if frames:
-            replayed_up_to = int(orjson.loads(frames[-1])["seq"])
+            error = error_frame("storage_error", "Stored events could not be read.")
+            await websocket.send_text(_dumps(error))
+            break
+        for raw in page:
+            await websocket.send_text(raw.decode())
+            await asyncio.sleep(0)
+        if page:
+            replayed_up_to = int(orjson.loads(page[-1])["seq"])
+        if len(page) < REPLAY_PAGE:
+            break
     conn.release(replayed_up_to)
 
 
