@@ -132,23 +132,26 @@ class OpenAIChatModel:
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
-                    usage = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                for choice in chunk.choices[:1]:
-                    finish_reason = choice.finish_reason or finish_reason
+                    usage = (_int(chunk.usage.prompt_tokens), _int(chunk.usage.completion_tokens))
+                for choice in (chunk.choices or ())[:1]:
+                    finish_reason = _str(choice.finish_reason) or finish_reason
                     delta = choice.delta
                     if delta is None:
                         continue
                     if delta.content:
-                        text.append(delta.content)
-                        yield delta.content
+                        content = _str(delta.content)
+                        text.append(content)
+                        yield content
                     for tc in delta.tool_calls or ():
-                        part = parts.setdefault(tc.index or 0, _ToolCallParts())
-                        part.id = part.id or (tc.id or "")
+                        part = parts.setdefault(_int(tc.index), _ToolCallParts())
+                        part.id = part.id or _str(tc.id)
                         if tc.function is not None:
-                            part.name = part.name or (tc.function.name or "")
-                            part.arguments.append(tc.function.arguments or "")
+                            part.name = part.name or _str(tc.function.name)
+                            part.arguments.append(_str(tc.function.arguments))
         except Exception as exc:  # noqa: BLE001 - whatever breaks a stream ends this call
-            raise ModelError(f"The language model's reply was cut off ({_reason(exc)}).") from exc
+            raise ModelError(
+                f"The language model's reply broke off or could not be read ({_reason(exc)})."
+            ) from exc
         finally:
             await stream.close()
         calls = tuple(
@@ -158,7 +161,28 @@ class OpenAIChatModel:
         yield ModelTurn("".join(text), calls, usage[0], usage[1], finish_reason)
 
 
+class _MalformedChunk(ValueError):
+    """A streamed chunk whose fields have the wrong types (the SDK does not validate them)."""
+
+
+def _str(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _MalformedChunk(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if value is None:
+        return 0
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _MalformedChunk(f"expected a number, got {type(value).__name__}")
+    return value
+
+
 def _reason(exc: BaseException) -> str:
+    if isinstance(exc, _MalformedChunk):
+        return str(exc)
     cause = exc.__cause__ or exc.__context__
-    detail = type(cause).__name__ if cause is not None else type(exc).__name__
-    return detail
+    return type(cause).__name__ if cause is not None else type(exc).__name__

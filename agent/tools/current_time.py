@@ -1,8 +1,15 @@
-"""get_current_time: the current date and time in an IANA time zone."""
+"""get_current_time: the current (or a relative) date and time in one or more IANA zones.
+
+`{"timezone": "Europe/Paris"}` answers with one flat object, as it always has. Several
+zones (`timezones`) answer with `{"times": [...]}`, one object per zone, in the order asked.
+`relative` moves the instant ("in 3 days", "next monday at 9am"): calendar arithmetic
+happens in the first zone's wall clock, and every zone then shows that same instant.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,8 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
+from agent.tools.relative_time import RelativeTimeError, apply_shift, parse_relative
 
-__all__ = ["CurrentTimeArgs", "current_time_tool"]
+__all__ = ["CurrentTimeArgs", "current_time_tool", "make_current_time_tool"]
+
+MAX_ZONES = 10
 
 
 class CurrentTimeArgs(BaseModel):
@@ -21,27 +31,84 @@ class CurrentTimeArgs(BaseModel):
         default="UTC",
         description="IANA time zone name, e.g. 'Europe/Paris' or 'America/New_York'.",
     )
+    timezones: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ZONES,
+        description="Several IANA zones at once; the answer is then {'times': [...]}.",
+    )
+    relative: str | None = Field(
+        default=None,
+        max_length=200,
+        description=(
+            "Optional relative expression, e.g. 'in 3 days', '2 hours ago', 'tomorrow', "
+            "'next monday at 9am', 'in 1 week and 2 hours'. The answer is that moment."
+        ),
+    )
 
 
-async def get_current_time(args: CurrentTimeArgs, context: ToolContext) -> dict[str, object]:
-    """Return the current time in the zone, or fail with a ToolError naming the bad zone."""
+def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
+    """Build the tool; `clock` returns the current aware datetime (tests pin it)."""
+    now_utc = clock or (lambda: datetime.now(UTC))
+
+    async def get_current_time(args: CurrentTimeArgs, context: ToolContext) -> object:
+        names = _requested_zones(args)
+        zones = [(name, _zone(name)) for name in names]
+        reference = now_utc().astimezone(zones[0][1])
+        moment = reference
+        if args.relative is not None:
+            try:
+                moment = apply_shift(reference, parse_relative(args.relative))
+            except RelativeTimeError as exc:
+                raise ToolError(str(exc)) from None
+        described = [_describe(name, moment.astimezone(zone)) for name, zone in zones]
+        if args.relative is not None:
+            for item, (_, zone) in zip(described, zones, strict=True):
+                item["relative"] = args.relative
+                item["reference_iso"] = reference.astimezone(zone).isoformat(timespec="seconds")
+        if args.timezones is None:
+            return described[0]
+        return {"times": described}
+
+    return Tool(
+        name="get_current_time",
+        description=(
+            "Get the current date and time in one or more time zones (IANA names, default "
+            "UTC), or the date and time of a relative expression such as 'in 3 days'."
+        ),
+        arguments=CurrentTimeArgs,
+        run=get_current_time,
+    )
+
+
+def _requested_zones(args: CurrentTimeArgs) -> list[str]:
+    """`timezones` when given (with an explicit `timezone` first), else `timezone`."""
+    if args.timezones is None:
+        return [args.timezone]
+    names = list(args.timezones)
+    if "timezone" in args.model_fields_set:
+        names.insert(0, args.timezone)
+    return list(dict.fromkeys(names))
+
+
+def _zone(name: str) -> ZoneInfo:
     try:
-        zone = ZoneInfo(args.timezone) if args.timezone in _zones() else None
+        if name in _zones():
+            return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        zone = None
-    if zone is None:
-        raise ToolError(
-            f"Unknown time zone {args.timezone!r}: use an IANA name such as 'Europe/Paris'."
-        )
-    now = datetime.now(zone)
+        pass
+    raise ToolError(f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Paris'.")
+
+
+def _describe(name: str, moment: datetime) -> dict[str, object]:
     return {
-        "timezone": args.timezone,
-        "iso": now.isoformat(timespec="seconds"),
-        "date": now.date().isoformat(),
-        "time": now.strftime("%H:%M:%S"),
-        "weekday": now.strftime("%A"),
-        "utc_offset": now.strftime("%z"),
-        "epoch_ms": int(now.timestamp() * 1000),
+        "timezone": name,
+        "iso": moment.isoformat(timespec="seconds"),
+        "date": moment.date().isoformat(),
+        "time": moment.strftime("%H:%M:%S"),
+        "weekday": moment.strftime("%A"),
+        "utc_offset": moment.strftime("%z"),
+        "epoch_ms": int(moment.timestamp() * 1000),
     }
 
 
@@ -56,9 +123,4 @@ def _zones() -> frozenset[str]:
     return _ZONES
 
 
-current_time_tool = Tool(
-    name="get_current_time",
-    description="Get the current date and time in a time zone (IANA name, default UTC).",
-    arguments=CurrentTimeArgs,
-    run=get_current_time,
-)
+current_time_tool = make_current_time_tool()

@@ -81,8 +81,9 @@ class SQLiteStore:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="sqlite-writer")
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="sqlite-reader")
+        self._writer = _executor("sqlite-writer")
+        self._reader = _executor("sqlite-reader")
+        self._closed = False
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._pending: list[tuple[_Op, asyncio.Future[Any]]] = []
@@ -91,6 +92,11 @@ class SQLiteStore:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def open(self) -> None:
+        if self._write_conn is not None:
+            return
+        if self._closed:  # reopened after close()
+            self._writer, self._reader = _executor("sqlite-writer"), _executor("sqlite-reader")
+            self._closed = False
         await self._in_writer(self._open_writer)
         await self._in_reader(self._open_reader)
 
@@ -99,6 +105,8 @@ class SQLiteStore:
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._in_writer(_close_conn, self._write_conn)
         await self._in_reader(_close_conn, self._read_conn)
+        self._write_conn = self._read_conn = None
+        self._closed = True
         self._writer.shutdown(wait=False)
         self._reader.shutdown(wait=False)
 
@@ -389,6 +397,11 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
         active_run_id=row[8],
         pending_input=orjson.loads(row[9]) if row[9] else None,
     )
+
+
+def _executor(name: str) -> ThreadPoolExecutor:
+    """One thread per connection: sqlite3 connections are not shared between threads."""
+    return ThreadPoolExecutor(1, thread_name_prefix=name)
 
 
 def _close_conn(conn: sqlite3.Connection | None) -> None:

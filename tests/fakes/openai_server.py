@@ -42,6 +42,7 @@ class Reply:
     status: int | None = None  # answer with this HTTP error instead
     hang_after: int | None = None  # stop sending after this many chunks, until disconnected
     drop_after: int | None = None  # break the stream after this many chunks
+    raw: bytes | None = None  # send these bytes as the whole response body instead
     prompt_tokens: int = 10
     completion_tokens: int = 5
 
@@ -120,6 +121,8 @@ class FakeLLM:
                 {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
                 status_code=reply.status,
             )
+        if reply.raw is not None:
+            return Response(reply.raw, media_type="text/event-stream")
         return StreamingResponse(self._stream(reply, body), media_type="text/event-stream")
 
     async def _stream(self, reply: Reply, body: dict[str, Any]) -> AsyncIterator[bytes]:

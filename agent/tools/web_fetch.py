@@ -1,0 +1,256 @@
+"""web_fetch: read up to three web pages at once, as plain text, safely.
+
+Every limit is enforced here rather than trusted to the client: a wall-clock budget per URL,
+a byte cap while streaming (reading stops at the cap), redirects followed by hand so each
+hop passes the SSRF guard (agent/tools/ssrf.py) before any connection is made, and retries
+of 429/5xx with exponential backoff (honouring a short Retry-After). Each request connects
+to an address the guard checked: the URL's host is replaced by that IP, with the original
+Host header and TLS server name, and `Connection: close` so no pooled connection is ever
+shared between two host names. One URL failing never fails the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+)
+
+from agent.errors import ToolError
+from agent.ports import ToolContext
+from agent.tools.base import Tool
+from agent.tools.config import WebFetchConfig
+from agent.tools.page_text import extract_text
+from agent.tools.ssrf import AddressGuard, Refused
+
+__all__ = ["MAX_URLS", "WebFetchArgs", "build_web_fetch"]
+
+MAX_URLS = 3
+_REDIRECTS = {301, 302, 303, 307, 308}
+_RETRY_STATUSES = {429, 500, 502, 503, 504}
+_TRANSIENT = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)
+_TEXT_TYPES = re.compile(r"^(text/[\w.+-]+|application/(xhtml\+xml|json|xml|[\w.-]+\+(json|xml)))$")
+_ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.1"
+
+
+class WebFetchArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    urls: list[str] = Field(
+        min_length=1,
+        max_length=MAX_URLS,
+        description=f"1 to {MAX_URLS} http(s) URLs to read; they are fetched concurrently.",
+    )
+
+
+class _Failed(Exception):
+    """One URL failed; the message is shown to the model next to that URL."""
+
+
+class _Retryable(Exception):
+    def __init__(self, status: int, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.retry_after = retry_after
+
+
+@dataclass(frozen=True, slots=True)
+class _Response:
+    status: int
+    location: str | None = None
+    content_type: str = ""
+    charset: str | None = None
+    body: bytes = b""
+    truncated: bool = False
+
+
+class _Fetcher:
+    """Fetch one URL through the guard, by hand-followed redirects, with retries."""
+
+    def __init__(self, config: WebFetchConfig, http: httpx.AsyncClient) -> None:
+        self._config = config
+        self._http = http
+        self._guard = AddressGuard(config.allow_hosts)
+
+    async def fetch(self, url: str) -> dict[str, Any]:
+        """Return `{url, final_url, status, title, text, truncated}` or `{url, error}`."""
+        limit = self._config.timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                final_url, response = await self._follow(url)
+        except TimeoutError:
+            return {"url": url, "error": f"timed out after {limit:g} s"}
+        except _Failed as exc:
+            return {"url": url, "error": str(exc)}
+        title, text = await asyncio.to_thread(
+            extract_text, response.body, response.content_type, response.charset, final_url
+        )
+        truncated = response.truncated or len(text) > self._config.max_chars
+        return {
+            "url": url,
+            "final_url": final_url,
+            "status": response.status,
+            "title": title,
+            "text": text[: self._config.max_chars],
+            "truncated": truncated,
+        }
+
+    async def _follow(self, url: str) -> tuple[str, _Response]:
+        current = _parse_url(url)
+        for _ in range(self._config.max_redirects + 1):
+            try:
+                port = current.port or (443 if current.scheme == "https" else 80)
+                addresses = await self._guard.addresses(current.host, port)
+            except Refused as exc:
+                raise _Failed(f"refused: {exc}") from None
+            response = await self._with_retries(current, addresses)
+            if response.location is None:
+                return str(current), response
+            try:
+                current = _parse_url(str(current.join(response.location)))
+            except _Failed as exc:
+                raise _Failed(f"redirected to an unusable URL: {exc}") from None
+        raise _Failed(f"more than {self._config.max_redirects} redirects")
+
+    async def _with_retries(self, url: httpx.URL, addresses: list[str]) -> _Response:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self._config.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception_type((_Retryable, *_TRANSIENT)),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._request_any(url, addresses)
+        except _Retryable as exc:
+            raise _Failed(f"the server answered HTTP {exc.status}") from None
+        except httpx.TimeoutException:
+            raise _Failed("the server did not answer in time") from None
+        except httpx.HTTPError as exc:
+            raise _Failed(f"the connection failed ({type(exc).__name__})") from None
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Exponential backoff, or the server's Retry-After when it asks for a short wait."""
+        delay = self._config.retry_backoff_s * 2 ** (state.attempt_number - 1)
+        error = state.outcome.exception() if state.outcome else None
+        if isinstance(error, _Retryable) and error.retry_after is not None:
+            delay = error.retry_after
+        return min(delay, self._config.retry_max_wait_s)
+
+    async def _request_any(self, url: httpx.URL, addresses: list[str]) -> _Response:
+        """Try each checked address in turn until one accepts the connection."""
+        for address in addresses[:-1]:
+            try:
+                return await self._request(url, address)
+            except httpx.ConnectError:
+                continue
+        return await self._request(url, addresses[-1])
+
+    async def _request(self, url: httpx.URL, address: str) -> _Response:
+        headers = {
+            "Host": url.netloc.decode("ascii"),
+            "User-Agent": self._config.user_agent,
+            "Accept": _ACCEPT,
+            "Accept-Encoding": "gzip, deflate",
+            "Connection": "close",
+        }
+        extensions: dict[str, Any] = {}
+        if url.scheme == "https" and address != url.host:
+            extensions["sni_hostname"] = url.host
+        async with self._http.stream(
+            "GET",
+            url.copy_with(host=address),
+            headers=headers,
+            extensions=extensions,
+            follow_redirects=False,
+            timeout=self._config.timeout_s,
+        ) as response:
+            return await self._read(response)
+
+    async def _read(self, response: httpx.Response) -> _Response:
+        status = response.status_code
+        if status in _REDIRECTS and "location" in response.headers:
+            return _Response(status, location=response.headers["location"])
+        if status in _RETRY_STATUSES:
+            raise _Retryable(status, _retry_after(response.headers.get("retry-after")))
+        if status >= 400 or status < 200:
+            raise _Failed(f"the server answered HTTP {status} {response.reason_phrase}".rstrip())
+        content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type and not _TEXT_TYPES.match(content_type):
+            raise _Failed(f"unsupported content type {content_type!r} (only text and HTML)")
+        cap = self._config.max_bytes
+        chunks: list[bytes] = []
+        size = 0
+        truncated = False
+        async for chunk in response.aiter_bytes():
+            if size + len(chunk) > cap:
+                chunks.append(chunk[: cap - size])
+                truncated = True
+                break  # leaving the stream closes the connection: the rest is never read
+            chunks.append(chunk)
+            size += len(chunk)
+        return _Response(
+            status,
+            content_type=content_type,
+            charset=response.charset_encoding,
+            body=b"".join(chunks),
+            truncated=truncated,
+        )
+
+
+def _parse_url(text: str) -> httpx.URL:
+    try:
+        url = httpx.URL(text.strip())
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise _Failed(f"not a valid URL ({exc})") from None
+    if url.scheme not in ("http", "https"):
+        raise _Failed(f"only http and https URLs can be fetched, not {url.scheme or 'none'!r}")
+    if not url.host:
+        raise _Failed("the URL has no host")
+    if url.userinfo:
+        raise _Failed("URLs with a user name or password are not fetched")
+    return url.copy_with(fragment=None)
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a numeric Retry-After; an HTTP date falls back to our own backoff."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def build_web_fetch(config: WebFetchConfig, *, http: httpx.AsyncClient) -> Tool:
+    """Build web_fetch over `http` (use agent.tools.http.create_http_client: no cookies)."""
+    fetcher = _Fetcher(config, http)
+
+    async def web_fetch(args: WebFetchArgs, context: ToolContext) -> dict[str, Any]:
+        results = await asyncio.gather(*(fetcher.fetch(url) for url in args.urls))
+        failed = [r for r in results if "error" in r]
+        if len(failed) == len(results):
+            detail = "; ".join(f"{r['url']}: {r['error']}" for r in failed)
+            raise ToolError(f"No page could be fetched. {detail}")
+        return {"results": results}
+
+    return Tool(
+        name="web_fetch",
+        description=(
+            f"Read up to {MAX_URLS} web pages (http/https) and return their main text. "
+            "Each result is {url, final_url, status, title, text, truncated} or {url, error}."
+        ),
+        arguments=WebFetchArgs,
+        run=web_fetch,
+    )

@@ -1,0 +1,154 @@
+"""Fault injection: a hanging or babbling LLM, a dead process, a store that cannot write."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fakes.client import Client, kind
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def test_an_llm_that_hangs_past_the_timeout_ends_the_run(server_factory, fake_llm):
+    fake_llm.script("reason", Reply(chunks=["never"], hang_after=0))
+    async with server_factory(llm={"timeout_s": 0.5, "max_retries": 0}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hello", timeout=10)
+            assert frames[-2]["code"] == "llm_error"
+            assert kind(frames[-1]) == "response_complete"
+            assert kind((await c.run("again"))[-2]) == "agent_completion"
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"data: {not json\n\n",
+        b"this is not server-sent events at all",
+        b'data: {"choices": [{"index": 0, "delta": {"content": 5}}]}\n\n',
+    ],
+)
+async def test_garbage_from_the_llm_is_an_llm_error(server, fake_llm: FakeLLM, garbage):
+    fake_llm.script("reason", Reply(raw=garbage))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("hello")
+    assert kind(frames[-1]) == "response_complete"
+    codes = [f.get("code") for f in frames if f["type"] == "error"]
+    # An unreadable stream fails the run; one the SDK reads as empty text is free text.
+    assert codes in (["llm_error"], [])
+
+
+async def test_tool_call_with_garbage_name_and_arguments(server, fake_llm: FakeLLM):
+    fake_llm.script("act", act(FakeToolCall("", "\x00\x01 not json"), FakeToolCall("x" * 300, "")))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("hello")
+    errors = [f for f in frames if f["type"] == "tool_error"]
+    assert len(errors) == 2
+    assert frames[-2]["update_type"] == "agent_completion"
+
+
+async def test_a_full_database_fails_the_run_with_storage_error_and_recovers(
+    server_factory, fake_llm
+):
+    fake_llm.script("reason", Reply(chunks=["word "] * 2000))  # needs new pages to store
+    async with server_factory() as s:
+        store = s.app.state.services.store
+        async with await s.client() as c:
+            await c.recv()
+            await c.run("first")
+
+            def cap(size: int | None) -> None:
+                conn = store._write_conn  # the disk "fills up" under the server's connection
+                pages = conn.execute("PRAGMA page_count").fetchone()[0]
+                conn.execute(f"PRAGMA max_page_count = {size or pages}")
+
+            await store._in_writer(cap, None)
+            frames = await c.run("second", timeout=30)
+            assert [f["code"] for f in frames if f["type"] == "error"] == ["storage_error"]
+            assert kind(frames[-1]) == "response_complete" and "seq" not in frames[-1]
+            await store._in_writer(cap, 1_000_000)  # space again
+            assert kind((await c.run("third"))[-2]) == "agent_completion"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _start_server(tmp_path: Path, port: int, llm_url: str) -> asyncio.subprocess.Process:
+    env = {
+        **os.environ,
+        "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
+        "AGENT__LLM__BASE_URL": llm_url,
+        "AGENT__LLM__MAX_RETRIES": "0",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "server",
+        "--config",
+        str(REPO / "config.toml"),
+        "--port",
+        str(port),
+        cwd=tmp_path,
+        env=env,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with httpx.AsyncClient() as http, asyncio.timeout(30):
+        while True:  # poll the real endpoint until it answers (bounded by the timeout)
+            try:
+                await http.get(f"http://127.0.0.1:{port}/healthz")
+                return proc
+            except httpx.TransportError:
+                assert proc.returncode is None, "server exited during startup"
+                await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_a_killed_process_leaves_runs_that_the_next_start_closes(fake_llm, tmp_path):
+    port = _free_port()
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Still there?"})))
+    proc = await _start_server(tmp_path, port, fake_llm.base_url)
+    try:
+        c = await Client.connect(f"127.0.0.1:{port}")
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "ask me something"})
+        seen = await c.until("agent_request_input")
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        await c.close()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    proc = await _start_server(tmp_path, port, fake_llm.base_url)
+    try:
+        async with await Client.connect(
+            f"127.0.0.1:{port}", session_id=session, after_seq=seen[-1]["seq"]
+        ) as again:
+            hello = await again.recv()
+            assert hello["status"] == "idle" and hello["pending_input"] is None
+            tail = await again.until("response_complete")
+            assert [kind(f) for f in tail] == ["agent_stopped", "response_complete"]
+            assert tail[0]["reason"] == "interrupted" and tail[0]["step"] == 1
+            frames = await again.run("are you back?")
+            assert kind(frames[-2]) == "agent_completion"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 20)
+    act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
+    tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
+    assert len(tool) == 1 and "restarted" in tool[0]["content"]
