@@ -119,6 +119,10 @@ class SessionHub:
             live = self._live[session_id] = LiveSession(record_or_none, self._store)
             return live, True
 
+    def active_runs(self) -> int:
+        """Runs currently working, across tenants."""
+        return sum(self._active.values())
+
     def live_count(self) -> int:
         """Sessions held in memory (watched or running); 0 when the server is idle."""
         return len(self._live)
