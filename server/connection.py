@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 __all__ = ["Connection", "OVERFLOW_CLOSE_CODE"]
 
@@ -81,7 +81,10 @@ class Connection:
         while True:
             await self._ready.wait()
             while queue:
-                await self._ws.send_text(queue.popleft())
+                try:
+                    await self._ws.send_text(queue.popleft())
+                except (WebSocketDisconnect, RuntimeError, OSError):
+                    return  # the peer is gone; the reader notices and cleans up
                 await asyncio.sleep(0)
             if self._close_code is not None:
                 try:

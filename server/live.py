@@ -65,8 +65,10 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 class LiveSession:
     """In-memory state of one session: subscribers, the active run, status and last seq."""
 
-    def __init__(self, record: SessionRecord, store: Store) -> None:
+    def __init__(self, record: SessionRecord, store: Store, *, stored: bool = True) -> None:
         self.scope = Scope(record.tenant_id, record.user_id)
+        self.stored = stored
+        self.created_at = record.created_at
         self.session_id = record.session_id
         self.status: SessionStatus = record.status
         self.title = record.title
@@ -89,6 +91,16 @@ class LiveSession:
             "last_seq": self.last_seq,
             "pending_input": self.pending_input,
         }
+
+    async def ensure_stored(self) -> None:
+        """Store the session record if this is its first run."""
+
+        async def write() -> None:
+            if not self.stored:
+                await self._store.create_session(self.scope, self.session_id, self.created_at)
+                self.stored = True
+
+        await shielded(self._locked(write))
 
     async def publish(
         self,

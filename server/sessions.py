@@ -29,7 +29,7 @@ from agent.run import RunContext, RunLimits, RunRecorder
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
 from server.settings import AgentSettings
-from server.storage.base import Scope, Store, UnfinishedRun
+from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
 __all__ = ["SessionHub"]
 
@@ -91,7 +91,6 @@ class SessionHub:
         self._prompts = prompts
         self._settings = settings
         self._live: dict[str, LiveSession] = {}
-        self._opening = asyncio.Lock()
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._emptied = asyncio.Event()
@@ -99,25 +98,29 @@ class SessionHub:
     # -- sessions ----------------------------------------------------------------------------
 
     async def open(self, scope: Scope, session_id: str | None) -> tuple[LiveSession, bool]:
-        """Return (live session, resumed). A new session is created when `session_id` is None.
+        """Return (live session, resumed). A new session is made when `session_id` is None.
 
+        A new session is stored with its first `chat`; until then it lives only while a
+        connection holds it, so page loads that never chat leave nothing behind.
         Raise ProtocolError("session_not_found") for an unknown or foreign id.
         """
-        async with self._opening:
-            if session_id is None:
-                record = await self._store.create_session(scope, uuid.uuid4().hex, now_ms())
-                live = self._live[record.session_id] = LiveSession(record, self._store)
-                return live, False
-            live_or_none = self._live.get(session_id)
-            if live_or_none is not None and live_or_none.scope == scope:
-                return live_or_none, True
-            record_or_none = None
-            if live_or_none is None:
-                record_or_none = await self._store.get_session(scope, session_id)
-            if record_or_none is None:
-                raise ProtocolError("session_not_found", "There is no such session.")
-            live = self._live[session_id] = LiveSession(record_or_none, self._store)
-            return live, True
+        if session_id is None:
+            now = now_ms()
+            record = SessionRecord(uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle",
+                                   "", now, now, 0)
+            live = self._live[record.session_id] = LiveSession(record, self._store, stored=False)
+            self._emptied.clear()
+            return live, False
+        live_or_none = self._live.get(session_id)
+        if live_or_none is None:
+            record = await self._store.get_session(scope, session_id)
+            live_or_none = self._live.get(session_id)  # another connection may have won
+            if live_or_none is None and record is not None:
+                live_or_none = self._live[session_id] = LiveSession(record, self._store)
+                self._emptied.clear()
+        if live_or_none is None or live_or_none.scope != scope:
+            raise ProtocolError("session_not_found", "There is no such session.")
+        return live_or_none, True
 
     def active_runs(self) -> int:
         """Runs currently working, across tenants."""
@@ -255,6 +258,7 @@ class SessionHub:
         )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
+        await live.ensure_stored()
         if not live.title:
             await live.set_title(" ".join(request.content.split())[:80])
         await live.save_messages([Message("user", request.content, run_id=run.run_id)])

@@ -132,9 +132,7 @@ async def _serve(
     overflow = asyncio.create_task(conn.overflowed.wait())
     try:
         done, _ = await asyncio.wait({writer, reader, overflow}, return_when="FIRST_COMPLETED")
-        if writer in done:
-            writer.result()  # closed after `finish`, or a send failed
-        elif overflow in done:
+        if overflow in done:
             await _close(websocket, OVERFLOW_CLOSE_CODE)
         elif reader in done and reader.result() == CLOSE_TOO_BIG:
             await _close(websocket, CLOSE_TOO_BIG)

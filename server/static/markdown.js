@@ -109,14 +109,17 @@ function table(lines, i, out) {
 }
 
 // One alternation, tried left to right at the earliest position: code, link, bold, italic,
-// strike, bare URL. Each group's text is rendered recursively, never as markup.
+// strike, bare URL. `_` and `__` only work at word edges (snake_case stays as it is). Each
+// group's text is rendered recursively, never as markup.
 const INLINE = new RegExp([
-  /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/.source,                          // 1, 2: code
+  /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/.source,                               // 1, 2: code
   /\[([^\]\n]+)\]\(\s*<?([^\s<>()]*(?:\([^\s()]*\)[^\s<>()]*)*)>?(?:\s+"[^"\n]*")?\s*\)/.source, // 3, 4
-  /(\*\*|__)(?=\S)([\s\S]*?\S)\5/.source,                                // 5, 6: bold
-  /(?<![\w*])(\*|_)(?=[^\s*_])([\s\S]*?[^\s\\])\7(?![\w*])/.source,      // 7, 8: italic
-  /~~(?=\S)([\s\S]*?\S)~~/.source,                                       // 9: strike
-  /(https?:\/\/[^\s<>"'`]*[^\s<>"'`.,;:!?)\]])/.source,                  // 10: bare URL
+  /\*\*(?=\S)([\s\S]*?\S)\*\*/.source,                                        // 5: bold
+  /(?<!\w)__(?=\S)([\s\S]*?\S)__(?!\w)/.source,                                // 6: bold
+  /(?<!\*)\*(?=[^\s*])([\s\S]*?[^\s\\*])\*(?!\*)/.source,                      // 7: italic
+  /(?<!\w)_(?=[^\s_])([\s\S]*?[^\s\\_])_(?!\w)/.source,                         // 8: italic
+  /~~(?=\S)([\s\S]*?\S)~~/.source,                                            // 9: strike
+  /(https?:\/\/[^\s<>"'`]*[^\s<>"'`.,;:!?)\]])/.source,                       // 10: bare URL
 ].join("|"));
 
 /** Append `text` to `parent` with inline formatting; return `parent`. */
@@ -130,10 +133,10 @@ export function inline(parent, text) {
       parent.append(el("code", m[2].replace(/^ (.*) $/, "$1")));
     } else if (m[3]) {
       parent.append(link(m[4], m[3]));
-    } else if (m[5]) {
-      parent.append(inline(el("strong"), m[6]));
-    } else if (m[7]) {
-      parent.append(inline(el("em"), m[8]));
+    } else if (m[5] || m[6]) {
+      parent.append(inline(el("strong"), m[5] ?? m[6]));
+    } else if (m[7] || m[8]) {
+      parent.append(inline(el("em"), m[7] ?? m[8]));
     } else if (m[9]) {
       parent.append(inline(el("del"), m[9]));
     } else {

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,8 @@ class Recorded:
 class FakeLLM:
     """The scripted server's state; `app` is its ASGI app."""
 
-    def __init__(self) -> None:
+    def __init__(self, default: Callable[[str], Reply] | None = None) -> None:
+        self.default = default or _default
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: list[Recorded] = []
         self.disconnects = 0
@@ -115,7 +116,7 @@ class FakeLLM:
             self.requests.append(Recorded(phase, dict(request.headers), body))
             self._arrived.notify_all()
         queue = self.scripts.get(phase)
-        reply = queue.popleft() if queue else _default(phase)
+        reply = queue.popleft() if queue else self.default(phase)
         if reply.status is not None:
             return JSONResponse(
                 {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},

@@ -113,3 +113,18 @@ def test_without_tokens_the_server_refuses_a_public_host():
         None, {"server": {"host": "0.0.0.0"}, "auth": {"tokens": TOKENS}}, environ={}
     )
     assert settings.server.host == "0.0.0.0"
+
+
+async def test_a_connection_that_never_chats_leaves_no_session_behind(server, fake_llm):
+    async with await server.client() as idle:
+        idle_id = (await idle.recv())["session_id"]
+        async with await server.client(session_id=idle_id) as second_tab:
+            assert (await second_tab.recv())["resumed"] is True  # while held, it exists
+    async with await server.client() as used:
+        used_id = (await used.recv())["session_id"]
+        await used.run("hello")
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        sessions = (await http.get("/api/sessions")).json()["sessions"]
+    assert [s["session_id"] for s in sessions] == [used_id]
+    async with await server.client(session_id=idle_id) as late:
+        assert (await late.recv())["code"] == "session_not_found"

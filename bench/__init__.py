@@ -1,0 +1,1 @@
+"""Benchmarks and the soak test (not part of `make test`)."""

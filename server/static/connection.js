@@ -1,0 +1,126 @@
+// The WebSocket to /ws and the HTTP API, with the caller's token. The socket reconnects by
+// itself after a drop, resuming with `session_id` and `after_seq` = the last seq seen, so the
+// page misses nothing and sees nothing twice. Session id and last seq survive a reload in
+// sessionStorage (per tab).
+
+const SAVED = "agent-chat:session";
+const BACKOFF_MS = [250, 500, 1000, 2000, 4000];
+const base = new URL(".", location.href);
+
+export class HttpError extends Error {
+  constructor(status, body) {
+    super(body?.message ?? `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+/** GET a path of the HTTP API (relative to the page), as JSON. */
+export async function api(path, token) {
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  const response = await fetch(new URL(path, base), { headers });
+  const body = await response.json().catch(() => null);
+  if (!response.ok) throw new HttpError(response.status, body);
+  return body;
+}
+
+export function loadSaved() {
+  try {
+    const saved = JSON.parse(sessionStorage.getItem(SAVED) ?? "null");
+    return saved && typeof saved.sessionId === "string" ? saved : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * One logical connection to one session. `onFrame(frame)` gets every frame once, in order;
+ * `onState(state, detail)` gets "connecting" | "connected" | "reconnecting" | "gone" |
+ * "unauthorized".
+ */
+export class Connection {
+  constructor({ token, onFrame, onState }) {
+    this.token = token;
+    this.onFrame = onFrame;
+    this.onState = onState;
+    this.ws = null;
+    this.sessionId = null;
+    this.lastSeq = 0;
+    this.generation = 0;
+    this.attempt = 0;
+    this.timer = null;
+    addEventListener("online", () => this.retryNow());
+  }
+
+  /** Attach to `sessionId` (null: a new session), replaying events after `afterSeq`. */
+  open(sessionId, afterSeq = 0) {
+    this.sessionId = sessionId;
+    this.lastSeq = afterSeq;
+    this.attempt = 0;
+    this.save();
+    this.connect("connecting");
+  }
+
+  get isOpen() {
+    return this.ws?.readyState === WebSocket.OPEN;
+  }
+
+  send(frame) {
+    if (!this.isOpen) return false;
+    this.ws.send(JSON.stringify(frame));
+    return true;
+  }
+
+  retryNow() {
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+      this.connect("reconnecting");
+    }
+  }
+
+  connect(state) {
+    clearTimeout(this.timer);
+    this.timer = null;
+    const generation = ++this.generation;
+    this.ws?.close();
+    const url = new URL("ws", base);
+    url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+    if (this.sessionId) {
+      url.searchParams.set("session_id", this.sessionId);
+      url.searchParams.set("after_seq", String(this.lastSeq));
+    }
+    if (this.token) url.searchParams.set("token", this.token);
+    this.onState(state);
+    const ws = (this.ws = new WebSocket(url));
+    const current = () => generation === this.generation;
+    ws.onmessage = (event) => current() && this.receive(JSON.parse(event.data));
+    ws.onclose = (event) => current() && this.closed(event.code);
+  }
+
+  receive(frame) {
+    if (frame.type === "session") {
+      this.attempt = 0;
+      this.sessionId = frame.session_id;
+      this.save();
+      this.onState("connected");
+    } else if (typeof frame.seq === "number") {
+      if (frame.seq <= this.lastSeq) return; // already shown
+      this.lastSeq = frame.seq;
+      this.save();
+    }
+    this.onFrame(frame);
+  }
+
+  closed(code) {
+    this.ws = null;
+    if (code === 4404) return this.onState("gone");
+    if (code === 4401) return this.onState("unauthorized");
+    const delay = BACKOFF_MS[Math.min(this.attempt++, BACKOFF_MS.length - 1)];
+    this.onState("reconnecting");
+    this.timer = setTimeout(() => this.connect("reconnecting"), delay);
+  }
+
+  save() {
+    sessionStorage.setItem(SAVED, JSON.stringify({ sessionId: this.sessionId, lastSeq: this.lastSeq }));
+  }
+}

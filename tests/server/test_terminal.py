@@ -1,0 +1,281 @@
+"""`agent-server chat` in a real pseudo-terminal, against the real server and the fake LLM.
+
+The client runs as its own process with the pty as its controlling terminal, so Enter,
+Ctrl-C (SIGINT from the line discipline) and Ctrl-D (end of input) behave as for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+
+# Make the pty the child's controlling terminal (Popen cannot), then become the client.
+BOOT = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+        "os.execvp(sys.argv[1], sys.argv[1:])")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def chat_command() -> list[str]:
+    script = Path(sys.executable).with_name("agent-server")
+    return [str(script), "chat"] if script.exists() else [sys.executable, "-m", "server", "chat"]
+
+
+class Terminal:
+    """A process on a pty: type into it, wait for patterns in what it prints."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, master: int) -> None:
+        self.proc = proc
+        self.master = master
+        self.raw = b""
+        self.pos = 0  # how much of the cleaned text `expect` has consumed
+        self.eof = asyncio.Event()
+        self.changed = asyncio.Event()
+        asyncio.get_running_loop().add_reader(master, self._read)
+
+    @classmethod
+    async def start(cls, *args: str, state_dir: Path) -> Terminal:
+        master, slave = os.openpty()
+        env = {**os.environ, "XDG_STATE_HOME": str(state_dir), "TERM": "xterm"}
+        env.pop("NO_COLOR", None)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", BOOT, *chat_command(), *args,
+            stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=env,
+        )
+        os.close(slave)
+        return cls(proc, master)
+
+    def _read(self) -> None:
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # EIO: every slave end is closed
+            data = b""
+        if data:
+            self.raw += data
+        else:
+            asyncio.get_running_loop().remove_reader(self.master)
+            self.eof.set()
+        self.changed.set()
+
+    @property
+    def text(self) -> str:
+        return ANSI.sub("", self.raw.decode("utf-8", "replace")).replace("\r", "")
+
+    async def expect(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
+        """Wait until `pattern` (a regex) appears after the last match; consume up to it."""
+        regex = re.compile(pattern)
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    found = regex.search(self.text, self.pos)
+                    if found:
+                        self.pos = found.end()
+                        return found
+                    if self.eof.is_set():
+                        break
+                    self.changed.clear()
+                    await self.changed.wait()
+        except TimeoutError:
+            pass
+        raise AssertionError(f"{pattern!r} did not appear; the terminal shows:\n"
+                             f"{self.text[self.pos:]}\n--- (earlier) ---\n{self.text[:self.pos]}")
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    async def exit_code(self, timeout: float = 10.0) -> int:
+        async with asyncio.timeout(timeout):
+            code = await self.proc.wait()
+            await self.eof.wait()
+        return code
+
+    async def close(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        if not self.eof.is_set():
+            asyncio.get_running_loop().remove_reader(self.master)
+        os.close(self.master)
+
+
+@pytest.fixture
+async def terminals(tmp_path: Path) -> AsyncIterator[Any]:
+    """Start clients with `await terminals(url, *args)`; all are killed at the end."""
+    started: list[Terminal] = []
+
+    async def start(url: str, *args: str, state_dir: Path = tmp_path / "state") -> Terminal:
+        terminal = await Terminal.start("--url", url, *args, state_dir=state_dir)
+        started.append(terminal)
+        return terminal
+
+    yield start
+    for terminal in started:
+        await terminal.close()
+
+
+def ws_url(server: Any) -> str:
+    return f"ws://{server.address}/ws"
+
+
+async def test_a_run_streams_its_phases_and_the_final_answer(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    fake_llm.script("reason", reason("Let me check the clock."),
+                    reason("I have the time now.", finish=True))
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
+    fake_llm.script("observe", observe("The tool returned the time.\x1b]0;pwned\x07"),
+                    observe("Done.", final="It is **noon** in UTC."))
+    term = await terminals(ws_url(server))
+    session_id = (await term.expect(r"session (\w+) \(new\)")).group(1)
+    await term.expect(r"you> ")
+    term.type("What time is it?\r")
+
+    await term.expect(r"\[step 1\] thinking: Let me check the clock\.\n")
+    await term.expect(r'→ tool get_current_time \{"timezone": "UTC"\}\n')
+    await term.expect(r'✓ result \(\d+ ms\): \{"timezone": "UTC", "iso": ')
+    await term.expect(r"observing: The tool returned the time\.\]0;pwned\n")  # ESC, BEL dropped
+    await term.expect(r"\[step 2\] thinking: I have the time now\.\n")
+    await term.expect(r"observing: Done\.\n")
+    await term.expect(r"answer \(finished in 2 steps\):\nIt is \*\*noon\*\* in UTC\.\n")
+    await term.expect(r"you> ")
+    assert b"\x1b]0;pwned" not in term.raw  # model text cannot send terminal commands
+
+    term.type("\x04")  # Ctrl-D: end of input
+    await term.expect(rf"resume it with: agent-server chat --session {session_id}")
+    assert await term.exit_code() == 0
+
+
+async def test_a_question_from_the_agent_is_answered_inline(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
+    fake_llm.script("observe", observe("The user chose Paris.", final="Paris: 12:00."))
+    term = await terminals(ws_url(server))
+    await term.expect(r"you> ")
+    term.type("What time is it where I am?\r")
+
+    await term.expect(r"\? the agent asks: Which city\?\n")
+    await term.expect(r"answer> ")
+    term.type("Paris\r")
+    await term.expect(r"observing: The user chose Paris\.")
+    await term.expect(r"answer \(finished in 1 step\):\nParis: 12:00\.\n")
+    await term.expect(r"you> ")
+    observed = await fake_llm.wait_for("observe")
+    assert [m["content"] for m in observed.body["messages"] if m["role"] == "tool"] == ["Paris"]
+
+
+async def test_ctrl_c_stops_a_run_and_a_second_ctrl_c_quits(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    hanging = Reply(chunks=["Thinking", " slowly"], hang_after=2)
+    fake_llm.script("reason", hanging)
+    term = await terminals(ws_url(server))
+    await term.expect(r"you> ")
+    term.type("Take your time\r")
+    await term.expect(r"\[step 1\] thinking: Thinking slowly")
+
+    term.type("\x03")  # Ctrl-C
+    await term.expect(r"stopping the run… \(Ctrl-C again to quit\)")
+    await term.expect(r"■ stopped by you at step 1\n")
+    await term.expect(r"you> ")
+    assert fake_llm.disconnects >= 1  # the model call in flight was cancelled
+
+    term.type("Then answer now\r")  # the session is still usable
+    await term.expect(r"answer \(finished in 1 step\):\nHere is the answer\.\n")
+    await term.expect(r"you> ")
+
+    fake_llm.script("reason", Reply(chunks=["Again"], hang_after=1))
+    term.type("And slowly again\r")
+    await term.expect(r"thinking: Again")
+    term.type("\x03")
+    await term.expect(r"stopping the run")
+    term.type("\x03")
+    assert await term.exit_code() == 130
+    await term.expect(r"resume it with: agent-server chat --session \w+")
+
+
+async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
+    server: Any, fake_llm: FakeLLM, terminals: Any, tmp_path: Path
+) -> None:
+    fake_llm.script("observe", observe("ok", final="First answer."),
+                    observe("ok", final="Second answer."), observe("ok", final="Third answer."))
+    first = await terminals(ws_url(server))
+    session_id = (await first.expect(r"session (\w+) \(new\)")).group(1)
+    await first.expect(r"you> ")
+    first.type("one\r")
+    await first.expect(r"First answer\.")
+    await first.expect(r"you> ")
+    first.type("\x04")
+    assert await first.exit_code() == 0
+    state = json.loads((tmp_path / "state" / "agent-server" / "terminal.json").read_text())
+    assert state[session_id] > 0
+
+    # Meanwhile another client runs in the same session.
+    async with await server.client(session_id=session_id) as other:
+        await other.recv()
+        await other.run("two")
+
+    again = await terminals(ws_url(server), "--session", session_id)
+    await again.expect(rf"session {session_id} \(resumed\)")
+    await again.expect(r"replaying \d+ event\(s\) not shown here yet")
+    await again.expect(r"answer \(finished in 1 step\):\nSecond answer\.\n")
+    await again.expect(r"you> ")
+    again.type("three\r")
+    await again.expect(r"Third answer\.")
+    await again.expect(r"you> ")
+    again.type("\x04")
+    assert await again.exit_code() == 0
+    assert "First answer." not in again.text  # shown by the first terminal: not twice
+
+    # A terminal that has never shown this session replays all of it.
+    fresh = await terminals(ws_url(server), "--session", session_id,
+                            state_dir=tmp_path / "other-state")
+    await fresh.expect(r"First answer\.")
+    await fresh.expect(r"Second answer\.")
+    await fresh.expect(r"Third answer\.")
+    await fresh.expect(r"you> ")
+    fresh.type("\x04")
+    assert await fresh.exit_code() == 0
+
+
+async def test_an_unknown_session_or_server_is_a_clear_error(
+    server: Any, terminals: Any
+) -> None:
+    term = await terminals(ws_url(server), "--session", "no-such-session")
+    await term.expect(r"! there is no session no-such-session on this server")
+    assert await term.exit_code() == 1
+    closed = await terminals("ws://127.0.0.1:9/ws")
+    await closed.expect(r"! cannot connect to ws://127\.0\.0\.1:9/ws")
+    assert await closed.exit_code() == 1
+
+
+async def test_an_open_question_can_be_answered_after_resuming(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
+    fake_llm.script("observe", observe("ok", final="Lyon it is."))
+    first = await terminals(ws_url(server))
+    session_id = (await first.expect(r"session (\w+) \(new\)")).group(1)
+    await first.expect(r"you> ")
+    first.type("Where?\r")
+    await first.expect(r"answer> ")
+    first.type("\x04")
+    await first.expect(r"\(input ended: the question stays open\)")
+    assert await first.exit_code() == 0
+
+    again = await terminals(ws_url(server), "--session", session_id)
+    await again.expect(r"\(resumed\)")
+    await again.expect(r"\? the agent asks: Which city\?\n")
+    await again.expect(r"answer> ")
+    again.type("Lyon\r")
+    await again.expect(r"answer \(finished in 1 step\):\nLyon it is\.\n")
+    await again.expect(r"you> ")
