@@ -1,10 +1,11 @@
 """Soak: hundreds of sessions with random stops, disconnects and answers, then an audit.
 
-    .venv/bin/python -m bench.soak [--sessions 300] [--runs 4] [--seconds 120]
+    .venv/bin/python -m bench.soak [--sessions 300] [--runs 4] [--rounds 3] [--seconds 180]
 
 Every stored event stream must be gap-free and duplicate-free, every run must end with exactly
-one `response_complete` as its last event, no run may be left active, and the process's
-memory must come back down once the sessions are gone. Exits 1 on any violation.
+one `response_complete` as its last event, no run may be left active, and memory must level
+off: the rounds are equal, so after the first (which warms caches) RSS and the number of live
+objects must stop growing. Exits 1 on any violation.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _random_reply(rng: random.Random) -> Any:
 
 async def _session(address: str, rng: random.Random, runs: int, stats: dict[str, int]) -> str:
     client = await Client.connect(address)
-    session = (await client.recv())["session_id"]
+    session = (await client.recv(timeout=30))["session_id"]
     last_seq = 0
     for _ in range(runs):
         await client.send({"type": "chat", "content": "soak", "agent_max_steps": 3})
@@ -64,7 +65,7 @@ async def _session(address: str, rng: random.Random, runs: int, stats: dict[str,
             except Exception:  # noqa: BLE001 - the socket may be closed under load; resume
                 stats["reconnects"] += 1
                 client = await Client.connect(address, session_id=session, after_seq=last_seq)
-                await client.recv()
+                await client.recv(timeout=30)
                 continue
             last_seq = frame.get("seq", last_seq)
             name = kind(frame)
@@ -86,7 +87,7 @@ async def _session(address: str, rng: random.Random, runs: int, stats: dict[str,
                 await client.close()
                 stats["disconnects"] += 1
                 client = await Client.connect(address, session_id=session, after_seq=last_seq)
-                await client.recv()
+                await client.recv(timeout=30)
     await client.close()
     return str(session)
 
@@ -113,9 +114,9 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def soak(sessions: int, runs: int, seconds: float, seed: int) -> int:
+async def soak(sessions: int, runs: int, rounds: int, seconds: float, seed: int) -> int:
     rng = random.Random(seed)
-    fake = FakeLLM(default=_random_reply(rng))
+    fake = FakeLLM(default=_random_reply(rng), record=False)
     with tempfile.TemporaryDirectory() as tmp:
         async with serve(fake.app) as llm:
             settings = load_settings(None, {
@@ -127,19 +128,28 @@ async def soak(sessions: int, runs: int, seconds: float, seed: int) -> int:
             app = create_app(settings)
             async with run_server(app, AgentServer) as handle:
                 hub = app.state.services.hub
-                gc.collect()
-                before = _rss_mib()
                 stats: dict[str, int] = defaultdict(int)
+                ids: list[str] = []
+                samples = []  # (rss MiB, live objects) after each round
                 started = time.monotonic()
-                ids = await asyncio.wait_for(
-                    asyncio.gather(*(_session(handle.address, random.Random(rng.random()),
-                                              runs, stats) for _ in range(sessions))),
-                    seconds,
-                )
+                for _ in range(rounds):  # equal rounds: memory must level off, not climb
+                    ids += await asyncio.wait_for(
+                        asyncio.gather(*(
+                            _session(handle.address, random.Random(rng.random()), runs, stats)
+                            for _ in range(sessions)
+                        )),
+                        seconds,
+                    )
+                    try:
+                        await asyncio.wait_for(hub.wait_empty(), 30)
+                    except TimeoutError:
+                        held = [(lv.session_id, len(lv.subscribers), lv.run is not None, lv.status)
+                                for lv in hub._live.values()]
+                        print("STUCK", held[:5], len(held), file=sys.stderr)
+                        raise
+                    gc.collect()
+                    samples.append((_rss_mib(), len(gc.get_objects())))
                 elapsed = time.monotonic() - started
-                await asyncio.wait_for(hub.wait_empty(), 30)
-                gc.collect()
-                after = _rss_mib()
                 problems = []
                 async with httpx.AsyncClient(base_url=f"http://{handle.address}") as http:
                     for session in ids:
@@ -148,14 +158,19 @@ async def soak(sessions: int, runs: int, seconds: float, seed: int) -> int:
                 if hub.active_runs():
                     problems.append(f"{hub.active_runs()} runs still active")
     report = {
-        "sessions": sessions, "elapsed_s": round(elapsed, 1), **stats,
-        "rss_before_mib": round(before, 1), "rss_after_mib": round(after, 1),
+        "sessions_per_round": sessions, "rounds": rounds, "elapsed_s": round(elapsed, 1),
+        **stats,
+        "rss_mib_after_each_round": [round(rss, 1) for rss, _ in samples],
+        "objects_after_each_round": [objects for _, objects in samples],
         "problems": problems[:20],
     }
     print(json.dumps(report, indent=2))
-    leaked = after - before > max(50.0, 0.5 * before)
+    # The first round warms caches and the allocator; later rounds must not keep growing.
+    first_rss, first_objects = samples[0]
+    last_rss, last_objects = samples[-1]
+    leaked = last_objects > first_objects * 1.10 or last_rss > first_rss * 1.25
     if leaked:
-        print(f"memory grew from {before:.0f} MiB to {after:.0f} MiB", file=sys.stderr)
+        print(f"memory kept growing: {samples}", file=sys.stderr)
     return 1 if problems or leaked else 0
 
 
@@ -163,10 +178,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sessions", type=int, default=300)
     parser.add_argument("--runs", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=180)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=180, help="limit per round")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    return asyncio.run(soak(args.sessions, args.runs, args.seconds, args.seed))
+    return asyncio.run(soak(args.sessions, args.runs, args.rounds, args.seconds, args.seed))
 
 
 if __name__ == "__main__":

@@ -156,6 +156,8 @@ class LiveSession:
             )
             self.status = status
             self.pending_input = pending_input
+            if status == "idle":
+                self.run = None  # before delivery: a chat sent on receiving it must be accepted
         for frame, body in zip(frames, bodies, strict=True):
             seq = int(frame["seq"])
             self.last_seq = seq

@@ -113,10 +113,10 @@ class SessionHub:
             return live, False
         live_or_none = self._live.get(session_id)
         if live_or_none is None:
-            record = await self._store.get_session(scope, session_id)
+            stored = await self._store.get_session(scope, session_id)
             live_or_none = self._live.get(session_id)  # another connection may have won
-            if live_or_none is None and record is not None:
-                live_or_none = self._live[session_id] = LiveSession(record, self._store)
+            if live_or_none is None and stored is not None:
+                live_or_none = self._live[session_id] = LiveSession(stored, self._store)
                 self._emptied.clear()
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
@@ -276,17 +276,18 @@ class SessionHub:
             live.deliver_unstored(orjson.dumps(frame).decode())
 
     async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
-        """Release the run, then send its one `response_complete` with the status change."""
-        live.run = None
+        """Send the run's one `response_complete`; the session turns idle (and releases the
+        run) at that moment, so the session is never seen without a run but still running."""
         self._active[live.scope.tenant_id] -= 1
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         try:
             await live.publish([frame], status="idle")
         except StorageError:
             frame.pop("seq")
-            live.status, live.pending_input = "idle", None
+            live.status, live.pending_input, live.run = "idle", None, None
             live.deliver_unstored(orjson.dumps(frame).decode())
         finally:
+            live.run = None
             self.release(live)
 
     # -- lifecycle ---------------------------------------------------------------------------

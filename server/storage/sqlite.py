@@ -97,8 +97,11 @@ class SQLiteStore:
         if self._closed:  # reopened after close()
             self._writer, self._reader = _executor("sqlite-writer"), _executor("sqlite-reader")
             self._closed = False
-        await self._in_writer(self._open_writer)
-        await self._in_reader(self._open_reader)
+        try:
+            await self._in_writer(self._open_writer)
+            await self._in_reader(self._open_reader)
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(f"cannot open the SQLite database {self._path}: {exc}") from exc
 
     async def close(self) -> None:
         if self._flushing is not None:
@@ -335,8 +338,12 @@ class SQLiteStore:
                 try:
                     results.append(op(conn))
                     conn.execute("RELEASE op")
-                except sqlite3.Error:
-                    raise
+                except sqlite3.Error as exc:
+                    if not isinstance(exc, sqlite3.IntegrityError):
+                        raise  # disk full, I/O error: the whole batch fails
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append(StorageError(f"SQLite refused the write: {exc}"))
                 except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")

@@ -49,7 +49,7 @@ def ferretdb_binary() -> Path:
     if _works(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_suffix(".lock"), "w") as lock:
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not _works(target):  # another process may have built it while we waited
             _build(target)
@@ -94,7 +94,11 @@ def _build(target: Path) -> None:
 
 def _go(go: str, cwd: Path, *args: str) -> None:
     done = subprocess.run(
-        [go, *args], cwd=cwd, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S,
+        [go, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=_BUILD_TIMEOUT_S,
         check=False,
     )
     if done.returncode != 0:

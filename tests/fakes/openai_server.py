@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -77,8 +77,11 @@ class Recorded:
 class FakeLLM:
     """The scripted server's state; `app` is its ASGI app."""
 
-    def __init__(self, default: Callable[[str], Reply] | None = None) -> None:
+    def __init__(
+        self, default: Callable[[str], Reply] | None = None, *, record: bool = True
+    ) -> None:
         self.default = default or _default
+        self.record = record  # off for long soaks, so the fake's own memory stays flat
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: list[Recorded] = []
         self.disconnects = 0
@@ -110,11 +113,15 @@ class FakeLLM:
             await self._disconnected.wait_for(lambda: self.disconnects >= count)
 
     async def _handle(self, request: Request) -> Response:
-        body = await request.json()
+        try:
+            body = await request.json()
+        except ClientDisconnect:  # the server stopped the run while sending the request
+            return Response(status_code=499)
         phase = request.headers.get("x-agent-phase", "")
-        async with self._arrived:
-            self.requests.append(Recorded(phase, dict(request.headers), body))
-            self._arrived.notify_all()
+        if self.record:
+            async with self._arrived:
+                self.requests.append(Recorded(phase, dict(request.headers), body))
+                self._arrived.notify_all()
         queue = self.scripts.get(phase)
         reply = queue.popleft() if queue else self.default(phase)
         if reply.status is not None:

@@ -1,0 +1,411 @@
+"""MongoStore: the shared backend, for several server processes over one MongoDB database.
+
+Driven by pymongo's native asyncio client (`AsyncMongoClient`), not motor: no thread pool,
+and since 4.13.2 connecting no longer blocks the event loop.
+
+Collections, every document carrying `tenant_id` and `user_id` so each query filters on both:
+
+    sessions  one per session: status, title, timestamps, active run, pending question
+    events    one per event: `seq`, `run_id`, `ts` and `body`, the exact JSON bytes sent
+    messages  one per conversation message: `sequence`, `ts` and `body`, its API dict
+
+Numbering (event `seq`, message `sequence`) is decided by the unique `(session_id, seq)` and
+`(session_id, sequence)` indexes, not by a counter: a writer reads the session's highest
+number and inserts from the next one; if another process took a number first, the insert
+stops there and the writer continues after the new highest. A number is only ever taken by
+an inserted document, so numbering stays unique and gap-free across processes and crashes.
+It needs no transactions and no atomic read-modify-write, which matters because FerretDB 1.x
+applies every update (`$inc` included) as read-then-replace: a `$inc` counter there hands two
+processes the same numbers. `last_seq` and the message total are therefore read from the
+indexes too, never cached on the session document.
+
+Every driver failure surfaces as `StorageError`, and `mongodb_timeout_ms` bounds each
+operation (server selection, connect, socket and the whole operation), so an unreachable
+database fails fast instead of hanging a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import orjson
+from bson import Binary
+from bson.errors import BSONError
+from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.asynchronous.database import AsyncDatabase
+from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+
+from agent.errors import StorageError
+from agent.messages import Message
+from server.settings import StorageSettings
+from server.storage.base import (
+    Scope,
+    SessionRecord,
+    SessionStatus,
+    UnfinishedRun,
+    message_from_api,
+    message_to_api,
+)
+
+__all__ = ["MongoStore"]
+
+T = TypeVar("T")
+Doc = dict[str, Any]
+
+_DUPLICATE_KEY = 11000
+_MAX_CONFLICTS = 100  # each conflict means another writer made progress: this bounds livelock
+_MAX_HINTS = 10_000  # remembered next numbers, one per recently written session and kind
+
+# (collection, keys, unique). Created one per command: FerretDB 1.24 crashes on a
+# createIndexes batch whose indexes all exist already.
+_INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
+    ("sessions", [("session_id", ASCENDING)], True),
+    (
+        "sessions",
+        [("tenant_id", ASCENDING), ("user_id", ASCENDING), ("updated_at", DESCENDING)],
+        False,
+    ),
+    (
+        "sessions",
+        [("tenant_id", ASCENDING), ("status", ASCENDING), ("created_at", DESCENDING)],
+        False,
+    ),
+    ("events", [("session_id", ASCENDING), ("seq", ASCENDING)], True),
+    ("messages", [("session_id", ASCENDING), ("sequence", ASCENDING)], True),
+]
+
+
+class MongoStore:
+    """The Store contract over a MongoDB (or MongoDB-compatible) database."""
+
+    def __init__(self, settings: StorageSettings) -> None:
+        self._settings = settings
+        self._client: AsyncMongoClient[Doc] | None = None
+        self._db: AsyncDatabase[Doc] | None = None
+        self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect and create the indexes; fail within the timeout if the server is away."""
+        timeout = self._settings.mongodb_timeout_ms
+        where = f"open MongoDB database {self._settings.mongodb_database!r}"
+        with _translated(where):
+            client: AsyncMongoClient[Doc] = AsyncMongoClient(
+                self._settings.mongodb_uri,
+                serverSelectionTimeoutMS=timeout,
+                connectTimeoutMS=timeout,
+                socketTimeoutMS=timeout,
+                timeoutMS=timeout,
+                appname="agent-server",
+            )
+        db = client[self._settings.mongodb_database]
+        try:
+            with _translated(where):
+                for name, keys, unique in _INDEXES:
+                    await db[name].create_index(keys, unique=unique)
+        except BaseException:
+            await client.close()
+            raise
+        self._client, self._db = client, db
+
+    async def close(self) -> None:
+        client, self._client, self._db = self._client, None, None
+        if client is not None:
+            with _translated("close the MongoDB client"):
+                await client.close()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord:
+        doc = {
+            "session_id": session_id,
+            **_owner(scope),
+            "status": "idle",
+            "title": "",
+            "created_at": now,
+            "updated_at": now,
+            "active_run_id": None,
+            "pending_input": None,
+        }
+        with _translated("create session"):
+            await self._col("sessions").insert_one(doc)
+        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", "", now, now, 0)
+
+    async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
+        with _translated("read session"):
+            doc = await self._col("sessions").find_one(_session_filter(scope, session_id))
+        return await self._record(doc) if doc else None
+
+    async def list_sessions(self, scope: Scope, limit: int) -> list[SessionRecord]:
+        if limit == 0:  # pymongo reads limit 0 as "no limit"
+            return []
+        cursor = (
+            self._col("sessions")
+            .find(_owner(scope))
+            .sort([("updated_at", DESCENDING), ("_id", DESCENDING)])
+        )
+        if limit > 0:
+            cursor = cursor.limit(limit)
+        with _translated("list sessions"):
+            docs = await cursor.to_list()
+        return list(await asyncio.gather(*(self._record(doc) for doc in docs)))
+
+    async def update_session(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        status: SessionStatus | None = None,
+        title: str | None = None,
+        active_run_id: str | None = None,
+        pending_input: dict[str, Any] | None = None,
+    ) -> None:
+        fields: Doc = {"updated_at": now}
+        if status is not None:
+            fields |= {
+                "status": status,
+                "active_run_id": active_run_id,
+                "pending_input": pending_input or None,
+            }
+        if title is not None:
+            fields["title"] = title
+        with _translated("update session"):
+            await self._col("sessions").update_one(
+                _session_filter(scope, session_id), {"$set": fields}
+            )
+
+    # -- events ------------------------------------------------------------------------------
+
+    async def append_events(
+        self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
+    ) -> list[bytes]:
+        for frame in frames:  # fail before touching anything, as SQLite's rollback would
+            _encode(frame)
+        await self._touch(scope, session_id, now)
+
+        def event(frame: dict[str, Any], seq: int) -> Doc:
+            frame["seq"] = seq
+            return {
+                **_session_filter(scope, session_id),
+                "seq": seq,
+                "run_id": frame.get("run_id"),
+                "ts": frame.get("ts", now),
+                "body": Binary(_encode(frame)),
+            }
+
+        docs = await self._insert_numbered("events", "seq", scope, session_id, frames, event)
+        return [bytes(doc["body"]) for doc in docs]
+
+    async def read_events(
+        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+    ) -> list[bytes]:
+        if limit == 0:  # pymongo reads limit 0 as "no limit"
+            return []
+        query = {**_session_filter(scope, session_id), "seq": {"$gt": after_seq}}
+        cursor = self._col("events").find(query, {"_id": 0, "body": 1}).sort("seq", ASCENDING)
+        if limit is not None and limit > 0:
+            cursor = cursor.limit(limit)
+        with _translated("read events"):
+            return [bytes(doc["body"]) async for doc in cursor]
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def append_messages(
+        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
+    ) -> None:
+        await self._touch(scope, session_id, now)
+
+        def message(item: Message, sequence: int) -> Doc:
+            body = message_to_api(item, uuid.uuid4().hex, sequence, now)
+            return {
+                **_session_filter(scope, session_id),
+                "sequence": sequence,
+                "ts": now,
+                "body": body,
+            }
+
+        await self._insert_numbered("messages", "sequence", scope, session_id, messages, message)
+
+    async def read_messages(
+        self, scope: Scope, session_id: str, limit: int, since: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        with _translated("read messages"):
+            sessions = self._col("sessions")
+            if await sessions.find_one(_session_filter(scope, session_id), {"_id": 1}) is None:
+                return [], 0
+            total = await self._next_number("messages", "sequence", scope, session_id)
+            if limit == 0:
+                return [], total
+            query: Doc = _session_filter(scope, session_id)
+            if since is not None:
+                query["ts"] = {"$gt": since}
+            newest_first = since is None  # without `since`: the last `limit`, oldest first
+            cursor = (
+                self._col("messages")
+                .find(query, {"_id": 0, "body": 1})
+                .sort("sequence", DESCENDING if newest_first else ASCENDING)
+            )
+            if limit > 0:
+                cursor = cursor.limit(limit)
+            bodies = [doc["body"] async for doc in cursor]
+        return (bodies[::-1] if newest_first else bodies), total
+
+    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
+        cursor = (
+            self._col("messages")
+            .find(_session_filter(scope, session_id), {"_id": 0, "body": 1})
+            .sort("sequence", ASCENDING)
+        )
+        with _translated("load history"):
+            return [message_from_api(doc["body"]) async for doc in cursor]
+
+    async def unfinished_runs(self) -> list[UnfinishedRun]:
+        cursor = self._col("sessions").find(
+            {"status": {"$in": ["running", "awaiting_input"]}},
+            {"_id": 0, "tenant_id": 1, "user_id": 1, "session_id": 1, "active_run_id": 1},
+        )
+        with _translated("find unfinished runs"):
+            docs = await cursor.to_list()
+        return [
+            UnfinishedRun(
+                Scope(d["tenant_id"], d["user_id"]), d["session_id"], d.get("active_run_id") or ""
+            )
+            for d in docs
+        ]
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _col(self, name: str) -> AsyncCollection[Doc]:
+        if self._db is None:
+            raise StorageError("the MongoDB store is not open")
+        return self._db[name]
+
+    async def _record(self, doc: Doc) -> SessionRecord:
+        scope = Scope(doc["tenant_id"], doc["user_id"])
+        next_seq = await self._next_number("events", "seq", scope, doc["session_id"])
+        return SessionRecord(
+            session_id=doc["session_id"],
+            tenant_id=doc["tenant_id"],
+            user_id=doc["user_id"],
+            status=doc["status"],
+            title=doc["title"],
+            created_at=doc["created_at"],
+            updated_at=doc["updated_at"],
+            last_seq=next_seq - 1,
+            active_run_id=doc.get("active_run_id"),
+            pending_input=doc.get("pending_input"),
+        )
+
+    async def _touch(self, scope: Scope, session_id: str, now: int) -> None:
+        """Bump `updated_at`; refuse a session that is not the caller's."""
+        with _translated("update session"):
+            result = await self._col("sessions").update_one(
+                _session_filter(scope, session_id), {"$set": {"updated_at": now}}
+            )
+        if result.matched_count == 0:
+            raise StorageError(f"session {session_id} does not exist")
+
+    async def _next_number(self, name: str, key: str, scope: Scope, session_id: str) -> int:
+        """The session's next free `key` in collection `name`: one past the highest stored
+        (events count from 1, messages from 0)."""
+        with _translated(f"read the last {key}"):
+            last = await self._col(name).find_one(
+                _session_filter(scope, session_id), {"_id": 0, key: 1}, sort=[(key, DESCENDING)]
+            )
+        if last is not None:
+            return int(last[key]) + 1
+        return 1 if key == "seq" else 0
+
+    async def _insert_numbered(
+        self,
+        name: str,
+        key: str,
+        scope: Scope,
+        session_id: str,
+        items: Sequence[T],
+        build: Callable[[T, int], Doc],
+    ) -> list[Doc]:
+        """Store one document per item, numbered consecutively after the session's last.
+
+        The unique `(session_id, key)` index decides races: a number another writer took
+        first fails our insert there, so we read the new last number and go on from it.
+        Items keep their order; a batch may interleave with another writer's. The next
+        number is remembered from our own last insert, which saves the read when one process
+        writes a session (the usual case): a remembered number can be too low (another
+        writer went on: one conflict, then a read) but never too high, as none is deleted.
+        """
+        hint_key = (name, session_id)
+        first = self._hints.pop(hint_key, None)
+        stored: list[Doc] = []
+        remaining = list(items)
+        conflicts = 0
+        while remaining:
+            if first is None:
+                first = await self._next_number(name, key, scope, session_id)
+            docs = [build(item, first + i) for i, item in enumerate(remaining)]
+            inserted = await self._insert_until_taken(name, docs)
+            stored += docs[:inserted]
+            remaining = remaining[inserted:]
+            first = None if remaining else first + inserted
+            conflicts = 0 if inserted else conflicts + 1
+            if conflicts > _MAX_CONFLICTS:
+                raise StorageError(f"too many concurrent writers on session {session_id}")
+        if first is not None:
+            self._hints[hint_key] = first
+            if len(self._hints) > _MAX_HINTS:
+                self._hints.popitem(last=False)
+        return stored
+
+    async def _insert_until_taken(self, name: str, docs: list[Doc]) -> int:
+        """Insert in order, stopping at a number already taken; return how many went in."""
+        with _translated(f"store {name}"):
+            try:
+                await self._col(name).insert_many(docs, ordered=True)
+            except BulkWriteError as exc:
+                errors = exc.details.get("writeErrors") or []
+                if not errors or errors[0].get("code") != _DUPLICATE_KEY:
+                    raise
+                return int(errors[0]["index"])
+        return len(docs)
+
+
+def _owner(scope: Scope) -> Doc:
+    return {"tenant_id": scope.tenant_id, "user_id": scope.user_id}
+
+
+def _session_filter(scope: Scope, session_id: str) -> Doc:
+    return {"session_id": session_id, **_owner(scope)}
+
+
+def _encode(frame: Mapping[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(frame)
+    except orjson.JSONEncodeError as exc:
+        raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
+
+
+@contextmanager
+def _translated(action: str) -> Iterator[None]:
+    """Turn driver errors into StorageError with a one-line message (pymongo's can span a
+    whole topology description)."""
+    try:
+        yield
+    except ConnectionFailure as exc:  # also server selection and network timeouts
+        raise StorageError(f"cannot {action}: unreachable ({_first_line(exc)})") from exc
+    except (PyMongoError, BSONError) as exc:
+        raise StorageError(f"cannot {action}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    for noise in (" (configured timeouts", ", Timeout:"):  # pymongo's settings and topology
+        text = text.split(noise)[0]
+    return text if len(text) <= 200 else text[:197] + "..."

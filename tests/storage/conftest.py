@@ -1,0 +1,85 @@
+"""Storage fixtures: every contract test runs once per backend, each time on fresh data.
+
+The "mongodb" backend talks to a FerretDB process started once per test session, or to the
+server in `MONGODB_URI` when that is set; each test gets, and then drops, its own database.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymongo
+import pytest
+
+from server.app import create_store
+from server.settings import Settings, StorageSettings
+from server.storage.base import Store
+from tests.fakes.ferretdb import FerretDB, ferretdb_binary
+
+BACKENDS = ("sqlite", "mongodb")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How to open (again) the store a test runs against."""
+
+    name: str
+    settings: StorageSettings
+
+    def new_store(self) -> Store:
+        """A new, unopened instance over the same file or database (as after a restart)."""
+        return create_store(Settings(storage=self.settings))
+
+
+@pytest.fixture(scope="session")
+def ferretdb_bin() -> Path:
+    """The FerretDB binary, built with Go on the first run of a fresh machine."""
+    try:
+        return ferretdb_binary()
+    except RuntimeError as exc:
+        if os.environ.get("MONGODB_URI"):
+            pytest.skip(f"MONGODB_URI is set and FerretDB is unavailable: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def mongodb_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """MONGODB_URI when set, else a FerretDB process shared by the whole session."""
+    uri = os.environ.get("MONGODB_URI")
+    if uri:
+        yield uri
+        return
+    with FerretDB(ferretdb_binary(), tmp_path_factory.mktemp("ferretdb")) as server:
+        yield server.uri
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend("sqlite", StorageSettings(backend="sqlite", sqlite_path=tmp_path / "a.db"))
+        return
+    uri: str = request.getfixturevalue("mongodb_uri")  # only started if a test needs it
+    database = f"contract_{uuid.uuid4().hex[:16]}"
+    settings = StorageSettings(backend="mongodb", mongodb_uri=uri, mongodb_database=database)
+    yield Backend("mongodb", settings)
+    client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(
+        uri, serverSelectionTimeoutMS=5000
+    )
+    try:
+        client.drop_database(database)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    opened = backend.new_store()
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()

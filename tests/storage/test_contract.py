@@ -1,0 +1,550 @@
+"""The storage contract (`server/storage/base.py`), run against every backend.
+
+Each test gets a fresh SQLite file or MongoDB database (see conftest.py). Backend-specific
+failure modes (a database that goes away, a read-only file) are at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import stat
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import pytest
+
+from agent.errors import StorageError
+from agent.messages import Message, ToolCall
+from server.settings import StorageSettings
+from server.storage.base import Scope, Store, UnfinishedRun, message_to_api
+from server.storage.mongo import MongoStore
+from server.storage.sqlite import SQLiteStore
+from tests.fakes.ferretdb import FerretDB, free_port
+from tests.storage.conftest import Backend
+
+T = TypeVar("T")
+
+ALICE = Scope("acme", "alice")
+BOB = Scope("acme", "bob")  # same tenant, other user
+MALLORY = Scope("globex", "alice")  # other tenant, same user name
+REPO = Path(__file__).resolve().parents[2]
+
+
+def frame(i: int, run_id: str = "run-1", **extra: Any) -> dict[str, Any]:
+    return {
+        "type": "agent_update",
+        "update_type": "agent_reason_delta",
+        "session_id": "s1",
+        "run_id": run_id,
+        "seq": 0,
+        "ts": 1_000 + i,
+        "step": 1,
+        "delta": f"token {i}",
+        **extra,
+    }
+
+
+def seqs(bodies: list[bytes]) -> list[int]:
+    return [orjson.loads(b)["seq"] for b in bodies]
+
+
+async def new_session(store: Store, sid: str = "s1", scope: Scope = ALICE, now: int = 100) -> None:
+    await store.create_session(scope, sid, now)
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+async def test_create_then_get_returns_the_same_record(store: Store) -> None:
+    created = await store.create_session(ALICE, "s1", 123)
+
+    assert await store.get_session(ALICE, "s1") == created
+    assert (created.status, created.title, created.last_seq) == ("idle", "", 0)
+    assert (created.created_at, created.updated_at) == (123, 123)
+    assert (created.active_run_id, created.pending_input) == (None, None)
+    assert await store.get_session(ALICE, "missing") is None
+
+
+async def test_duplicate_session_id_is_refused_even_from_another_scope(store: Store) -> None:
+    await new_session(store)
+    for scope in (ALICE, MALLORY):
+        with pytest.raises(StorageError):
+            await store.create_session(scope, "s1", 999)
+
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and record.created_at == 100
+    assert await store.get_session(MALLORY, "s1") is None
+
+
+async def test_list_sessions_newest_update_first_with_limit(store: Store) -> None:
+    for i, sid in enumerate(["s1", "s2", "s3"]):
+        await new_session(store, sid, now=100 * (i + 1))
+    await new_session(store, "bobs", BOB, now=900)
+    await store.append_events(ALICE, "s2", [frame(1), frame(2)], 350)  # appending updates too
+    await store.update_session(ALICE, "s1", 400, title="renamed")
+
+    listed = await store.list_sessions(ALICE, 10)
+    assert [(s.session_id, s.updated_at, s.last_seq) for s in listed] == [
+        ("s1", 400, 0), ("s2", 350, 2), ("s3", 300, 0)
+    ]
+    assert listed[0].title == "renamed"
+    assert [s.session_id for s in await store.list_sessions(ALICE, 2)] == ["s1", "s2"]
+    assert await store.list_sessions(ALICE, 0) == []
+    assert await store.list_sessions(MALLORY, 10) == []
+
+
+@pytest.mark.parametrize("other", [BOB, MALLORY], ids=["other-user", "other-tenant"])
+async def test_another_scope_can_neither_see_nor_change_a_session(
+    store: Store, other: Scope
+) -> None:
+    await new_session(store)
+    await store.append_events(ALICE, "s1", [frame(1)], 200)
+    await store.append_messages(ALICE, "s1", [Message("user", "secret")], 200)
+
+    assert await store.get_session(other, "s1") is None
+    assert await store.list_sessions(other, 10) == []
+    assert await store.read_events(other, "s1", 0) == []
+    assert await store.read_messages(other, "s1", 10, None) == ([], 0)
+    assert await store.load_history(other, "s1") == []
+    with pytest.raises(StorageError):
+        await store.append_events(other, "s1", [frame(2)], 300)
+    with pytest.raises(StorageError):
+        await store.append_messages(other, "s1", [Message("user", "injected")], 300)
+    await store.update_session(other, "s1", 300, status="running", title="x", active_run_id="r")
+
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None
+    assert (record.status, record.title, record.updated_at, record.last_seq) == ("idle", "", 200, 1)
+    assert seqs(await store.read_events(ALICE, "s1", 0)) == [1]
+    assert [m.content for m in await store.load_history(ALICE, "s1")] == ["secret"]
+
+
+async def test_update_session_sets_status_run_and_pending_input_together(store: Store) -> None:
+    await new_session(store)
+    await new_session(store, "other-tenant", MALLORY)
+    pending = {"question": "Which city?", "tool_call_id": "c1", "step": 2, "expires_at": 9}
+
+    await store.update_session(ALICE, "s1", 200, status="running", active_run_id="r1")
+    await store.update_session(MALLORY, "other-tenant", 200, status="running", active_run_id="r9")
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None
+    assert (record.status, record.active_run_id, record.pending_input) == ("running", "r1", None)
+    assert sorted(await store.unfinished_runs(), key=lambda r: r.run_id) == [
+        UnfinishedRun(ALICE, "s1", "r1"),
+        UnfinishedRun(MALLORY, "other-tenant", "r9"),
+    ]
+
+    await store.update_session(
+        ALICE, "s1", 300, status="awaiting_input", active_run_id="r1", pending_input=pending
+    )
+    await store.update_session(ALICE, "s1", 310, title="Weather")  # no status: rest kept
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None
+    assert (record.status, record.active_run_id, record.pending_input) == (
+        "awaiting_input", "r1", pending
+    )
+    assert (record.title, record.updated_at) == ("Weather", 310)
+
+    await store.update_session(ALICE, "s1", 400, status="idle")  # clears run and question
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None
+    assert (record.status, record.active_run_id, record.pending_input) == ("idle", None, None)
+    assert record.title == "Weather"
+    assert await store.unfinished_runs() == [UnfinishedRun(MALLORY, "other-tenant", "r9")]
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+async def test_event_seqs_are_consecutive_and_replay_is_byte_identical(store: Store) -> None:
+    await new_session(store)
+    sent: list[bytes] = []
+    batches = [[frame(1)], [frame(i) for i in range(2, 5)],
+               [frame(i, "run-2") for i in range(5, 10)]]
+    for batch in batches:
+        bodies = await store.append_events(ALICE, "s1", batch, 200)
+        assert bodies == [orjson.dumps(f) for f in batch]  # "seq" was set in place
+        sent += bodies
+
+    assert seqs(sent) == list(range(1, 10))
+    assert await store.read_events(ALICE, "s1", 0) == sent
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and record.last_seq == 9
+    assert await store.append_events(ALICE, "s1", [], 300) == []
+    assert seqs(await store.append_events(ALICE, "s1", [frame(10)], 300)) == [10]
+
+
+async def test_read_events_after_seq_and_limit(store: Store) -> None:
+    await new_session(store)
+    await store.append_events(ALICE, "s1", [frame(i) for i in range(10)], 200)
+
+    assert seqs(await store.read_events(ALICE, "s1", 3)) == list(range(4, 11))
+    assert seqs(await store.read_events(ALICE, "s1", 3, limit=2)) == [4, 5]
+    assert seqs(await store.read_events(ALICE, "s1", 8, limit=5)) == [9, 10]
+    assert seqs(await store.read_events(ALICE, "s1", 0, limit=None)) == list(range(1, 11))
+    assert await store.read_events(ALICE, "s1", 0, limit=0) == []
+    assert await store.read_events(ALICE, "s1", 10) == []
+    assert await store.read_events(ALICE, "s1", 99) == []
+    assert await store.read_events(ALICE, "missing", 0) == []
+
+
+async def test_a_frame_that_is_not_json_fails_without_using_a_seq(store: Store) -> None:
+    await new_session(store)
+    with pytest.raises(StorageError):
+        await store.append_events(ALICE, "s1", [frame(1, delta="\ud800")], 200)  # lone surrogate
+
+    assert seqs(await store.append_events(ALICE, "s1", [frame(2)], 200)) == [1]
+    assert seqs(await store.read_events(ALICE, "s1", 0)) == [1]
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+async def test_read_messages_last_n_first_n_since_and_total(store: Store) -> None:
+    await new_session(store)
+    for now, names in [(100, "abcd"), (200, "efg"), (300, "hij")]:
+        await store.append_messages(ALICE, "s1", [Message("user", n) for n in names], now)
+
+    everything, total = await store.read_messages(ALICE, "s1", 100, None)
+    assert [m["content"] for m in everything] == list("abcdefghij")
+    assert [m["sequence"] for m in everything] == list(range(10))
+    assert [m["ts"] for m in everything] == [100] * 4 + [200] * 3 + [300] * 3
+    assert len({m["message_id"] for m in everything}) == 10
+    assert total == 10
+
+    last, total = await store.read_messages(ALICE, "s1", 3, None)
+    assert ([m["content"] for m in last], total) == (list("hij"), 10)
+    first_after, total = await store.read_messages(ALICE, "s1", 2, 100)
+    assert ([m["content"] for m in first_after], total) == (list("ef"), 10)
+    rest, _ = await store.read_messages(ALICE, "s1", 100, 200)
+    assert [m["content"] for m in rest] == list("hij")
+    assert await store.read_messages(ALICE, "s1", 10, 300) == ([], 10)
+    assert await store.read_messages(ALICE, "s1", 0, None) == ([], 10)
+
+
+async def test_history_round_trips_every_message_field(store: Store) -> None:
+    await new_session(store)
+    calls = (
+        ToolCall("call_1", "get_current_time", '{"timezone": "Asia/Tokyo"}'),
+        ToolCall("call_2", "lookup", "{}"),
+    )
+    history = [
+        Message("system", "You are helpful."),
+        Message("user", "What time is it in Tokyo?", run_id="r1"),
+        Message("assistant", "Let me check.", tool_calls=calls, phase="act", run_id="r1"),
+        Message("tool", '"12:00"', tool_call_id="call_1", tool_name="get_current_time",
+                status="ok", run_id="r1"),
+        Message("tool", "", tool_call_id="call_2", tool_name="lookup", status="error",
+                error="no such thing", run_id="r1"),
+        Message("assistant", "It is noon.", phase="final", run_id="r1"),
+    ]
+    await store.append_messages(ALICE, "s1", history[:2], 200)
+    await store.append_messages(ALICE, "s1", history[2:], 201)
+
+    assert await store.load_history(ALICE, "s1") == history
+    api, total = await store.read_messages(ALICE, "s1", 10, None)
+    assert total == 6
+    for body, message in zip(api, history, strict=True):
+        expected = message_to_api(message, body["message_id"], body["sequence"], body["ts"])
+        assert body == expected
+    assert "tool_calls" not in api[0] and "phase" not in api[0]
+
+
+# -- content -----------------------------------------------------------------------------------
+
+
+async def test_unicode_and_one_megabyte_content_round_trip(store: Store) -> None:
+    await new_session(store)
+    text = "漢字かな交じり文 — 你好，世界 — 한국어 — 🚀👩🏽‍💻🇯🇵 — e\u0301 — \u0000 — \"'\\"
+    big = ("0123456789abcdef" * 65_536) + "🎉"  # a bit over 1 MiB
+    frames = [frame(1, delta=text), frame(2, delta=big)]
+
+    bodies = await store.append_events(ALICE, "s1", frames, 200)
+    await store.append_messages(ALICE, "s1", [Message("user", text), Message("assistant", big)],
+                                200)
+
+    assert await store.read_events(ALICE, "s1", 0) == bodies
+    assert [orjson.loads(b)["delta"] for b in bodies] == [text, big]
+    assert [m.content for m in await store.load_history(ALICE, "s1")] == [text, big]
+
+
+# -- durability and concurrency ----------------------------------------------------------------
+
+
+async def test_data_survives_a_restart_and_numbering_continues(backend: Backend) -> None:
+    first = backend.new_store()
+    await first.open()
+    await new_session(first)
+    sent = await first.append_events(ALICE, "s1", [frame(i) for i in range(5)], 200)
+    await first.append_messages(ALICE, "s1", [Message("user", str(i)) for i in range(3)], 200)
+    await first.update_session(ALICE, "s1", 300, status="running", active_run_id="r1")
+    await first.close()
+
+    second = backend.new_store()
+    await second.open()
+    try:
+        record = await second.get_session(ALICE, "s1")
+        assert record is not None
+        assert (record.last_seq, record.status, record.active_run_id) == (5, "running", "r1")
+        assert await second.read_events(ALICE, "s1", 0) == sent
+        assert await second.unfinished_runs() == [UnfinishedRun(ALICE, "s1", "r1")]
+        assert seqs(await second.append_events(ALICE, "s1", [frame(6)], 400)) == [6]
+        await second.append_messages(ALICE, "s1", [Message("user", "3")], 400)
+        messages, total = await second.read_messages(ALICE, "s1", 10, None)
+        assert [m["sequence"] for m in messages] == [0, 1, 2, 3] and total == 4
+    finally:
+        await second.close()
+
+
+async def test_two_store_instances_taking_turns_continue_each_others_numbering(
+    backend: Backend, store: Store
+) -> None:
+    other = backend.new_store()  # as a second server process would hold
+    await other.open()
+    try:
+        await new_session(store)
+        turns = [(store, 2), (other, 3), (store, 1), (other, 1)]
+        appended = [await s.append_events(ALICE, "s1", [frame(i) for i in range(n)], 200)
+                    for s, n in turns]
+        for s in (store, other, store):
+            await s.append_messages(ALICE, "s1", [Message("user", "hi")], 200)
+
+        assert [seqs(bodies) for bodies in appended] == [[1, 2], [3, 4, 5], [6], [7]]
+        assert await other.read_events(ALICE, "s1", 0) == [b for bs in appended for b in bs]
+        for s in (store, other):
+            record = await s.get_session(ALICE, "s1")
+            assert record is not None and record.last_seq == 7
+            messages, total = await s.read_messages(ALICE, "s1", 10, None)
+            assert [m["sequence"] for m in messages] == [0, 1, 2] and total == 3
+    finally:
+        await other.close()
+
+
+_APPEND_WORKER = r"""
+import asyncio, json, sys
+from server.settings import StorageSettings
+from server.storage.base import Scope
+
+async def main(config):
+    settings = StorageSettings.model_validate(config["settings"])
+    if settings.backend == "sqlite":
+        from server.storage.sqlite import SQLiteStore
+        store = SQLiteStore(settings.sqlite_path)
+    else:
+        from server.storage.mongo import MongoStore
+        store = MongoStore(settings)
+    await store.open()
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)  # "go"
+    done, batch = 0, 0
+    while done < config["count"]:
+        size = min(batch % 3 + 1, config["count"] - done)  # batches of 1, 2 and 3
+        frames = [{"seq": 0, "writer": config["writer"], "i": done + k} for k in range(size)]
+        await store.append_events(Scope(*config["scope"]), "s1", frames, 200)
+        done, batch = done + size, batch + 1
+    await store.close()
+
+asyncio.run(main(json.loads(sys.argv[1])))
+"""
+
+
+async def test_two_processes_appending_to_one_session_get_unique_consecutive_seqs(
+    backend: Backend, store: Store
+) -> None:
+    await new_session(store)
+    count = 200
+    workers = []
+    for writer in ("a", "b"):
+        config = {"settings": backend.settings.model_dump(mode="json"), "writer": writer,
+                  "count": count, "scope": [ALICE.tenant_id, ALICE.user_id]}
+        workers.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _APPEND_WORKER, json.dumps(config), cwd=REPO,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        ))
+    try:
+        async with asyncio.timeout(60):
+            for worker in workers:  # both connected before either writes: they overlap
+                assert worker.stdout is not None and worker.stderr is not None
+                assert await worker.stdout.readline() == b"ready\n", await worker.stderr.read()
+            for worker in workers:
+                assert worker.stdin is not None
+                worker.stdin.write(b"go\n")
+                await worker.stdin.drain()
+            for worker in workers:
+                _, err = await worker.communicate()
+                assert worker.returncode == 0, err.decode()
+    finally:
+        for worker in workers:
+            if worker.returncode is None:
+                worker.kill()
+                await worker.wait()
+
+    events = [orjson.loads(b) for b in await store.read_events(ALICE, "s1", 0)]
+    assert [e["seq"] for e in events] == list(range(1, 2 * count + 1))
+    for writer in ("a", "b"):
+        assert [e["i"] for e in events if e["writer"] == writer] == list(range(count))
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and record.last_seq == 2 * count
+
+
+async def test_a_failing_write_does_not_fail_a_concurrent_one(
+    backend: Backend, store: Store
+) -> None:
+    await new_session(store, "s1")
+    await new_session(store, "s2")
+
+    duplicate, appended = await asyncio.gather(
+        store.create_session(ALICE, "s1", 300),
+        store.append_events(ALICE, "s2", [frame(1)], 300),
+        return_exceptions=True,
+    )
+
+    assert isinstance(duplicate, StorageError)
+    assert isinstance(appended, list) and seqs(appended) == [1]
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+
+async def test_operations_before_open_raise_storage_error(backend: Backend) -> None:
+    unopened = backend.new_store()
+    with pytest.raises(StorageError):
+        await unopened.get_session(ALICE, "s1")
+
+
+@pytest.mark.parametrize("name", ["sqlite", "mongodb"])
+async def test_an_unusable_location_fails_open_quickly_with_storage_error(
+    name: str, tmp_path: Path
+) -> None:
+    if name == "sqlite":
+        store: Store = SQLiteStore(tmp_path)  # a directory, not a database file
+    else:
+        uri = f"mongodb://127.0.0.1:{free_port()}"  # nothing listens there
+        store = MongoStore(StorageSettings(backend="mongodb", mongodb_uri=uri,
+                                           mongodb_timeout_ms=300))
+    started = time.monotonic()
+    try:
+        with pytest.raises(StorageError):
+            await store.open()
+    finally:
+        await store.close()
+        collect_pymongo_monitor_sockets()
+    assert time.monotonic() - started < 5
+
+
+def collect_pymongo_monitor_sockets() -> None:
+    """Collect the socket pymongo leaks when a client closes while its monitor connects.
+
+    pymongo 4.20's `_async_create_connection` closes its socket on OSError but not on
+    CancelledError, and `close()` cancels the monitor task; the socket's __del__ then warns,
+    in whichever later test the garbage collector runs. Collect it here, where it is known.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "unclosed <socket", ResourceWarning)
+        gc.collect()
+
+
+async def eventually(op: Callable[[], Awaitable[T]], timeout: float = 15) -> T:
+    """Retry `op` until it stops raising StorageError (as a client would), within `timeout`."""
+    async with asyncio.timeout(timeout):
+        while True:
+            try:
+                return await op()
+            except StorageError:
+                await asyncio.sleep(0.05)
+
+
+async def test_mongodb_going_down_raises_storage_error_then_recovers(
+    ferretdb_bin: Path, tmp_path: Path
+) -> None:
+    server = FerretDB(ferretdb_bin, tmp_path / "ferretdb")
+    await asyncio.to_thread(server.start)
+    store = MongoStore(StorageSettings(backend="mongodb", mongodb_uri=server.uri,
+                                       mongodb_database="downtime", mongodb_timeout_ms=500))
+    try:
+        await store.open()
+        await new_session(store)
+        sent = await store.append_events(ALICE, "s1", [frame(i) for i in range(3)], 200)
+
+        await asyncio.to_thread(server.kill)
+        started = time.monotonic()
+        with pytest.raises(StorageError):
+            await store.append_events(ALICE, "s1", [frame(3)], 300)
+        with pytest.raises(StorageError):
+            await store.read_events(ALICE, "s1", 0)
+        with pytest.raises(StorageError):
+            await store.get_session(ALICE, "s1")
+        assert time.monotonic() - started < 10
+
+        await asyncio.to_thread(server.start)  # same port, same data
+        assert await eventually(lambda: store.read_events(ALICE, "s1", 0)) == sent
+        assert seqs(await store.append_events(ALICE, "s1", [frame(4)], 400)) == [4]
+    finally:
+        await store.close()
+        await asyncio.to_thread(server.stop)
+        collect_pymongo_monitor_sockets()
+
+
+_READ_ONLY_WORKER = r"""
+import asyncio, ctypes, json, os, sys
+from pathlib import Path
+from agent.errors import StorageError
+from server.storage.base import Scope
+from server.storage.sqlite import SQLiteStore
+
+if os.geteuid() == 0:
+    # Root ignores file modes. In a new user namespace root-owned files belong to "someone
+    # else", so the modes apply. It must happen before any thread starts.
+    if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:  # CLONE_NEWUSER
+        print(json.dumps({"skip": os.strerror(ctypes.get_errno())}))
+        sys.exit(0)
+
+async def main(path):
+    store = SQLiteStore(path)
+    await store.open()
+    result = {"read": (await store.get_session(Scope("acme", "alice"), "s1")) is not None}
+    try:
+        await store.append_events(Scope("acme", "alice"), "s1", [{"seq": 0}], 200)
+        result["write"] = "succeeded"
+    except StorageError:
+        result["write"] = "StorageError"
+    except Exception as exc:
+        result["write"] = type(exc).__name__
+    await store.close()
+    print(json.dumps(result))
+
+asyncio.run(main(Path(sys.argv[1])))
+"""
+
+
+async def test_sqlite_on_a_read_only_file_raises_storage_error_on_write() -> None:
+    with tempfile.TemporaryDirectory() as folder:  # not tmp_path: its parents are 0700
+        os.chmod(folder, 0o755)
+        path = Path(folder) / "agent.db"
+        setup = SQLiteStore(path)
+        await setup.open()
+        await new_session(setup)
+        await setup.close()
+        os.chmod(path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _READ_ONLY_WORKER, str(path), cwd=REPO,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(30):
+            out, err = await worker.communicate()
+    assert worker.returncode == 0, err.decode()
+    result = json.loads(out)
+    if "skip" in result:
+        pytest.skip(f"running as root and cannot drop privileges: {result['skip']}")
+    assert result == {"read": True, "write": "StorageError"}
