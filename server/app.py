@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -16,13 +17,22 @@ from starlette.staticfiles import StaticFiles
 from agent.adapters.openai_chat import OpenAIChatModel
 from agent.ports import ChatModel, PromptProvider
 from agent.prompts import FilePromptProvider
-from agent.tools import BUILTIN_TOOLS, Tool, ToolRegistry
+from agent.tools import (
+    BUILTIN_TOOLS,
+    REQUIREMENTS,
+    MemoryStore,
+    Tool,
+    ToolRegistry,
+    build_tools,
+    create_http_client,
+)
 from server.auth import Authenticator
 from server.http_api import routes as api_routes
 from server.services import Services
 from server.sessions import SessionHub
 from server.settings import ConfigError, Settings
 from server.storage.base import Store
+from server.storage.memory_sqlite import SQLiteMemoryStore
 from server.ws import websocket_endpoint
 
 __all__ = ["create_app", "create_store"]
@@ -43,14 +53,35 @@ def create_store(settings: Settings) -> Store:
     return SQLiteStore(storage.sqlite_path)
 
 
-def _tools(settings: Settings, extra: list[Tool] | None) -> ToolRegistry:
-    available = {**BUILTIN_TOOLS, **{t.name: t for t in extra or ()}}
-    unknown = [n for n in settings.tools.enabled if n not in available]
-    if unknown:
+def _tools(
+    settings: Settings,
+    extra: list[Tool] | None,
+    *,
+    http: httpx.AsyncClient,
+    memory: MemoryStore | None,
+) -> ToolRegistry:
+    try:
+        built = build_tools(settings.tools, http=http, memory=memory)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    available = {**BUILTIN_TOOLS, **{t.name: t for t in [*built, *(extra or ())]}}
+    for name in settings.tools.enabled:
+        if name in available:
+            continue
+        if name in REQUIREMENTS:
+            raise ConfigError(f"tools.enabled: {name!r} needs {REQUIREMENTS[name]}")
         raise ConfigError(
-            f"tools.enabled: unknown tool {unknown[0]!r}; available: {', '.join(available)}"
+            f"tools.enabled: unknown tool {name!r}; available: {', '.join(available)}"
         )
     return ToolRegistry(available[n] for n in settings.tools.enabled)
+
+
+def _memory_store(settings: Settings) -> SQLiteMemoryStore | None:
+    """The memory tools' store, only when they are enabled and the backend has one."""
+    wanted = {"memory_save", "memory_retrieve"} & set(settings.tools.enabled)
+    if not wanted or settings.storage.backend != "sqlite":
+        return None
+    return SQLiteMemoryStore(settings.storage.sqlite_path)
 
 
 def create_app(
@@ -60,6 +91,8 @@ def create_app(
     store: Store | None = None,
     prompts: PromptProvider | None = None,
     extra_tools: list[Tool] | None = None,
+    http_client: httpx.AsyncClient | None = None,
+    memory_store: MemoryStore | None = None,
 ) -> Starlette:
     """Build the ASGI app. Every collaborator can be substituted (tests, embedding)."""
     llm = settings.llm
@@ -75,7 +108,12 @@ def create_app(
         )
         model = owned_model
     store = store or create_store(settings)
-    registry = _tools(settings, extra_tools)
+    owned_http = None
+    if http_client is None:
+        owned_http = http_client = create_http_client(timeout_s=settings.tools.web_fetch.timeout_s)
+    owned_memory = _memory_store(settings) if memory_store is None else None
+    memory_store = memory_store or owned_memory
+    registry = _tools(settings, extra_tools, http=http_client, memory=memory_store)
     hub = SessionHub(
         store=store,
         model=model,
@@ -94,6 +132,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await store.open()
+        if owned_memory is not None:
+            await owned_memory.open()
         recovered = await hub.recover()
         if recovered:
             log.info("closed %d run(s) interrupted by the last shutdown", recovered)
@@ -102,6 +142,10 @@ def create_app(
         finally:
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await store.close()
+            if owned_memory is not None:
+                await owned_memory.close()
+            if owned_http is not None:
+                await owned_http.aclose()
             if owned_model is not None:
                 await owned_model.aclose()
 

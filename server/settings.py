@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.tools.config import ToolsConfig
+
 __all__ = [
     "AgentSettings",
     "AuthSettings",
@@ -88,8 +90,8 @@ class StorageSettings(_Section):
     mongodb_timeout_ms: int = Field(5000, ge=100)
 
 
-class ToolSettings(_Section):
-    enabled: tuple[str, ...] = ("get_current_time",)
+class ToolSettings(ToolsConfig):
+    """`[tools]` and its sub-tables (`web_search`, `web_fetch`, `memory`): docs/tools.md."""
 
 
 class Identity(_Section):
@@ -190,6 +192,7 @@ def load_settings(
 
 def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings:
     llm = settings.llm
+    search = settings.tools.web_search
     sqlite_path = settings.storage.sqlite_path
     if not sqlite_path.is_absolute():
         sqlite_path = base / sqlite_path
@@ -202,6 +205,13 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
                 }
             ),
             "storage": settings.storage.model_copy(update={"sqlite_path": sqlite_path}),
+            "tools": settings.tools.model_copy(
+                update={
+                    "web_search": search.model_copy(
+                        update={"api_key": SecretStr(env.get(search.api_key_env, ""))}
+                    )
+                }
+            ),
         }
     )
 

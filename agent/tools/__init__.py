@@ -1,9 +1,64 @@
-"""Tools the agent can call, and the registry that validates their arguments."""
+"""Tools the agent can call, and the registry that validates their arguments.
+
+BUILTIN_TOOLS need nothing. `build_tools` builds the ones that need configuration or
+collaborators (an HTTP client, a memory store); a tool whose requirement is missing is
+simply not built, and REQUIREMENTS says what it needs, for the startup error message.
+"""
+
+from __future__ import annotations
+
+import httpx
 
 from agent.tools.base import Tool
+from agent.tools.config import MemoryConfig, ToolsConfig, WebFetchConfig, WebSearchConfig
 from agent.tools.current_time import current_time_tool
+from agent.tools.http_client import create_http_client
+from agent.tools.memory import MemoryRecord, MemoryStore, build_memory_tools
 from agent.tools.registry import ToolRegistry
+from agent.tools.web_fetch import build_web_fetch
+from agent.tools.web_search import build_web_search
 
-__all__ = ["BUILTIN_TOOLS", "Tool", "ToolRegistry", "current_time_tool"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "REQUIREMENTS",
+    "MemoryConfig",
+    "MemoryRecord",
+    "MemoryStore",
+    "Tool",
+    "ToolRegistry",
+    "ToolsConfig",
+    "WebFetchConfig",
+    "WebSearchConfig",
+    "build_tools",
+    "create_http_client",
+    "current_time_tool",
+]
 
 BUILTIN_TOOLS: dict[str, Tool] = {current_time_tool.name: current_time_tool}
+
+REQUIREMENTS: dict[str, str] = {
+    "web_search": 'a provider: [tools.web_search] provider = "searxng" or "brave"',
+    "web_fetch": "an HTTP client",
+    "memory_save": "a memory store (storage.backend = sqlite)",
+    "memory_retrieve": "a memory store (storage.backend = sqlite)",
+}
+
+
+def build_tools(
+    config: ToolsConfig, *, http: httpx.AsyncClient | None, memory: MemoryStore | None
+) -> list[Tool]:
+    """Build every configurable tool whose requirements are met (enabled or not).
+
+    Raise ValueError when a tool is configured but cannot work (Brave without an API key).
+    """
+    tools: list[Tool] = []
+    if http is not None:
+        search = build_web_search(
+            config.web_search, http=http, api_key=config.web_search.api_key.get_secret_value()
+        )
+        if search is not None:
+            tools.append(search)
+        tools.append(build_web_fetch(config.web_fetch, http=http))
+    if memory is not None:
+        tools.extend(build_memory_tools(config.memory, memory))
+    return tools

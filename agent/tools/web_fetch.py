@@ -12,7 +12,9 @@ shared between two host names. One URL failing never fails the others.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +93,12 @@ class _Fetcher:
             return {"url": url, "error": f"timed out after {limit:g} s"}
         except _Failed as exc:
             return {"url": url, "error": str(exc)}
-        title, text = await asyncio.to_thread(
-            extract_text, response.body, response.content_type, response.charset, final_url
-        )
+        try:
+            title, text = await asyncio.to_thread(
+                extract_text, response.body, response.content_type, response.charset, final_url
+            )
+        except Exception as exc:  # noqa: BLE001 - a page the extractor chokes on fails alone
+            return {"url": url, "error": f"the page text could not be extracted ({exc!r:.80})"}
         truncated = response.truncated or len(text) > self._config.max_chars
         return {
             "url": url,
@@ -109,7 +114,7 @@ class _Fetcher:
         for _ in range(self._config.max_redirects + 1):
             try:
                 port = current.port or (443 if current.scheme == "https" else 80)
-                addresses = await self._guard.addresses(current.host, port)
+                addresses = await self._guard.addresses(_host(current), port)
             except Refused as exc:
                 raise _Failed(f"refused: {exc}") from None
             response = await self._with_retries(current, addresses)
@@ -117,7 +122,7 @@ class _Fetcher:
                 return str(current), response
             try:
                 current = _parse_url(str(current.join(response.location)))
-            except _Failed as exc:
+            except (_Failed, httpx.InvalidURL, ValueError) as exc:
                 raise _Failed(f"redirected to an unusable URL: {exc}") from None
         raise _Failed(f"more than {self._config.max_redirects} redirects")
 
@@ -142,7 +147,7 @@ class _Fetcher:
 
     def _wait(self, state: RetryCallState) -> float:
         """Exponential backoff, or the server's Retry-After when it asks for a short wait."""
-        delay = self._config.retry_backoff_s * 2 ** (state.attempt_number - 1)
+        delay = self._config.retry_backoff_s * 2.0 ** (state.attempt_number - 1)
         error = state.outcome.exception() if state.outcome else None
         if isinstance(error, _Retryable) and error.retry_after is not None:
             delay = error.retry_after
@@ -150,12 +155,15 @@ class _Fetcher:
 
     async def _request_any(self, url: httpx.URL, addresses: list[str]) -> _Response:
         """Try each checked address in turn until one accepts the connection."""
-        for address in addresses[:-1]:
+        for i, address in enumerate(addresses):
             try:
                 return await self._request(url, address)
-            except httpx.ConnectError:
-                continue
-        return await self._request(url, addresses[-1])
+            except httpx.ConnectError as exc:
+                if _bad_certificate(exc):
+                    raise _Failed("the TLS certificate is not valid for this host") from None
+                if i == len(addresses) - 1:
+                    raise
+        raise AssertionError("unreachable: the guard returns at least one address")
 
     async def _request(self, url: httpx.URL, address: str) -> _Response:
         headers = {
@@ -166,8 +174,8 @@ class _Fetcher:
             "Connection": "close",
         }
         extensions: dict[str, Any] = {}
-        if url.scheme == "https" and address != url.host:
-            extensions["sni_hostname"] = url.host
+        if url.scheme == "https" and not _is_ip(_host(url)):
+            extensions["sni_hostname"] = _host(url)
         async with self._http.stream(
             "GET",
             url.copy_with(host=address),
@@ -221,6 +229,29 @@ def _parse_url(text: str) -> httpx.URL:
     if url.userinfo:
         raise _Failed("URLs with a user name or password are not fetched")
     return url.copy_with(fragment=None)
+
+
+def _host(url: httpx.URL) -> str:
+    """The host as DNS and TLS see it: IDNA-encoded, IPv6 without brackets."""
+    return url.raw_host.decode("ascii")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _bad_certificate(exc: BaseException) -> bool:
+    """Whether a connection failed on certificate verification (never worth a retry)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -111,7 +111,7 @@ class BraveSearch:
         body = await _get_json(
             self._http, self._url, params, headers, self._timeout, refused, self.name
         )
-        web = body.get("web") or {}
+        web = body.get("web", {})  # absent when nothing was found
         items = web.get("results", []) if isinstance(web, dict) else None
         if not isinstance(items, list):
             raise ToolError("Brave Search answered without a 'web.results' list.")
