@@ -21,6 +21,7 @@ import orjson
 from agent.control import PendingQuestion
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import InputRequested, InputTimedOut, ToolCompleted, ToolFailed, ToolStarted
+from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
 from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
@@ -61,7 +62,10 @@ async def run_tool_calls(
         args, _ = parsed[call.id]
         rec.open_events[call.id] = call.name
         await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
-    tasks = [asyncio.create_task(_execute(ctx, call, parsed[call.id])) for call in ordinary]
+    tasks = [
+        asyncio.create_task(_execute(ctx, call, _refuse_repeat(rec, call, parsed[call.id])))
+        for call in ordinary
+    ]
     try:
         for call, task in zip(ordinary, tasks, strict=True):
             outcome = await task
@@ -72,10 +76,29 @@ async def run_tool_calls(
         await _ask(ctx, rec, step, call, parsed[call.id])
 
 
+def _refuse_repeat(
+    rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+) -> tuple[dict[str, Any], str | None]:
+    """Turn an identical repeat of a call that already failed REPEAT_LIMIT times into a
+    problem, so it is not run again (the model is looping)."""
+    args, problem = parsed
+    failures = rec.ledger.failures_of(call.name, args)
+    if problem is None and failures >= REPEAT_LIMIT:
+        rec.ctx.metrics["repeated_failing_calls_refused"] += 1
+        problem = (
+            f"This exact call already failed {failures} times in this run, so it was not run "
+            "again. Try a different approach or tell the person what went wrong."
+        )
+    return args, problem
+
+
 async def _finish_call(
     ctx: RunContext, rec: RunRecorder, step: int, call: ToolCall, outcome: _Outcome
 ) -> None:
     rec.open_events.pop(call.id, None)
+    rec.ledger.record(
+        step, call.name, _parse_arguments(call.arguments)[0], outcome.ok, outcome.value
+    )
     if outcome.ok:
         await ctx.sink.emit(
             ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms)
@@ -131,6 +154,7 @@ async def _ask(
     question = args.get("question")
     if problem is not None or not isinstance(question, str) or not question.strip():
         error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
+        rec.ledger.record(step, call.name, args, False, error)
         await rec.add(
             Message.tool_result(
                 call,
@@ -157,6 +181,7 @@ async def _ask(
         )
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
+    rec.ledger.record(step, call.name, args, True, "the person answered")
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 
 

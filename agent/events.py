@@ -12,11 +12,14 @@ from typing import Any, Literal
 __all__ = [
     "AgentEvent",
     "ChatDelta",
+    "CompletionReason",
     "ChatDone",
+    "FinishVerified",
     "InputRequested",
     "InputTimedOut",
     "ObserveDelta",
     "ObserveDone",
+    "PlanMade",
     "ReasonDelta",
     "ReasonDone",
     "RunCompleted",
@@ -29,6 +32,7 @@ __all__ = [
     "ToolStarted",
 ]
 
+CompletionReason = Literal["finished", "max_steps", "budget"]
 StopReason = Literal["user", "input_timeout", "shutdown", "interrupted", "run_timeout"]
 
 
@@ -119,15 +123,31 @@ class ObserveDone:
 class RunStopped:
     step: int
     reason: StopReason
+    usage: dict[str, float | int]
     kind: Literal["run_stopped"] = "run_stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanMade:
+    step: int
+    plan: tuple[str, ...]
+    kind: Literal["plan_made"] = "plan_made"
+
+
+@dataclass(frozen=True, slots=True)
+class FinishVerified:
+    step: int
+    done: bool
+    reason: str
+    kind: Literal["finish_verified"] = "finish_verified"
 
 
 @dataclass(frozen=True, slots=True)
 class RunCompleted:
     steps: int
     final_answer: str
-    stop_reason: Literal["finished", "max_steps", "budget"]
-    usage: dict[str, int]
+    stop_reason: CompletionReason
+    usage: dict[str, float | int]
     kind: Literal["run_completed"] = "run_completed"
 
 
@@ -156,6 +176,8 @@ AgentEvent = (
     | ObserveDelta
     | ObserveDone
     | RunStopped
+    | PlanMade
+    | FinishVerified
     | RunCompleted
     | ChatDelta
     | ChatDone

@@ -88,7 +88,7 @@ class Usage:
         self.calls += 1
         self.by_phase[phase] = self.by_phase.get(phase, 0) + prompt + completion
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, float | int]:
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,

@@ -5,10 +5,12 @@ never see it, yet the text around it streams token by token. `ControlStream` rel
 soon as it cannot be the start of a control block, holds back what might be one, and cuts it
 out once it proves to be one. The concatenation of everything released is the reply's text.
 
-Accepted forms: a fenced block (```json … ``` or ``` … ```), or a bare object that starts at a
-line start or after white space. A fenced ```json block at the very end is cut even when it is
-malformed (the model tried to write a control block); anything else that does not parse is
-ordinary text. Missing or malformed blocks give `control=None`: the caller reads free text.
+Accepted forms: a fenced block (```json … ``` or ``` … ```), a bare object that starts at a
+line start or after white space, or an `<action>…</action>` tag (always hidden); the markers
+of `<thinking>…</thinking>` are dropped and their text is shown. A fenced ```json block at the
+very end is cut even when it is malformed (the model tried to write a control block); anything
+else that does not parse is ordinary text. Missing or malformed blocks give `control=None`:
+the caller reads free text.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ REASON_KEYS = frozenset({"plan", "tools_to_consider", "finish"})
 OBSERVE_KEYS = frozenset({"observation", "should_continue", "final_answer"})
 
 _FENCE = "```"
+_ACTION_OPEN, _ACTION_CLOSE = "<action>", "</action>"
+_THINKING_TAGS = ("<thinking>", "</thinking>")  # shown without the tags
+_TAGS = (_ACTION_OPEN, *_THINKING_TAGS)
 _UNDECIDED = -1
 
 
@@ -42,6 +47,7 @@ class _Candidate:
     fenced: bool
     json_label: bool
     control: dict[str, Any] | None
+    hidden: bool = False  # never shown, even when it is not a valid control block
 
 
 class ControlStream:
@@ -90,8 +96,8 @@ class ControlStream:
                     break
                 self._settle_open(cand, out)
                 break
-            if cand.control is not None:
-                self.control = cand.control
+            if cand.control is not None or cand.hidden:
+                self.control = cand.control or self.control
                 self._pos = cand.end
                 continue
             rest = text[cand.end :]
@@ -105,6 +111,8 @@ class ControlStream:
                 out.append(text[start : cand.end])
             self._pos = cand.end
         released = "".join(out)
+        for tag in _THINKING_TAGS:
+            released = released.replace(tag, "")
         if released:
             self._released.append(released)
         return released
@@ -112,7 +120,7 @@ class ControlStream:
     def _settle_open(self, cand: _Candidate, out: list[str]) -> None:
         """At the end of the stream, decide about a block that never closed."""
         body = self._text[cand.start :]
-        looks_like_control = cand.fenced and cand.json_label
+        looks_like_control = (cand.fenced and cand.json_label) or cand.hidden
         if not cand.fenced:
             head = body.lstrip("{ \t\r\n")
             looks_like_control = any(head.startswith(f'"{k}"') for k in self._keys)
@@ -121,15 +129,17 @@ class ControlStream:
         self._pos = len(self._text)
 
     def _safe_end(self, pos: int) -> int:
-        """Hold back a tail that could still become a candidate ("`", "``", "{ ")."""
+        """Hold back a tail that could still become a candidate or a tag ("`", "{ ", "<thi")."""
         text = self._text
         end = len(text)
-        tail_start = max(pos, end - 3)
+        tail_start = max(pos, end - max(len(t) for t in _TAGS))
         for i in range(tail_start, end):
             piece = text[i:]
             if _at_line_start(text, i) and _FENCE.startswith(piece):
                 return i
             if piece.rstrip() == "{" and _after_space(text, i):
+                return i
+            if any(tag.startswith(piece) for tag in _TAGS):
                 return i
         return end
 
@@ -139,10 +149,13 @@ class ControlStream:
         while True:
             fence = text.find(_FENCE, i)
             brace = text.find("{", i)
-            hits = [h for h in (fence, brace) if h != -1]
+            action = text.find(_ACTION_OPEN, i)
+            hits = [h for h in (fence, brace, action) if h != -1]
             if not hits:
                 return _UNDECIDED
             i = min(hits)
+            if i == action:
+                return i
             if i == fence and _at_line_start(text, i):
                 return i
             if i == brace and _after_space(text, i):
@@ -153,6 +166,16 @@ class ControlStream:
 
     def _read_candidate(self, start: int) -> _Candidate:
         text = self._text
+        if text.startswith(_ACTION_OPEN, start):
+            close = text.find(_ACTION_CLOSE, start)
+            if close == -1:
+                return _Candidate(start, _UNDECIDED, False, False, None, hidden=True)
+            inner = text[start + len(_ACTION_OPEN) : close].strip()
+            if inner.startswith(_FENCE):  # <action>```json {...}```</action>
+                inner = inner.strip("`").removeprefix("json").strip()
+            return _Candidate(
+                start, close + len(_ACTION_CLOSE), False, False, self._control(inner), hidden=True
+            )
         if text.startswith(_FENCE, start):
             line_end = text.find("\n", start)
             if line_end == -1:

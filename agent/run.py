@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from agent.budget import Budget
 from agent.control import RunControl
 from agent.events import RunStopped, StopReason, ToolFailed
+from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
 from agent.ports import CallInfo, ChatModel, EventSink, PromptProvider, Toolbox, Transcript
 
-__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "run_guarded"]
+__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Style", "run_guarded"]
 
 _STOP_NOTES: dict[StopReason, str] = {
     "user": "The user stopped the previous run at step {step} before it finished.",
@@ -37,12 +41,22 @@ _CUT_SHORT: dict[StopReason, str] = {
 }
 
 
+Style = Literal["balanced", "tool_first", "direct"]
+
+
 @dataclass(frozen=True, slots=True)
 class RunLimits:
+    """How one run may behave: its limits, budget, planning rhythm and reasoning style."""
+
     max_steps: int = 10
     request_input_timeout_s: float = 300.0
     tool_timeout_s: float = 30.0
     chat_tool_rounds: int = 5
+    budget: Budget = field(default_factory=Budget)
+    plan_every: int = 0  # 0: no rolling plan
+    style: Style = "balanced"
+    max_verifications: int = 2
+    control_retries: int = 2
 
 
 @dataclass(slots=True)
@@ -62,6 +76,7 @@ class RunContext:
     limits: RunLimits = field(default_factory=RunLimits)
     tool_names: Sequence[str] | None = None
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
 
     def call(self, step: int, phase: str) -> CallInfo:
         return CallInfo(self.session_id, self.run_id, step, phase)
@@ -82,6 +97,10 @@ class RunRecorder:
         self.ctx = ctx
         self.conversation: list[Message] = list(history)
         self.usage = Usage()
+        self.ledger = CallLedger()
+        self.plan: tuple[str, ...] = ()
+        self.expected_tools: set[str] = set()  # tools Reason said it would consider
+        self.verifications = 0
         self.step = 0
         self.streaming: str | None = None  # the phase whose text is streaming now
         self.streamed: list[str] = []  # what that phase has shown so far
@@ -119,6 +138,19 @@ class RunRecorder:
     def count(self, phase: str, prompt_tokens: int, completion_tokens: int) -> None:
         self.usage.add(phase, prompt_tokens, completion_tokens)
 
+    def usage_report(self) -> dict[str, float | int]:
+        return self.ctx.limits.budget.report(self.usage)
+
+    def over_budget(self) -> bool:
+        return self.ctx.limits.budget.exhausted(self.usage)
+
+    def task(self) -> str:
+        """The user's message that started this run."""
+        for message in reversed(self.conversation):
+            if message.role == "user" and message.run_id == self.ctx.run_id:
+                return message.content
+        return ""
+
     async def record_stop(self, reason: StopReason) -> None:
         """Store what the stop cut short, then emit `agent_stopped`."""
         ctx = self.ctx
@@ -139,7 +171,7 @@ class RunRecorder:
             )
         note = _STOP_NOTES[reason].format(step=self.step)
         await self.add(Message("system", note, phase="stop", run_id=ctx.run_id))
-        await ctx.sink.emit(RunStopped(self.step, reason))
+        await ctx.sink.emit(RunStopped(self.step, reason, self.usage_report()))
 
 
 async def run_guarded(ctx: RunContext, recorder: RunRecorder, body: Awaitable[None]) -> None:

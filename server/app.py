@@ -15,6 +15,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from agent.adapters.openai_chat import OpenAIChatModel
+from agent.budget import Budget, Price
 from agent.ports import ChatModel, PromptProvider
 from agent.prompts import FilePromptProvider
 from agent.tools import (
@@ -84,6 +85,23 @@ def _memory_store(settings: Settings) -> SQLiteMemoryStore | None:
     return SQLiteMemoryStore(settings.storage.sqlite_path)
 
 
+def _budget(settings: Settings) -> Budget:
+    agent, llm = settings.agent, settings.llm
+    price = llm.prices.get(llm.model)
+    if agent.max_run_cost and price is None:
+        raise ConfigError(
+            f"agent.max_run_cost needs a price for model {llm.model!r}: add "
+            f'[llm.prices."{llm.model}"] with prompt_per_million and completion_per_million'
+        )
+    return Budget(
+        max_tokens=agent.max_run_tokens,
+        max_cost=agent.max_run_cost,
+        price=None
+        if price is None
+        else Price(price.prompt_per_million, price.completion_per_million),
+    )
+
+
 def create_app(
     settings: Settings,
     *,
@@ -115,6 +133,7 @@ def create_app(
     memory_store = memory_store or owned_memory
     registry = _tools(settings, extra_tools, http=http_client, memory=memory_store)
     hub = SessionHub(
+        budget=_budget(settings),
         store=store,
         model=model,
         tools=registry,

@@ -122,10 +122,48 @@ async def session_events(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
+@_handler
+async def session_usage(request: Request) -> Response:
+    """Token usage (and cost, when priced) summed over the session's runs."""
+    scope = _scope(request)
+    session_id = await _session_or_404(request, scope)
+    frames = await _services(request).store.read_events(scope, session_id, 0)
+    totals: dict[str, float] = {}
+    runs = 0
+    for raw in frames:
+        if b'"usage"' not in raw:  # cheap filter before parsing
+            continue
+        frame = orjson.loads(raw)
+        usage = frame.get("usage")
+        if frame.get("update_type") in ("agent_completion", "agent_stopped") and usage:
+            runs += 1
+            for key, value in usage.items():
+                totals[key] = totals.get(key, 0) + value
+    if "cost" in totals:
+        totals["cost"] = round(totals["cost"], 6)
+    return _json({"session_id": session_id, "runs": runs, "usage": totals})
+
+
+async def metrics(request: Request) -> Response:
+    """Process-wide counters for operators (any valid token when tokens are configured)."""
+    services = _services(request)
+    if services.auth.identify(request.headers) is None:
+        return _json({"code": "unauthorized", "message": "A valid token is required."}, 401)
+    hub = services.hub
+    body = {
+        "runs_active": hub.active_runs(),
+        "sessions_in_memory": hub.live_count(),
+        **dict(sorted(hub.metrics.items())),
+    }
+    return _json(body)
+
+
 routes = [
     Route("/healthz", healthz),
     Route("/api/sessions", list_sessions),
     Route("/api/sessions/latest", latest_session),
     Route("/api/sessions/{session_id}/messages", session_messages),
     Route("/api/sessions/{session_id}/events", session_events),
+    Route("/api/sessions/{session_id}/usage", session_usage),
+    Route("/metrics", metrics),
 ]

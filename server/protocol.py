@@ -63,6 +63,7 @@ class ChatFrame(_Frame):
     agent_mode: StrictBool | None = None
     agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
     tools: list[StrictStr] | None = None
+    agent_style: Literal["balanced", "tool_first", "direct"] | None = None
 
 
 class AgentControlFrame(_Frame):
@@ -168,7 +169,15 @@ _SHAPES: dict[str, _Shape] = {
         "agent_update", "agent_observe", (("step", "step"), ("content", "content"))
     ),
     "run_stopped": _Shape(
-        "agent_update", "agent_stopped", (("step", "step"), ("reason", "reason"))
+        "agent_update",
+        "agent_stopped",
+        (("step", "step"), ("reason", "reason"), ("usage", "usage")),
+    ),
+    "plan_made": _Shape("agent_update", "agent_plan", (("step", "step"), ("plan", "plan"))),
+    "finish_verified": _Shape(
+        "agent_update",
+        "agent_verify",
+        (("step", "step"), ("done", "done"), ("reason", "reason")),
     ),
     "run_completed": _Shape(
         "agent_update",

@@ -18,14 +18,15 @@ from typing import Any
 
 import orjson
 
+from agent.budget import Budget
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import AgentEvent, InputRequested, RunStopped
 from agent.loop import run_agent
-from agent.messages import Message
+from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox
-from agent.run import RunContext, RunLimits, RunRecorder
+from agent.run import RunContext, RunLimits, RunRecorder, Style
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
 from server.settings import AgentSettings
@@ -43,6 +44,7 @@ class _RunRequest:
     agent_mode: bool
     max_steps: int
     tools: tuple[str, ...] | None
+    style: Style
 
 
 class _RunSink:
@@ -83,6 +85,7 @@ class SessionHub:
         tool_names: Sequence[str],
         prompts: PromptProvider,
         settings: AgentSettings,
+        budget: Budget | None = None,
     ) -> None:
         self._store = store
         self._model = model
@@ -90,6 +93,8 @@ class SessionHub:
         self._tool_names = tuple(tool_names)
         self._prompts = prompts
         self._settings = settings
+        self._budget = budget or Budget()
+        self.metrics: Counter[str] = Counter()  # process-wide counters, GET /metrics
         self._live: dict[str, LiveSession] = {}
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -106,8 +111,9 @@ class SessionHub:
         """
         if session_id is None:
             now = now_ms()
-            record = SessionRecord(uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle",
-                                   "", now, now, 0)
+            record = SessionRecord(
+                uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle", "", now, now, 0
+            )
             live = self._live[record.session_id] = LiveSession(record, self._store, stored=False)
             self._emptied.clear()
             return live, False
@@ -196,7 +202,9 @@ class SessionHub:
                 "invalid_message", f"tools: unknown tool {unknown[0]!r} (enabled: {enabled})."
             )
         mode = self._settings.default_mode if frame.agent_mode is None else frame.agent_mode
-        return _RunRequest(frame.content, mode, steps, tools)
+        return _RunRequest(
+            frame.content, mode, steps, tools, frame.agent_style or self._settings.style
+        )
 
     async def _drive(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
         limits = RunLimits(
@@ -204,12 +212,16 @@ class SessionHub:
             request_input_timeout_s=self._settings.request_input_timeout_s,
             tool_timeout_s=self._settings.tool_timeout_s,
             chat_tool_rounds=self._settings.chat_tool_rounds,
+            budget=self._budget,
+            plan_every=self._settings.plan_every,
+            style=request.style,
         )
         ctx = self._context(live, run, limits, request.tools)
         sink = ctx.sink
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
         )
+        self.metrics["runs_started"] += 1
         try:
             await self._begin(live, run, request)
             history = await self._store.load_history(live.scope, live.session_id)
@@ -220,7 +232,7 @@ class SessionHub:
             if reason is None:
                 raise
             asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            await sink.emit(RunStopped(0, reason))  # stopped before the loop began
+            await sink.emit(RunStopped(0, reason, Usage().as_dict()))  # before the loop began
         except ModelError as exc:
             await self._fail(live, run, "llm_error", str(exc))
         except StorageError as exc:
@@ -255,6 +267,7 @@ class SessionHub:
             control=run.control,
             limits=limits,
             tool_names=tools if tools is not None else self._tool_names,
+            metrics=self.metrics,
         )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
@@ -265,6 +278,7 @@ class SessionHub:
         await live.publish([], status="running", run_id=run.run_id)
 
     async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
+        self.metrics[f"runs_failed_{code}"] += 1
         frame = {
             **run_frame("error", live.session_id, run.run_id, now_ms()),
             **error_frame(code, message),

@@ -24,6 +24,7 @@ __all__ = [
     "ConfigError",
     "Identity",
     "LLMSettings",
+    "Price",
     "ServerSettings",
     "Settings",
     "StorageSettings",
@@ -52,6 +53,11 @@ class ServerSettings(_Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class Price(_Section):
+    prompt_per_million: float = Field(ge=0)
+    completion_per_million: float = Field(ge=0)
+
+
 class LLMSettings(_Section):
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -60,6 +66,7 @@ class LLMSettings(_Section):
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0, le=10)
     stream_usage: bool = True
+    prices: dict[str, Price] = Field(default_factory=dict)  # per model name
 
 
 class AgentSettings(_Section):
@@ -71,6 +78,10 @@ class AgentSettings(_Section):
     tool_timeout_s: float = Field(30.0, gt=0)
     chat_tool_rounds: int = Field(5, ge=0)
     run_timeout_s: float = Field(1800.0, gt=0)
+    style: Literal["balanced", "tool_first", "direct"] = "balanced"
+    plan_every: int = Field(0, ge=0)  # 0: no rolling plan
+    max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
+    max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:

@@ -70,3 +70,21 @@ def test_lenient_reading_of_values():
     observed = read_observe_control({"should_continue": None, "final_answer": "x"})
     assert observed is not None and observed.should_continue is True
     assert read_observe_control(None) is None
+
+
+def test_thinking_and_action_tags():
+    reply = (
+        "<thinking>I should check the time.</thinking>\n"
+        '<action>{"plan": "x", "finish": true}</action>'
+    )
+    for size in (1, 4, len(reply)):
+        chunks = [reply[i : i + size] for i in range(0, len(reply), size)]
+        shown, s = stream(chunks)
+        assert "".join(shown).strip() == "I should check the time."
+        assert s.control == {"plan": "x", "finish": True}
+    content, control = split_control("Sure.<action>not json</action> More text.", REASON_KEYS)
+    assert content == "Sure. More text." and control is None
+    content, control = split_control(
+        '<action>```json\n{"finish": false}\n```</action>', REASON_KEYS
+    )
+    assert content == "" and control == {"finish": False}

@@ -53,3 +53,23 @@ async def _echo(args: EchoArgs, context: ToolContext) -> Any:
 
 
 echo_tool = Tool("echo", "Echo the text back after an optional delay.", EchoArgs, _echo)
+
+
+class FlakyArgs(BaseModel):
+    city: str
+
+
+class Flaky:
+    """A weather-like tool that fails for the cities listed in `broken`; counts real runs."""
+
+    def __init__(self, broken: set[str]) -> None:
+        self.broken = broken
+        self.runs: list[str] = []
+
+        async def run(args: FlakyArgs, context: ToolContext) -> Any:
+            self.runs.append(args.city)
+            if args.city in self.broken:
+                raise ToolError(f"The weather service has no data for {args.city}.")
+            return {"city": args.city, "forecast": "sunny"}
+
+        self.tool = Tool("weather", "Get the weather forecast for a city.", FlakyArgs, run)

@@ -164,7 +164,8 @@ async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(server_fact
     assert "failed unexpectedly" in errors[4] and "Traceback" not in errors[4]
     assert tool_frames[3]["arguments"] == {}
     assert frames[-2]["stop_reason"] == "finished"
-    tool_messages = [m for m in fake_llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    observe_request = [r for r in fake_llm.requests if r.phase == "observe"][-1]
+    tool_messages = [m for m in observe_request.body["messages"] if m["role"] == "tool"]
     assert len(tool_messages) == 5
     assert all(m["content"].startswith("The tool call failed") for m in tool_messages)
 

@@ -163,7 +163,8 @@ async def test_invalid_request_input_arguments_are_fed_back(server, fake_llm: Fa
         await c.recv()
         frames = await c.run("ask badly")
     assert "agent_request_input" not in [kind(f) for f in frames]
-    tool = [m for m in fake_llm.requests[-1].body["messages"] if m["role"] == "tool"]
+    observe_request = [r for r in fake_llm.requests if r.phase == "observe"][-1]
+    tool = [m for m in observe_request.body["messages"] if m["role"] == "tool"]
     assert "question" in tool[0]["content"]
 
 

@@ -20,8 +20,10 @@ import pytest
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
 
 # Make the pty the child's controlling terminal (Popen cannot), then become the client.
-BOOT = ("import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
-        "os.execvp(sys.argv[1], sys.argv[1:])")
+BOOT = (
+    "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -48,8 +50,16 @@ class Terminal:
         env = {**os.environ, "XDG_STATE_HOME": str(state_dir), "TERM": "xterm"}
         env.pop("NO_COLOR", None)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", BOOT, *chat_command(), *args,
-            stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env=env,
+            sys.executable,
+            "-c",
+            BOOT,
+            *chat_command(),
+            *args,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            start_new_session=True,
+            env=env,
         )
         os.close(slave)
         return cls(proc, master)
@@ -86,8 +96,10 @@ class Terminal:
                     await self.changed.wait()
         except TimeoutError:
             pass
-        raise AssertionError(f"{pattern!r} did not appear; the terminal shows:\n"
-                             f"{self.text[self.pos:]}\n--- (earlier) ---\n{self.text[:self.pos]}")
+        raise AssertionError(
+            f"{pattern!r} did not appear; the terminal shows:\n"
+            f"{self.text[self.pos :]}\n--- (earlier) ---\n{self.text[: self.pos]}"
+        )
 
     def type(self, keys: str) -> None:
         os.write(self.master, keys.encode())
@@ -129,11 +141,15 @@ def ws_url(server: Any) -> str:
 async def test_a_run_streams_its_phases_and_the_final_answer(
     server: Any, fake_llm: FakeLLM, terminals: Any
 ) -> None:
-    fake_llm.script("reason", reason("Let me check the clock."),
-                    reason("I have the time now.", finish=True))
+    fake_llm.script(
+        "reason", reason("Let me check the clock."), reason("I have the time now.", finish=True)
+    )
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
-    fake_llm.script("observe", observe("The tool returned the time.\x1b]0;pwned\x07"),
-                    observe("Done.", final="It is **noon** in UTC."))
+    fake_llm.script(
+        "observe",
+        observe("The tool returned the time.\x1b]0;pwned\x07"),
+        observe("Done.", final="It is **noon** in UTC."),
+    )
     term = await terminals(ws_url(server))
     session_id = (await term.expect(r"session (\w+) \(new\)")).group(1)
     await term.expect(r"you> ")
@@ -206,8 +222,12 @@ async def test_ctrl_c_stops_a_run_and_a_second_ctrl_c_quits(
 async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
     server: Any, fake_llm: FakeLLM, terminals: Any, tmp_path: Path
 ) -> None:
-    fake_llm.script("observe", observe("ok", final="First answer."),
-                    observe("ok", final="Second answer."), observe("ok", final="Third answer."))
+    fake_llm.script(
+        "observe",
+        observe("ok", final="First answer."),
+        observe("ok", final="Second answer."),
+        observe("ok", final="Third answer."),
+    )
     first = await terminals(ws_url(server))
     session_id = (await first.expect(r"session (\w+) \(new\)")).group(1)
     await first.expect(r"you> ")
@@ -237,8 +257,9 @@ async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
     assert "First answer." not in again.text  # shown by the first terminal: not twice
 
     # A terminal that has never shown this session replays all of it.
-    fresh = await terminals(ws_url(server), "--session", session_id,
-                            state_dir=tmp_path / "other-state")
+    fresh = await terminals(
+        ws_url(server), "--session", session_id, state_dir=tmp_path / "other-state"
+    )
     await fresh.expect(r"First answer\.")
     await fresh.expect(r"Second answer\.")
     await fresh.expect(r"Third answer\.")
@@ -247,9 +268,7 @@ async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
     assert await fresh.exit_code() == 0
 
 
-async def test_an_unknown_session_or_server_is_a_clear_error(
-    server: Any, terminals: Any
-) -> None:
+async def test_an_unknown_session_or_server_is_a_clear_error(server: Any, terminals: Any) -> None:
     term = await terminals(ws_url(server), "--session", "no-such-session")
     await term.expect(r"! there is no session no-such-session on this server")
     assert await term.exit_code() == 1

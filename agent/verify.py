@@ -1,0 +1,63 @@
+"""verify_finish: a separate, isolated check before a run may claim it is done.
+
+The verifier sees only the task, what the tool calls returned or how they failed, and the
+proposed final answer: no conversation history and no earlier reasoning, so the agent's own
+story cannot sway it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.messages import Message
+from agent.parsing import split_control
+from agent.ports import ModelTurn
+from agent.run import RunContext, RunRecorder
+
+__all__ = ["Verdict", "needs_verification", "verify_finish"]
+
+VERIFY_KEYS = frozenset({"done", "reason"})
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    done: bool
+    reason: str
+
+
+def needs_verification(rec: RunRecorder) -> bool:
+    """Finishing is suspect when failures are unresolved, or when Reason named tools to use
+    and no tool call succeeded at all."""
+    if rec.verifications >= rec.ctx.limits.max_verifications:
+        return False
+    if rec.ledger.unresolved_failures():
+        return True
+    return bool(rec.expected_tools) and not rec.ledger.successes()
+
+
+async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> Verdict:
+    """Ask the model, in a fresh context, whether `answer` really completes the task."""
+    rec.verifications += 1
+    failures = rec.ledger.unresolved_failures()
+    state = ctx.prompts.render(
+        "agent_verify_state",
+        task=rec.task(),
+        calls=rec.ledger.summary(),
+        failures="\n".join(f"- {r.label}: {r.detail}" for r in failures) or "None.",
+        answer=answer,
+    )
+    messages = [
+        Message("system", ctx.prompts.render("agent_verify_prompt")),
+        Message("user", state),
+    ]
+    turn = ModelTurn("")
+    async for item in ctx.model.stream(messages, tools=(), call=ctx.call(step, "verify")):
+        if isinstance(item, ModelTurn):
+            turn = item
+    rec.count("verify", turn.prompt_tokens, turn.completion_tokens)
+    text, control = split_control(turn.content, VERIFY_KEYS)
+    if control is None or not isinstance(control.get("done"), bool):
+        ctx.metrics["verify_unreadable"] += 1
+        return Verdict(True, "The check could not be read, so the answer stands.")
+    reason = control.get("reason")
+    return Verdict(control["done"], reason if isinstance(reason, str) and reason else text)
