@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from agent.context import RECALL_DETAILS, recall
 from agent.control import PendingQuestion
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import InputRequested, InputTimedOut, ToolCompleted, ToolFailed, ToolStarted
@@ -26,7 +27,7 @@ from agent.messages import Message, ToolCall
 from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
 
-__all__ = ["REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
+__all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
 
 REQUEST_INPUT = "request_input"
 REQUEST_INPUT_SPEC = ToolSpec(
@@ -39,6 +40,24 @@ REQUEST_INPUT_SPEC = ToolSpec(
         "type": "object",
         "properties": {"question": {"type": "string", "description": "One clear question."}},
         "required": ["question"],
+        "additionalProperties": False,
+    },
+)
+
+
+RECALL_DETAILS_SPEC = ToolSpec(
+    name=RECALL_DETAILS,
+    description=(
+        "Show more of a tool result that was cut to fit (its result_id is in the cut "
+        "marker); give a focus to get only the lines about it."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "result_id": {"type": "string", "description": "The id named in the marker."},
+            "focus": {"type": "string", "description": "Words to look for (optional)."},
+        },
+        "required": ["result_id"],
         "additionalProperties": False,
     },
 )
@@ -63,7 +82,7 @@ async def run_tool_calls(
         rec.open_events[call.id] = call.name
         await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
     tasks = [
-        asyncio.create_task(_execute(ctx, call, _refuse_repeat(rec, call, parsed[call.id])))
+        asyncio.create_task(_execute(ctx, rec, call, _refuse_repeat(rec, call, parsed[call.id])))
         for call in ordinary
     ]
     try:
@@ -118,12 +137,14 @@ async def _finish_call(
 
 
 async def _execute(
-    ctx: RunContext, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+    ctx: RunContext, rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
 ) -> _Outcome:
     args, problem = parsed
     started = time.perf_counter()
     if problem is not None:
         return _Outcome(False, problem, 0)
+    if call.name == RECALL_DETAILS and ctx.context is not None:
+        return _recall(rec, args)
     context = ToolContext(ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.run_id)
     try:
         async with asyncio.timeout(ctx.limits.tool_timeout_s):
@@ -183,6 +204,16 @@ async def _ask(
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
+
+
+def _recall(rec: RunRecorder, args: dict[str, Any]) -> _Outcome:
+    result_id, focus = args.get("result_id"), args.get("focus")
+    if not isinstance(result_id, str) or (focus is not None and not isinstance(focus, str)):
+        return _Outcome(False, 'recall_details needs {"result_id": "...", "focus": "..."}.', 0)
+    try:
+        return _Outcome(True, recall(rec.conversation, result_id, focus), 0)
+    except LookupError as exc:
+        return _Outcome(False, str(exc), 0)
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 
 from agent.acting import run_tool_calls
 from agent.events import ChatDelta, ChatDone
-from agent.history import build_messages
 from agent.messages import Message
 from agent.ports import ModelTurn, ToolSpec
 from agent.run import RunContext, RunRecorder, run_guarded
@@ -51,7 +50,7 @@ async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
 async def _stream_round(
     ctx: RunContext, rec: RunRecorder, system: str, tools: Sequence[ToolSpec], shown: list[str]
 ) -> ModelTurn:
-    messages = build_messages(system, rec.conversation, ctx.run_id)
+    messages = await rec.messages(0, "chat", system)
     rec.begin_stream("chat")
     turn = ModelTurn("")
     async for item in ctx.model.stream(messages, tools=tools, call=ctx.call(0, "chat")):

@@ -13,6 +13,7 @@ __all__ = [
     "AgentEvent",
     "ChatDelta",
     "CompletionReason",
+    "ContextTrimmed",
     "ChatDone",
     "FinishVerified",
     "InputRequested",
@@ -22,6 +23,7 @@ __all__ = [
     "PlanMade",
     "ReasonDelta",
     "ReasonDone",
+    "ResearchDone",
     "RunCompleted",
     "RunStarted",
     "RunStopped",
@@ -128,6 +130,27 @@ class RunStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class ContextTrimmed:
+    step: int
+    phase: str
+    tokens: int
+    budget: int
+    exact: bool
+    compressed: tuple[dict[str, Any], ...]
+    dropped_messages: int
+    collapsed_steps: int
+    kind: Literal["context_trimmed"] = "context_trimmed"
+
+
+@dataclass(frozen=True, slots=True)
+class ResearchDone:
+    query: str
+    summary: str
+    sources: tuple[str, ...]
+    kind: Literal["research_done"] = "research_done"
+
+
+@dataclass(frozen=True, slots=True)
 class PlanMade:
     step: int
     plan: tuple[str, ...]
@@ -178,6 +201,8 @@ AgentEvent = (
     | RunStopped
     | PlanMade
     | FinishVerified
+    | ContextTrimmed
+    | ResearchDone
     | RunCompleted
     | ChatDelta
     | ChatDone

@@ -25,7 +25,8 @@ def build_messages(system: str, conversation: Sequence[Message], run_id: str) ->
         if message.run_id != run_id and message.phase in _THINKING_PHASES:
             continue
         if message.role == "system":
-            out.append(Message("user", f"[Note from the system] {message.content}"))
+            note = f"[Note from the system] {message.content}"
+            out.append(Message("user", note, phase="note", run_id=message.run_id))
             continue
         out.append(message)
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from agent.acting import REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
+from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.events import (
     CompletionReason,
     FinishVerified,
@@ -28,7 +28,6 @@ from agent.events import (
     RunStarted,
     StepStarted,
 )
-from agent.history import build_messages
 from agent.messages import Message
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -39,6 +38,7 @@ from agent.parsing import (
     split_control,
 )
 from agent.ports import ModelTurn, ToolSpec
+from agent.research import research_first_task
 from agent.run import RunContext, RunRecorder, run_guarded
 from agent.verify import needs_verification, verify_finish
 
@@ -63,6 +63,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     max_steps = ctx.limits.max_steps
     await ctx.sink.emit(RunStarted(max_steps))
     tools = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
+    if ctx.research is not None:
+        await research_first_task(ctx, rec, ctx.research)
     try:
         for step in range(1, max_steps + 1):
             rec.step = step
@@ -122,7 +124,9 @@ async def _act(
     _check_budget(rec)
     system = _system(ctx, rec, "agent_act_prompt", step=step)
     state = Message("user", _state(ctx, rec, step))
-    messages = [*build_messages(system, rec.conversation, ctx.run_id), state]
+    messages = await rec.messages(step, "act", system, [state])
+    if rec.results_cut:  # something was cut to fit: let the model read more of it
+        tools = [*tools, RECALL_DETAILS_SPEC]
     turn = await _complete_turn(ctx, rec, step, "act", messages, tools)
     if not turn.tool_calls and not turn.content.strip():
         return
@@ -175,7 +179,7 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
 
 async def _summarize(ctx: RunContext, rec: RunRecorder) -> str:
     system = _system(ctx, rec, "agent_summarize_prompt", step=rec.step)
-    messages = build_messages(system, rec.conversation, ctx.run_id)
+    messages = await rec.messages(rec.step, "summarize", system)
     turn = await _complete_turn(ctx, rec, rec.step, "summarize", messages, ())
     return turn.content.strip() or (
         f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
@@ -270,11 +274,8 @@ async def _stream_phase(
         ctx.metrics["control_block_retries"] += 1
         _check_budget(rec)
         hint = ctx.prompts.render("control_block_hint", keys=", ".join(sorted(keys)))
-        messages = [
-            *build_messages(system, rec.conversation, ctx.run_id),
-            Message("assistant", content),
-            Message("user", hint),
-        ]
+        retry = [Message("assistant", content), Message("user", hint)]
+        messages = await rec.messages(step, "repair", system, retry)
         turn = await _complete_turn(ctx, rec, step, "repair", messages, ())
         block = split_control(turn.content, keys)[1]
         if block is not None:
@@ -292,7 +293,7 @@ async def stream_text(
     The recorder stays in streaming state: the caller ends it with `commit_stream`.
     """
     make_delta = ReasonDelta if phase == "reason" else ObserveDelta
-    messages = build_messages(system, rec.conversation, ctx.run_id)
+    messages = await rec.messages(step, phase, system)
     rec.begin_stream(phase)
     turn: ModelTurn | None = None
     async for item in ctx.model.stream(messages, tools=(), call=ctx.call(step, phase)):

@@ -13,14 +13,26 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from agent.budget import Budget
+from agent.context import ContextWindow
 from agent.control import RunControl
-from agent.events import RunStopped, StopReason, ToolFailed
+from agent.events import ContextTrimmed, RunStopped, StopReason, ToolFailed
+from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
-from agent.ports import CallInfo, ChatModel, EventSink, PromptProvider, Toolbox, Transcript
+from agent.ports import (
+    CallInfo,
+    ChatModel,
+    EventSink,
+    PromptProvider,
+    Toolbox,
+    ToolContext,
+    Transcript,
+)
+
+Search = Callable[[str, ToolContext], Awaitable[Any]]
 
 __all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Style", "run_guarded"]
 
@@ -77,6 +89,8 @@ class RunContext:
     tool_names: Sequence[str] | None = None
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
     metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
+    context: ContextWindow | None = None  # None: no token budget, every message is sent
+    research: Search | None = None  # a web search before the session's first task
 
     def call(self, step: int, phase: str) -> CallInfo:
         return CallInfo(self.session_id, self.run_id, step, phase)
@@ -101,6 +115,7 @@ class RunRecorder:
         self.plan: tuple[str, ...] = ()
         self.expected_tools: set[str] = set()  # tools Reason said it would consider
         self.verifications = 0
+        self.results_cut = False  # a tool result was cut to fit the context budget
         self.step = 0
         self.streaming: str | None = None  # the phase whose text is streaming now
         self.streamed: list[str] = []  # what that phase has shown so far
@@ -115,6 +130,31 @@ class RunRecorder:
         self._track(message)
         self.conversation.append(message)
         await self.ctx.transcript.append([message])
+
+    async def messages(
+        self, step: int, phase: str, system: str, extra: Sequence[Message] = ()
+    ) -> list[Message]:
+        """The message list of one LLM call, fitted to the context budget (and said so)."""
+        ctx = self.ctx
+        if ctx.context is None:
+            return [*build_messages(system, self.conversation, ctx.run_id), *extra]
+        messages, report = ctx.context.build(system, self.conversation, ctx.run_id, extra)
+        self.results_cut = self.results_cut or bool(report.compressed)
+        if report.changed:
+            ctx.metrics["context_trims"] += 1
+            await ctx.sink.emit(
+                ContextTrimmed(
+                    step,
+                    phase,
+                    report.tokens,
+                    report.budget,
+                    report.exact,
+                    tuple(report.compressed),
+                    report.dropped_messages,
+                    report.collapsed_steps,
+                )
+            )
+        return messages
 
     def _track(self, message: Message) -> None:
         if message.role == "tool" and message.tool_call_id:

@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from starlette.applications import Starlette
@@ -16,8 +17,11 @@ from starlette.staticfiles import StaticFiles
 
 from agent.adapters.openai_chat import OpenAIChatModel
 from agent.budget import Budget, Price
-from agent.ports import ChatModel, PromptProvider
+from agent.context import ContextLimits, ContextWindow
+from agent.ports import ChatModel, PromptProvider, ToolContext
 from agent.prompts import FilePromptProvider
+from agent.run import Search
+from agent.tokens import counter_for_model
 from agent.tools import (
     BUILTIN_TOOLS,
     REQUIREMENTS,
@@ -85,6 +89,35 @@ def _memory_store(settings: Settings) -> SQLiteMemoryStore | None:
     return SQLiteMemoryStore(settings.storage.sqlite_path)
 
 
+def _context_window(settings: Settings) -> ContextWindow | None:
+    config = settings.context
+    if not config.window_tokens:
+        return None
+    limits = ContextLimits(
+        config.window_tokens,
+        config.reserve_tokens,
+        config.tool_result_tokens,
+        config.keep_recent_steps,
+    )
+    return ContextWindow(counter_for_model(settings.llm.model), limits)
+
+
+def _research(settings: Settings, registry: ToolRegistry) -> Search | None:
+    """Pre-task research runs the configured web_search tool, when there is one."""
+    if not settings.agent.pre_task_research:
+        return None
+    if "web_search" not in registry.names:
+        raise ConfigError(
+            "agent.pre_task_research needs the web_search tool: enable it in tools.enabled "
+            "and configure [tools.web_search] provider"
+        )
+
+    async def search(query: str, context: ToolContext) -> Any:
+        return await registry.call("web_search", {"query": query}, context)
+
+    return search
+
+
 def _budget(settings: Settings) -> Budget:
     agent, llm = settings.agent, settings.llm
     price = llm.prices.get(llm.model)
@@ -134,6 +167,8 @@ def create_app(
     registry = _tools(settings, extra_tools, http=http_client, memory=memory_store)
     hub = SessionHub(
         budget=_budget(settings),
+        context=_context_window(settings),
+        research=_research(settings, registry),
         store=store,
         model=model,
         tools=registry,

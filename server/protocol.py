@@ -173,6 +173,25 @@ _SHAPES: dict[str, _Shape] = {
         "agent_stopped",
         (("step", "step"), ("reason", "reason"), ("usage", "usage")),
     ),
+    "context_trimmed": _Shape(
+        "agent_update",
+        "agent_context",
+        (
+            ("step", "step"),
+            ("phase", "phase"),
+            ("tokens", "tokens"),
+            ("budget", "budget"),
+            ("exact", "exact"),
+            ("compressed", "compressed"),
+            ("dropped_messages", "dropped_messages"),
+            ("collapsed_steps", "collapsed_steps"),
+        ),
+    ),
+    "research_done": _Shape(
+        "agent_update",
+        "agent_research",
+        (("query", "query"), ("summary", "summary"), ("sources", "sources")),
+    ),
     "plan_made": _Shape("agent_update", "agent_plan", (("step", "step"), ("plan", "plan"))),
     "finish_verified": _Shape(
         "agent_update",

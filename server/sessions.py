@@ -20,13 +20,14 @@ import orjson
 
 from agent.budget import Budget
 from agent.chat import run_chat
+from agent.context import ContextWindow
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import AgentEvent, InputRequested, RunStopped
 from agent.loop import run_agent
 from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox
-from agent.run import RunContext, RunLimits, RunRecorder, Style
+from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
 from server.settings import AgentSettings
@@ -86,6 +87,8 @@ class SessionHub:
         prompts: PromptProvider,
         settings: AgentSettings,
         budget: Budget | None = None,
+        context: ContextWindow | None = None,
+        research: Search | None = None,
     ) -> None:
         self._store = store
         self._model = model
@@ -94,6 +97,8 @@ class SessionHub:
         self._prompts = prompts
         self._settings = settings
         self._budget = budget or Budget()
+        self._context_window = context
+        self._research = research
         self.metrics: Counter[str] = Counter()  # process-wide counters, GET /metrics
         self._live: dict[str, LiveSession] = {}
         self._active: Counter[str] = Counter()
@@ -268,6 +273,8 @@ class SessionHub:
             limits=limits,
             tool_names=tools if tools is not None else self._tool_names,
             metrics=self.metrics,
+            context=self._context_window,
+            research=self._research if self._settings.pre_task_research else None,
         )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "AgentSettings",
     "AuthSettings",
     "ConfigError",
+    "ContextSettings",
     "Identity",
     "LLMSettings",
     "Price",
@@ -82,6 +83,7 @@ class AgentSettings(_Section):
     plan_every: int = Field(0, ge=0)  # 0: no rolling plan
     max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
     max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
+    pre_task_research: bool = False  # search once before a session's first task (web_search)
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:
@@ -90,6 +92,21 @@ class AgentSettings(_Section):
                 f"default_max_steps ({self.default_max_steps}) exceeds "
                 f"max_steps_limit ({self.max_steps_limit})"
             )
+        return self
+
+
+class ContextSettings(_Section):
+    """Token budget per LLM call (docs/prompts.md); 0 disables it."""
+
+    window_tokens: int = Field(32_000, ge=0)  # the model's context window
+    reserve_tokens: int = Field(2_048, ge=0)  # room left for the answer
+    tool_result_tokens: int = Field(2_000, ge=100)  # larger results are cut (recall_details)
+    keep_recent_steps: int = Field(2, ge=1)  # older steps of a run may collapse to one line
+
+    @model_validator(mode="after")
+    def _room_left(self) -> ContextSettings:
+        if self.window_tokens and self.reserve_tokens >= self.window_tokens:
+            raise ValueError("reserve_tokens must be smaller than window_tokens")
         return self
 
 
@@ -136,6 +153,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agent: AgentSettings = AgentSettings()
     storage: StorageSettings = StorageSettings()
+    context: ContextSettings = ContextSettings()
     tools: ToolSettings = ToolSettings()
     auth: AuthSettings = AuthSettings()
 

@@ -236,3 +236,37 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
     )
     assert observe_messages[-1]["role"] == "tool"
     assert observe_messages[-3]["role"] == "assistant"  # Reason's text of this step
+
+
+async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_factory, fake_llm):
+    from tests.fakes.tools import echo_tool
+
+    long_text = " ".join(f"fact{i}" for i in range(3000))
+    fake_llm.script(
+        "act",
+        act(FakeToolCall("echo", {"text": long_text})),
+        act(FakeToolCall("recall_details", {"result_id": "x", "focus": "fact2999"})),
+    )
+    fake_llm.script(
+        "observe",
+        observe("Too long, I'll look closer."),
+        observe("Found it.", final="The last fact is fact2999."),
+    )
+    options = {
+        "extra_tools": [echo_tool],
+        "tools": {"enabled": ["echo"]},
+        "context": {"tool_result_tokens": 200},
+    }
+    async with server_factory(**options) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("echo a lot", agent_max_steps=3)
+    context = [f for f in frames if kind(f) == "agent_context"]
+    assert context and context[0]["compressed"][0]["kept_tokens"] == 200
+    assert context[0]["budget"] == 32_000 - 2_048 and context[0]["exact"] is True
+    acts = [r for r in fake_llm.requests if r.phase == "act"]
+    names = lambda r: {t["function"]["name"] for t in r.body["tools"]}  # noqa: E731
+    assert "recall_details" not in names(acts[0]) and "recall_details" in names(acts[1])
+    tool_frames = [f for f in frames if f["type"].startswith("tool_")]
+    assert tool_frames[-1]["type"] == "tool_error"  # "x" is not a stored result id
+    assert "no stored result" in tool_frames[-1]["error"]

@@ -1,0 +1,105 @@
+"""Token counting: exact for OpenAI model families, a calibrated estimate otherwise.
+
+tiktoken downloads its encoding files on first use, which fails on machines without internet.
+`bpe-openai` ships the o200k/cl100k tables inside the package, so exact counts work offline.
+For other models (Llama, Mistral, Qwen…) the estimate is calibrated against o200k and cl100k
+on English prose, code, JSON, Chinese, Japanese and Russian, and errs on the high side so a
+budget is not overrun: see tests/agent/test_tokens.py for the measured bounds.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from functools import lru_cache
+from typing import Any, Protocol
+
+from agent.messages import Message
+
+__all__ = [
+    "EstimatedCounter",
+    "ExactCounter",
+    "TokenCounter",
+    "counter_for_model",
+    "message_tokens",
+]
+
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")
+_WORDISH = re.compile(r"[A-Za-z ]")
+_MESSAGE_OVERHEAD = 4  # role and separators, as the chat format adds them
+
+
+class TokenCounter(Protocol):
+    exact: bool
+
+    def count(self, text: str) -> int: ...
+
+
+class EstimatedCounter:
+    """Characters per token by kind: letters and spaces ~4.2, ASCII digits and punctuation
+    ~1.6 (JSON and code are dense), CJK ~1.1 tokens each, other scripts ~0.55 each."""
+
+    exact = False
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        ascii_chars = len(text.encode("ascii", "ignore"))
+        wordish = len(_WORDISH.findall(text))
+        cjk = len(_CJK.findall(text)) if ascii_chars < len(text) else 0
+        other = len(text) - ascii_chars - cjk
+        return int(wordish / 4.2 + (ascii_chars - wordish) / 1.6 + cjk * 1.1 + other * 0.55) + 1
+
+
+class ExactCounter:
+    """A real BPE encoding (o200k_base or cl100k_base). Very long texts (which the encoder
+    refuses, and which would cost milliseconds per count) are estimated instead."""
+
+    exact = True
+    _EXACT_UP_TO = 100_000  # characters
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+        self._fallback = EstimatedCounter()
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if len(text) > self._EXACT_UP_TO:
+            return self._fallback.count(text)
+        try:
+            return len(self._encoding.encode(text))
+        except ValueError:
+            return self._fallback.count(text)
+
+
+_O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o")
+_CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3")
+
+
+@lru_cache(maxsize=16)
+def counter_for_model(model: str) -> TokenCounter:
+    """The best counter available for `model` (exact when the encoding is known)."""
+    name = model.lower().rsplit("/", 1)[-1]
+    encoding = None
+    if name.startswith(_O200K):
+        encoding = "o200k_base"
+    elif name.startswith(_CL100K):
+        encoding = "cl100k_base"
+    if encoding is None:
+        return EstimatedCounter()
+    try:
+        with warnings.catch_warnings():  # it loads its tables with a deprecated importlib API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import bpe_openai  # type: ignore[import-untyped]
+
+            return ExactCounter(bpe_openai.get_encoding(encoding))
+    except Exception:  # noqa: BLE001 - no tables here: estimate instead of failing a run
+        return EstimatedCounter()
+
+
+def message_tokens(counter: TokenCounter, message: Message) -> int:
+    total = _MESSAGE_OVERHEAD + counter.count(message.content)
+    for call in message.tool_calls:
+        total += counter.count(call.name) + counter.count(call.arguments) + _MESSAGE_OVERHEAD
+    return total
