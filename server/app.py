@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
@@ -39,6 +39,9 @@ from server.settings import ConfigError, Settings
 from server.storage.base import Store
 from server.storage.memory_sqlite import SQLiteMemoryStore
 from server.ws import websocket_endpoint
+
+if TYPE_CHECKING:
+    from server.storage.memory_mongo import MongoMemoryStore
 
 __all__ = ["create_app", "create_store"]
 
@@ -81,11 +84,20 @@ def _tools(
     return ToolRegistry(available[n] for n in settings.tools.enabled)
 
 
-def _memory_store(settings: Settings) -> SQLiteMemoryStore | None:
-    """The memory tools' store, only when they are enabled and the backend has one."""
+def _memory_store(settings: Settings) -> SQLiteMemoryStore | MongoMemoryStore | None:
+    """The memory tools' store, beside the conversation store, when the tools are enabled.
+
+    On MongoDB it opens its own client on the same database: MongoStore creates its client
+    only in open(), after the tools are built. Like create_store, it imports pymongo only
+    when chosen.
+    """
     wanted = {"memory_save", "memory_retrieve"} & set(settings.tools.enabled)
-    if not wanted or settings.storage.backend != "sqlite":
+    if not wanted:
         return None
+    if settings.storage.backend == "mongodb":
+        from server.storage.memory_mongo import MongoMemoryStore
+
+        return MongoMemoryStore(settings.storage)
     return SQLiteMemoryStore(settings.storage.sqlite_path)
 
 

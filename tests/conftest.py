@@ -16,7 +16,7 @@ from server.runner import AgentServer
 from server.settings import Settings, load_settings
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM
-from tests.fakes.servers import ServerHandle, run_server, serve
+from tests.fakes.servers import ServerHandle, bind_loopback, run_server, serve
 
 
 @pytest.fixture(autouse=True)
@@ -65,10 +65,15 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
     async def start(
         extra_tools: list[Any] | None = None, prompts: Any = None, **sections: dict[str, Any]
     ) -> AsyncIterator[Running]:
+        sock = bind_loopback()
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
         overrides: dict[str, dict[str, Any]] = {
             "llm": {"base_url": fake_llm.base_url, "max_retries": 1, "timeout_s": 5},
             "storage": {"sqlite_path": str(tmp_path / "agent.db")},
-            "server": {"shutdown_timeout_s": 5},
+            "server": {
+                "shutdown_timeout_s": 5,  # a browser on this server's own page is allowed
+                "allowed_origins": ["http://localhost:8765", f"http://{address}"],
+            },
         }
         for name, values in sections.items():
             overrides.setdefault(name, {}).update(values)
@@ -84,7 +89,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
                 "ws_per_message_deflate",
             )
         }
-        async with run_server(app, AgentServer, **options) as handle:
+        async with run_server(app, AgentServer, sock, **options) as handle:
             yield Running(handle.address, settings, app, handle)
 
     return start

@@ -39,8 +39,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {current_time_tool.name: current_time_tool}
 REQUIREMENTS: dict[str, str] = {
     "web_search": 'a provider: [tools.web_search] provider = "searxng" or "brave"',
     "web_fetch": "an HTTP client",
-    "memory_save": "a memory store (storage.backend = sqlite)",
-    "memory_retrieve": "a memory store (storage.backend = sqlite)",
+    "memory_save": "a memory store (storage.backend = sqlite or mongodb)",
+    "memory_retrieve": "a memory store (storage.backend = sqlite or mongodb)",
 }
 
 

@@ -72,7 +72,8 @@ class MemoryStore(Protocol):
     async def mark_used(
         self, tenant_id: str, user_id: str, memory_ids: Sequence[str], now_ms: int
     ) -> None:
-        """Atomically add 1 to use_count and set last_used_at = now_ms for these records."""
+        """Add 1 to use_count and set last_used_at = now_ms for these records, atomically
+        where the database allows (FerretDB 1.x may under-count across processes)."""
         ...
 
 

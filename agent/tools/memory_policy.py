@@ -1,6 +1,6 @@
 """The rules of long-term memory, as pure functions: dedupe, expiry, eviction, ranking.
 
-Kept apart from any store so every backend (SQLite now, MongoDB later) behaves the same,
+Kept apart from any store so every backend (SQLite, MongoDB) behaves the same,
 and so the rules can be tested without I/O.
 """
 

@@ -25,9 +25,20 @@ class ServerHandle:
             await asyncio.shield(self.task)
 
 
+def bind_loopback() -> socket.socket:
+    """A socket bound to a free loopback port (bind first when the app must know its address)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 @asynccontextmanager
 async def run_server(
-    app: Any, server_class: type[uvicorn.Server] = uvicorn.Server, **config: Any
+    app: Any,
+    server_class: type[uvicorn.Server] = uvicorn.Server,
+    sock: socket.socket | None = None,
+    **config: Any,
 ) -> AsyncIterator[ServerHandle]:
     """Serve `app` until the block ends (or `stop()`); yield its handle."""
     started = asyncio.Event()
@@ -37,9 +48,7 @@ async def run_server(
             await super().startup(sockets)
             started.set()
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = sock or bind_loopback()
     port = sock.getsockname()[1]
     options = {"log_level": "warning", "lifespan": "on", "ws": "websockets-sansio"}
     options.update(config)

@@ -18,9 +18,13 @@ import pytest
 from server.app import create_store
 from server.settings import Settings, StorageSettings
 from server.storage.base import Store
+from server.storage.memory_mongo import MongoMemoryStore
+from server.storage.memory_sqlite import SQLiteMemoryStore
 from tests.fakes.ferretdb import FerretDB, ferretdb_binary
 
 BACKENDS = ("sqlite", "mongodb")
+
+AnyMemoryStore = SQLiteMemoryStore | MongoMemoryStore
 
 
 @dataclass(frozen=True)
@@ -83,3 +87,40 @@ async def store(backend: Backend) -> AsyncIterator[Store]:
         yield opened
     finally:
         await opened.close()
+
+
+def new_memory_store(backend: Backend) -> AnyMemoryStore:
+    """An unopened memory store beside `backend`'s conversation store: the same SQLite file,
+    or the same MongoDB database, as the server wires them."""
+    if backend.name == "sqlite":
+        return SQLiteMemoryStore(backend.settings.sqlite_path)
+    return MongoMemoryStore(backend.settings)
+
+
+@pytest.fixture
+async def memory_store(backend: Backend) -> AsyncIterator[AnyMemoryStore]:
+    """An open memory store on the test's fresh file or database (per backend)."""
+    opened = new_memory_store(backend)
+    await opened.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+def mongodb_database(mongodb_uri: str) -> Iterator[str]:
+    """A fresh database name on `mongodb_uri`, dropped after the test."""
+    database = f"server_{uuid.uuid4().hex[:16]}"
+    yield database
+    drop_database(mongodb_uri, database)
+
+
+def drop_database(uri: str, database: str) -> None:
+    client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(
+        uri, serverSelectionTimeoutMS=5000
+    )
+    try:
+        client.drop_database(database)
+    finally:
+        client.close()

@@ -4,26 +4,25 @@ module when it or Chromium is missing."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
 
-from server.app import create_app
-from server.settings import load_settings
-from tests.fakes.openai_server import FakeLLM
-
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -45,45 +44,14 @@ UIServerFactory = Callable[..., AbstractAsyncContextManager[UIServer]]
 
 
 @pytest.fixture
-def ui_server_factory(fake_llm: FakeLLM, tmp_path: Path) -> UIServerFactory:
-    """Like server_factory, but the port is bound first so the page's Origin is allowed."""
+def ui_server_factory(server_factory: Any) -> UIServerFactory:
+    """The agent server (its own page's Origin is allowed), with a handle to cut connections."""
 
     @asynccontextmanager
     async def start(**sections: dict[str, Any]) -> AsyncIterator[UIServer]:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{sock.getsockname()[1]}"
-        overrides: dict[str, dict[str, Any]] = {
-            "llm": {"base_url": fake_llm.base_url, "max_retries": 1,  # type: ignore[attr-defined]
-                    "timeout_s": 10},
-            "storage": {"sqlite_path": str(tmp_path / "agent.db")},
-            "server": {"shutdown_timeout_s": 5, "allowed_origins": [f"http://{address}"]},
-        }
-        for name, values in sections.items():
-            overrides.setdefault(name, {}).update(values)
-        app = create_app(load_settings(None, overrides))
-        server = uvicorn.Server(uvicorn.Config(
-            app, log_level="warning", lifespan="on", ws="websockets-sansio",
-            ws_per_message_deflate=False,
-        ))
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            async with asyncio.timeout(10):
-                while not server.started:  # uvicorn offers no event to await
-                    if task.done():
-                        task.result()
-                        raise RuntimeError("server exited during startup")
-                    await asyncio.sleep(0.005)
-            yield UIServer(f"http://{address}/", address, server)
-        finally:
-            server.should_exit = True
-            try:
-                async with asyncio.timeout(15):
-                    await task
-            finally:
-                sock.close()
+        sections.setdefault("llm", {}).setdefault("timeout_s", 10)
+        async with server_factory(**sections) as running:
+            yield UIServer(f"http://{running.address}/", running.address, running.handle.server)
 
     return start
 
@@ -119,4 +87,3 @@ async def page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[An
     finally:
         await context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
-
