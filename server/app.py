@@ -181,6 +181,7 @@ def create_app(
         budget=_budget(settings),
         context=_context_window(settings),
         research=_research(settings, registry),
+        run_lease_s=settings.storage.run_lease_s,
         store=store,
         model=model,
         tools=registry,
@@ -203,9 +204,11 @@ def create_app(
         recovered = await hub.recover()
         if recovered:
             log.info("closed %d run(s) interrupted by the last shutdown", recovered)
+        hub.start_upkeep()
         try:
             yield
         finally:
+            await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await store.close()
             if owned_memory is not None:

@@ -65,9 +65,12 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 class LiveSession:
     """In-memory state of one session: subscribers, the active run, status and last seq."""
 
-    def __init__(self, record: SessionRecord, store: Store, *, stored: bool = True) -> None:
+    def __init__(
+        self, record: SessionRecord, store: Store, *, stored: bool = True, lease_ms: int = 30_000
+    ) -> None:
         self.scope = Scope(record.tenant_id, record.user_id)
         self.stored = stored
+        self._lease_ms = lease_ms
         self.created_at = record.created_at
         self.session_id = record.session_id
         self.status: SessionStatus = record.status
@@ -146,13 +149,15 @@ class LiveSession:
         if frames:
             bodies = await self._store.append_events(self.scope, self.session_id, frames, now_ms())
         if status is not None:
+            now = now_ms()
             await self._store.update_session(
                 self.scope,
                 self.session_id,
-                now_ms(),
+                now,
                 status=status,
                 active_run_id=run_id,
                 pending_input=pending_input,
+                lease_until=None if status == "idle" else now + self._lease_ms,
             )
             self.status = status
             self.pending_input = pending_input

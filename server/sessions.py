@@ -89,6 +89,7 @@ class SessionHub:
         budget: Budget | None = None,
         context: ContextWindow | None = None,
         research: Search | None = None,
+        run_lease_s: float = 30.0,
     ) -> None:
         self._store = store
         self._model = model
@@ -99,6 +100,9 @@ class SessionHub:
         self._budget = budget or Budget()
         self._context_window = context
         self._research = research
+        self._lease_ms = int(run_lease_s * 1000)
+        self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
+        self._upkeep: asyncio.Task[None] | None = None
         self.metrics: Counter[str] = Counter()  # process-wide counters, GET /metrics
         self._live: dict[str, LiveSession] = {}
         self._active: Counter[str] = Counter()
@@ -119,19 +123,25 @@ class SessionHub:
             record = SessionRecord(
                 uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle", "", now, now, 0
             )
-            live = self._live[record.session_id] = LiveSession(record, self._store, stored=False)
+            live = self._live[record.session_id] = self._new_live(record, stored=False)
             self._emptied.clear()
             return live, False
+        repair = self._needs_repair.get(session_id)
+        if repair is not None and repair.scope == scope and session_id not in self._live:
+            await self._repair(repair)  # the store may be back: settle the run first
         live_or_none = self._live.get(session_id)
         if live_or_none is None:
             stored = await self._store.get_session(scope, session_id)
             live_or_none = self._live.get(session_id)  # another connection may have won
             if live_or_none is None and stored is not None:
-                live_or_none = self._live[session_id] = LiveSession(stored, self._store)
+                live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
+
+    def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
+        return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
 
     def active_runs(self) -> int:
         """Runs currently working, across tenants."""
@@ -228,6 +238,9 @@ class SessionHub:
         )
         self.metrics["runs_started"] += 1
         try:
+            repair = self._needs_repair.get(live.session_id)
+            if repair is not None:  # the last run's end was never stored: close it first
+                await self._repair(repair)
             await self._begin(live, run, request)
             history = await self._store.load_history(live.scope, live.session_id)
             runner = run_agent if request.agent_mode else run_chat
@@ -307,6 +320,10 @@ class SessionHub:
             frame.pop("seq")
             live.status, live.pending_input, live.run = "idle", None, None
             live.deliver_unstored(orjson.dumps(frame).decode())
+            # The store still shows the run as active: close it there once it is back.
+            self._needs_repair[live.session_id] = UnfinishedRun(
+                live.scope, live.session_id, run.run_id
+            )
         finally:
             live.run = None
             self.release(live)
@@ -335,17 +352,66 @@ class SessionHub:
 
     async def recover(self) -> int:
         """Close runs a dead process left open: `agent_stopped` ("interrupted"), then
-        `response_complete`, with the conversation repaired. Return how many."""
-        unfinished = await self._store.unfinished_runs()
+        `response_complete`, with the conversation repaired. Return how many.
+
+        A store used by one process (SQLite) closes every run it shows active at startup; on
+        a shared store (MongoDB) only runs whose lease expired are claimed and closed.
+        """
+        now = now_ms()
+        unfinished = await self._store.unfinished_runs(now if self._store.shared else None)
+        closed = 0
         for item in unfinished:
+            if item.session_id in self._live:
+                continue  # ours and alive
+            if self._store.shared and not await self._store.claim_run(
+                item, now, now + self._lease_ms
+            ):
+                continue  # another process took it
             await shielded(self._recover_one(item))
-        return len(unfinished)
+            closed += 1
+        return closed
+
+    def start_upkeep(self) -> None:
+        """Renew this process's run leases, close expired runs of dead processes (shared
+        stores), and settle runs that ended while the store was down."""
+        if self._upkeep is None:
+            self._upkeep = asyncio.create_task(self._upkeep_forever(), name="session-upkeep")
+
+    async def stop_upkeep(self) -> None:
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+            self._upkeep = None
+
+    async def _upkeep_forever(self) -> None:
+        period = max(0.2, self._lease_ms / 3000)
+        ticks = 0
+        while True:
+            await asyncio.sleep(period)  # a timer, not synchronization: leases are time-based
+            ticks += 1
+            try:
+                active = [lv.session_id for lv in self._live.values() if lv.run is not None]
+                await self._store.renew_leases(active, now_ms() + self._lease_ms)
+                for item in list(self._needs_repair.values()):
+                    await self._repair(item)
+                if self._store.shared and ticks % 3 == 0:
+                    await self.recover()
+            except StorageError as exc:
+                log.warning("session upkeep failed, will retry: %s", exc)
+
+    async def _repair(self, item: UnfinishedRun) -> None:
+        """Close a run whose end could not be stored; keep it for later if the store fails."""
+        try:
+            await shielded(self._recover_one(item))
+        except StorageError:
+            return
+        self._needs_repair.pop(item.session_id, None)
 
     async def _recover_one(self, item: UnfinishedRun) -> None:
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
-        live = LiveSession(record, self._store)
+        live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
         ctx = self._context(live, run, RunLimits(), None)
         history = await self._store.load_history(item.scope, item.session_id)
@@ -354,6 +420,9 @@ class SessionHub:
         await recorder.record_stop("interrupted")
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
+        held = self._live.get(item.session_id)
+        if held is not None:  # keep the in-memory view in step with what was stored
+            held.last_seq = max(held.last_seq, live.last_seq)
 
     async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:
         """The last step the dead run started, and its tool calls that never ended."""

@@ -116,6 +116,8 @@ class StorageSettings(_Section):
     mongodb_uri: str = "mongodb://127.0.0.1:27017"
     mongodb_database: str = "agent_server"
     mongodb_timeout_ms: int = Field(5000, ge=100)
+    run_lease_s: float = Field(30.0, ge=1)  # MongoDB: a run whose process stops renewing
+    # this lease is closed as "interrupted" by another server process
 
 
 class ToolSettings(ToolsConfig):

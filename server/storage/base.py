@@ -67,6 +67,10 @@ class UnfinishedRun:
 
 
 class Store(Protocol):
+    shared: bool
+    """True when several server processes may use the store at once (MongoDB): active runs
+    then carry a lease their process renews, and only expired leases are recovered."""
+
     async def open(self) -> None:
         """Connect and create the schema or indexes (idempotent)."""
         ...
@@ -91,9 +95,18 @@ class Store(Protocol):
         title: str | None = None,
         active_run_id: str | None = None,
         pending_input: dict[str, Any] | None = None,
+        lease_until: int | None = None,
     ) -> None:
-        """Set the given fields. `pending_input` and `active_run_id` are always written
-        (None clears them) whenever `status` is given."""
+        """Set the given fields. `pending_input`, `active_run_id` and `lease_until` are always
+        written (None clears them) whenever `status` is given."""
+        ...
+
+    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
+        """Extend the lease of these sessions' active runs (their process is alive)."""
+        ...
+
+    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
+        """Take over an unfinished run whose lease expired; False if another process did."""
         ...
 
     async def append_events(
@@ -128,8 +141,9 @@ class Store(Protocol):
         """Every message of the session, in order, for the model."""
         ...
 
-    async def unfinished_runs(self) -> list[UnfinishedRun]:
-        """Sessions left running or awaiting input (across all tenants), for recovery."""
+    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
+        """Sessions left running or awaiting input (across all tenants), for recovery; with
+        `now`, only those whose lease expired before it."""
         ...
 
 

@@ -84,6 +84,8 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
 class MongoStore:
     """The Store contract over a MongoDB (or MongoDB-compatible) database."""
 
+    shared = True  # several server processes may write: active runs carry leases
+
     def __init__(self, settings: StorageSettings) -> None:
         self._settings = settings
         self._client: AsyncMongoClient[Doc] | None = None
@@ -167,6 +169,7 @@ class MongoStore:
         title: str | None = None,
         active_run_id: str | None = None,
         pending_input: dict[str, Any] | None = None,
+        lease_until: int | None = None,
     ) -> None:
         fields: Doc = {"updated_at": now}
         if status is not None:
@@ -174,6 +177,7 @@ class MongoStore:
                 "status": status,
                 "active_run_id": active_run_id,
                 "pending_input": pending_input or None,
+                "lease_until": lease_until,
             }
         if title is not None:
             fields["title"] = title
@@ -267,9 +271,32 @@ class MongoStore:
         with _translated("load history"):
             return [message_from_api(doc["body"]) async for doc in cursor]
 
-    async def unfinished_runs(self) -> list[UnfinishedRun]:
+    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
+        if not session_ids:
+            return
+        with _translated("renew run leases"):
+            await self._col("sessions").update_many(
+                {"session_id": {"$in": list(session_ids)}, "status": {"$in": _ACTIVE}},
+                {"$set": {"lease_until": lease_until}},
+            )
+
+    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
+        """Atomic on MongoDB (one find_one_and_update); on FerretDB 1.x two processes may
+        both win a race, which only repeats the closing events (see docs/storage.md)."""
+        expired = {"$or": [{"lease_until": None}, {"lease_until": {"$lt": now}}]}
+        with _translated("claim an unfinished run"):
+            doc = await self._col("sessions").find_one_and_update(
+                {"session_id": item.session_id, "status": {"$in": _ACTIVE}, **expired},
+                {"$set": {"lease_until": lease_until}},
+            )
+        return doc is not None
+
+    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
+        query: Doc = {"status": {"$in": _ACTIVE}}
+        if now is not None:
+            query["$or"] = [{"lease_until": None}, {"lease_until": {"$lt": now}}]
         cursor = self._col("sessions").find(
-            {"status": {"$in": ["running", "awaiting_input"]}},
+            query,
             {"_id": 0, "tenant_id": 1, "user_id": 1, "session_id": 1, "active_run_id": 1},
         )
         with _translated("find unfinished runs"):
@@ -375,6 +402,9 @@ class MongoStore:
                     raise
                 return int(errors[0]["index"])
         return len(docs)
+
+
+_ACTIVE = ["running", "awaiting_input"]
 
 
 def _owner(scope: Scope) -> Doc:

@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     last_seq      INTEGER NOT NULL DEFAULT 0,
     message_count INTEGER NOT NULL DEFAULT 0,
     active_run_id TEXT,
-    pending_input TEXT
+    pending_input TEXT,
+    lease_until   INTEGER
 );
 CREATE INDEX IF NOT EXISTS sessions_by_user
     ON sessions (tenant_id, user_id, updated_at DESC);
@@ -77,7 +78,9 @@ _SESSION_COLUMNS = (
 
 
 class SQLiteStore:
-    """The Store contract over a SQLite file."""
+    """The Store contract over a SQLite file (one server process per file)."""
+
+    shared = False
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -120,6 +123,9 @@ class SQLiteStore:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
+        if "lease_until" not in columns:  # files written before leases existed
+            conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
         self._write_conn = conn
 
     def _open_reader(self) -> None:
@@ -172,13 +178,14 @@ class SQLiteStore:
         title: str | None = None,
         active_run_id: str | None = None,
         pending_input: dict[str, Any] | None = None,
+        lease_until: int | None = None,
     ) -> None:
         sets = ["updated_at = ?"]
         args: list[Any] = [now]
         if status is not None:
-            sets += ["status = ?", "active_run_id = ?", "pending_input = ?"]
+            sets += ["status = ?", "active_run_id = ?", "pending_input = ?", "lease_until = ?"]
             pending = orjson.dumps(pending_input).decode() if pending_input else None
-            args += [status, active_run_id, pending]
+            args += [status, active_run_id, pending, lease_until]
         if title is not None:
             sets.append("title = ?")
             args.append(title)
@@ -288,11 +295,39 @@ class SQLiteStore:
 
         return await self._read(op)
 
-    async def unfinished_runs(self) -> list[UnfinishedRun]:
+    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
+        ids = list(session_ids)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
+                "AND status IN ('running', 'awaiting_input')",
+                [(lease_until, i) for i in ids],
+            )
+
+        if ids:
+            await self._write(op)
+
+    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
+                "AND status IN ('running', 'awaiting_input') "
+                "AND (lease_until IS NULL OR lease_until < ?)",
+                (lease_until, item.session_id, now),
+            )
+            return cursor.rowcount == 1
+
+        claimed: bool = await self._write(op)
+        return claimed
+
+    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
         def op(conn: sqlite3.Connection) -> list[UnfinishedRun]:
             rows = conn.execute(
                 "SELECT tenant_id, user_id, session_id, active_run_id FROM sessions "
-                "WHERE status IN ('running', 'awaiting_input')"
+                "WHERE status IN ('running', 'awaiting_input') "
+                "AND (? IS NULL OR lease_until IS NULL OR lease_until < ?)",
+                (now, now),
             ).fetchall()
             return [UnfinishedRun(Scope(r[0], r[1]), r[2], r[3] or "") for r in rows]
 

@@ -94,7 +94,9 @@ async def test_list_sessions_newest_update_first_with_limit(store: Store) -> Non
 
     listed = await store.list_sessions(ALICE, 10)
     assert [(s.session_id, s.updated_at, s.last_seq) for s in listed] == [
-        ("s1", 400, 0), ("s2", 350, 2), ("s3", 300, 0)
+        ("s1", 400, 0),
+        ("s2", 350, 2),
+        ("s3", 300, 0),
     ]
     assert listed[0].title == "renamed"
     assert [s.session_id for s in await store.list_sessions(ALICE, 2)] == ["s1", "s2"]
@@ -150,7 +152,9 @@ async def test_update_session_sets_status_run_and_pending_input_together(store: 
     record = await store.get_session(ALICE, "s1")
     assert record is not None
     assert (record.status, record.active_run_id, record.pending_input) == (
-        "awaiting_input", "r1", pending
+        "awaiting_input",
+        "r1",
+        pending,
     )
     assert (record.title, record.updated_at) == ("Weather", 310)
 
@@ -168,8 +172,11 @@ async def test_update_session_sets_status_run_and_pending_input_together(store: 
 async def test_event_seqs_are_consecutive_and_replay_is_byte_identical(store: Store) -> None:
     await new_session(store)
     sent: list[bytes] = []
-    batches = [[frame(1)], [frame(i) for i in range(2, 5)],
-               [frame(i, "run-2") for i in range(5, 10)]]
+    batches = [
+        [frame(1)],
+        [frame(i) for i in range(2, 5)],
+        [frame(i, "run-2") for i in range(5, 10)],
+    ]
     for batch in batches:
         bodies = await store.append_events(ALICE, "s1", batch, 200)
         assert bodies == [orjson.dumps(f) for f in batch]  # "seq" was set in place
@@ -241,10 +248,23 @@ async def test_history_round_trips_every_message_field(store: Store) -> None:
         Message("system", "You are helpful."),
         Message("user", "What time is it in Tokyo?", run_id="r1"),
         Message("assistant", "Let me check.", tool_calls=calls, phase="act", run_id="r1"),
-        Message("tool", '"12:00"', tool_call_id="call_1", tool_name="get_current_time",
-                status="ok", run_id="r1"),
-        Message("tool", "", tool_call_id="call_2", tool_name="lookup", status="error",
-                error="no such thing", run_id="r1"),
+        Message(
+            "tool",
+            '"12:00"',
+            tool_call_id="call_1",
+            tool_name="get_current_time",
+            status="ok",
+            run_id="r1",
+        ),
+        Message(
+            "tool",
+            "",
+            tool_call_id="call_2",
+            tool_name="lookup",
+            status="error",
+            error="no such thing",
+            run_id="r1",
+        ),
         Message("assistant", "It is noon.", phase="final", run_id="r1"),
     ]
     await store.append_messages(ALICE, "s1", history[:2], 200)
@@ -269,8 +289,9 @@ async def test_unicode_and_one_megabyte_content_round_trip(store: Store) -> None
     frames = [frame(1, delta=text), frame(2, delta=big)]
 
     bodies = await store.append_events(ALICE, "s1", frames, 200)
-    await store.append_messages(ALICE, "s1", [Message("user", text), Message("assistant", big)],
-                                200)
+    await store.append_messages(
+        ALICE, "s1", [Message("user", text), Message("assistant", big)], 200
+    )
 
     assert await store.read_events(ALICE, "s1", 0) == bodies
     assert [orjson.loads(b)["delta"] for b in bodies] == [text, big]
@@ -313,8 +334,9 @@ async def test_two_store_instances_taking_turns_continue_each_others_numbering(
     try:
         await new_session(store)
         turns = [(store, 2), (other, 3), (store, 1), (other, 1)]
-        appended = [await s.append_events(ALICE, "s1", [frame(i) for i in range(n)], 200)
-                    for s, n in turns]
+        appended = [
+            await s.append_events(ALICE, "s1", [frame(i) for i in range(n)], 200) for s, n in turns
+        ]
         for s in (store, other, store):
             await s.append_messages(ALICE, "s1", [Message("user", "hi")], 200)
 
@@ -364,13 +386,24 @@ async def test_two_processes_appending_to_one_session_get_unique_consecutive_seq
     count = 200
     workers = []
     for writer in ("a", "b"):
-        config = {"settings": backend.settings.model_dump(mode="json"), "writer": writer,
-                  "count": count, "scope": [ALICE.tenant_id, ALICE.user_id]}
-        workers.append(await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _APPEND_WORKER, json.dumps(config), cwd=REPO,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        ))
+        config = {
+            "settings": backend.settings.model_dump(mode="json"),
+            "writer": writer,
+            "count": count,
+            "scope": [ALICE.tenant_id, ALICE.user_id],
+        }
+        workers.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                _APPEND_WORKER,
+                json.dumps(config),
+                cwd=REPO,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        )
     try:
         async with asyncio.timeout(60):
             for worker in workers:  # both connected before either writes: they overlap
@@ -430,8 +463,9 @@ async def test_an_unusable_location_fails_open_quickly_with_storage_error(
         store: Store = SQLiteStore(tmp_path)  # a directory, not a database file
     else:
         uri = f"mongodb://127.0.0.1:{free_port()}"  # nothing listens there
-        store = MongoStore(StorageSettings(backend="mongodb", mongodb_uri=uri,
-                                           mongodb_timeout_ms=300))
+        store = MongoStore(
+            StorageSettings(backend="mongodb", mongodb_uri=uri, mongodb_timeout_ms=300)
+        )
     started = time.monotonic()
     try:
         with pytest.raises(StorageError):
@@ -469,8 +503,14 @@ async def test_mongodb_going_down_raises_storage_error_then_recovers(
 ) -> None:
     server = FerretDB(ferretdb_bin, tmp_path / "ferretdb")
     await asyncio.to_thread(server.start)
-    store = MongoStore(StorageSettings(backend="mongodb", mongodb_uri=server.uri,
-                                       mongodb_database="downtime", mongodb_timeout_ms=500))
+    store = MongoStore(
+        StorageSettings(
+            backend="mongodb",
+            mongodb_uri=server.uri,
+            mongodb_database="downtime",
+            mongodb_timeout_ms=500,
+        )
+    )
     try:
         await store.open()
         await new_session(store)
@@ -538,8 +578,13 @@ async def test_sqlite_on_a_read_only_file_raises_storage_error_on_write() -> Non
         os.chmod(path, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _READ_ONLY_WORKER, str(path), cwd=REPO,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            _READ_ONLY_WORKER,
+            str(path),
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         async with asyncio.timeout(30):
             out, err = await worker.communicate()
