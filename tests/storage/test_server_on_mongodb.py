@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from pymongo import AsyncMongoClient
 
 from tests.conftest import Running, ServerFactory
