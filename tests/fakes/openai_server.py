@@ -82,14 +82,18 @@ class FakeLLM:
     ) -> None:
         self.default = default or _default
         self.record = record  # off for long soaks, so the fake's own memory stays flat
-        self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self.scripts: dict[str, deque[Reply | Callable[[dict[str, Any]], Reply]]] = (
+            defaultdict(deque)
+        )
         self.requests: list[Recorded] = []
         self.disconnects = 0
         self._disconnected = asyncio.Condition()
         self._arrived = asyncio.Condition()
         self.app = Starlette(routes=[Route("/v1/chat/completions", self._handle, methods=["POST"])])
 
-    def script(self, phase: str, *replies: Reply) -> None:
+    def script(self, phase: str, *replies: Reply | Callable[[dict[str, Any]], Reply]) -> None:
+        """Queue replies for a phase; a callable gets the request body and returns the reply
+        (to answer from what the request contains, e.g. a tool result)."""
         self.scripts[phase].extend(replies)
 
     def phases(self) -> list[str]:
@@ -123,7 +127,8 @@ class FakeLLM:
                 self.requests.append(Recorded(phase, dict(request.headers), body))
                 self._arrived.notify_all()
         queue = self.scripts.get(phase)
-        reply = queue.popleft() if queue else self.default(phase)
+        scripted = queue.popleft() if queue else self.default(phase)
+        reply = scripted(body) if callable(scripted) else scripted
         if reply.status is not None:
             return JSONResponse(
                 {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
