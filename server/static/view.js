@@ -113,6 +113,14 @@ export class Conversation {
   }
 }
 
+function contextNote(f) {
+  const parts = [];
+  if (f.compressed.length) parts.push(`shortened ${f.compressed.length} long result(s)`);
+  if (f.dropped_messages) parts.push(`left out ${f.dropped_messages} older message(s)`);
+  if (f.collapsed_steps) parts.push(`summarized ${f.collapsed_steps} earlier step(s)`);
+  return `To fit the model's memory, the agent ${parts.join(", ")}.`;
+}
+
 class Run {
   constructor(article, userText) {
     this.article = article;
@@ -187,6 +195,21 @@ class Run {
         break;
       case "agent_observe":
         this.step(f.step).finish("observe", f.content).phase("done");
+        break;
+      case "agent_plan":
+        this.step(f.step).note(`Plan: ${f.plan.map((item, i) => `${i + 1}. ${item}`).join("  ")}`, "plan");
+        break;
+      case "agent_verify":
+        this.step(f.step).note(
+          f.done ? `Checked: ${f.reason}` : `Not finished yet: ${f.reason}`,
+          f.done ? "checked" : "warning",
+        );
+        break;
+      case "agent_research":
+        this.notice(`Looked up background first (${f.sources.length} sources).`);
+        break;
+      case "agent_context":
+        this.step(f.step || 1).note(contextNote(f), "context");
         break;
       case "agent_stopped":
         this.notice(`${STOP_REASONS[f.reason] ?? `Stopped (${f.reason})`}${f.step ? ` at step ${f.step}` : ""}.`, "warning");

@@ -417,3 +417,28 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
         for fragment in ("<script", "<img", "<svg", "<iframe", "<style", "<b>", "<i>"):
             if fragment in visible and "](" not in visible:
                 assert fragment in result["text"], (source, result)  # shown as text
+
+
+async def test_verify_and_plan_events_are_shown_as_plain_notes(
+    ui_server_factory: Any, page: Any, fake_llm: FakeLLM
+) -> None:
+    block = {"plan": "x", "tools_to_consider": [], "finish": False,
+             "plan_steps": ["Check the clock", "Tell you the time"]}
+    fake_llm.script("reason", text("Planning first.\n", json.dumps(block)))
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "Mars/Base"})))
+    fake_llm.script("observe", observe("It failed.", final="Done!"),
+                    observe("Still failed.", final="I could not read the clock."))
+    fake_llm.script("verify", text('The clock call failed. {"done": false, "reason": '
+                                   '"The clock call failed."}'),
+                    text('{"done": true, "reason": "It says so plainly."}'))
+    async with ui_server_factory(agent={"plan_every": 5}) as server:
+        await open_page(page, server.url)
+        await send(page, "What time is it on Mars?")
+        run = page.locator("article.run")
+        await expect(run).to_have_class(re.compile(r"\bcomplete\b"))
+        await expect(run.locator(".note.plan")).to_have_text(
+            "Plan: 1. Check the clock  2. Tell you the time")
+        await expect(run.locator(".note.warning", has_text="Not finished yet")).to_have_text(
+            "Not finished yet: The clock call failed.")
+        await expect(run.locator(".answer")).to_have_text("I could not read the clock.")
+        await snap(page, "verify-and-plan")
