@@ -106,8 +106,10 @@ class ContextWindow:
     def _cut(self, message: Message, report: ContextReport) -> Message:
         if message.role != "tool" or not message.tool_call_id:
             return message
-        size = self._counter.count(message.content)
         limit = self._limits.tool_result_tokens
+        if self._tokens([message]) <= limit:  # cached: a quick upper bound of the content
+            return message
+        size = self._counter.count(message.content)
         if size <= limit:
             return message
         keep = _head(message.content, self._counter, limit)
