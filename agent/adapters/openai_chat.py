@@ -150,7 +150,7 @@ class OpenAIChatModel:
                     continue  # comments, event names, keep-alives
                 data = line[5:].strip()
                 if data == "[DONE]":
-                    break
+                    continue  # read to the end, so the connection goes back to the pool
                 chunk = orjson.loads(data)
                 if not isinstance(chunk, dict):
                     raise _MalformedChunk("a stream chunk is not a JSON object")

@@ -27,8 +27,12 @@ class ServerHandle:
 
 def bind_loopback() -> socket.socket:
     """A socket bound to a free loopback port (bind first when the app must know its address)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, as asyncio's own create_server makes it: only then does asyncio turn
+    # Nagle off (TCP_NODELAY) on accepted connections; without it every small final write of
+    # a response waits ~40 ms for a delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind(("127.0.0.1", 0))
     return sock
 
