@@ -102,7 +102,8 @@ def _audit(session: str, events: list[dict[str, Any]]) -> list[str]:
         by_run[e["run_id"]].append(kind(e))
     for run_id, kinds in by_run.items():
         if kinds.count("response_complete") != 1 or kinds[-1] != "response_complete":
-            problems.append(f"{session}/{run_id}: does not end with one response_complete")
+            problems.append(f"{session}/{run_id}: does not end with one response_complete "
+                            f"(last events: {', '.join(kinds[-4:])})")
     return problems
 
 

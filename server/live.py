@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from agent.control import RunControl
+from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import Scope, SessionRecord, SessionStatus, Store
 
@@ -62,8 +64,30 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
         log.debug("shielded write failed after its caller left: %r", task.exception())
 
 
+@dataclass(slots=True)
+class _Write:
+    """One queued write. Event writes without a status change may be stored together."""
+
+    future: asyncio.Future[None]
+    frames: Sequence[dict[str, Any]] = ()
+    status: SessionStatus | None = None
+    pending_input: dict[str, Any] | None = None
+    run_id: str | None = None
+    work: Callable[[], Awaitable[None]] | None = None  # anything else (messages, title…)
+
+    @property
+    def batchable(self) -> bool:
+        return self.work is None and self.status is None
+
+
 class LiveSession:
-    """In-memory state of one session: subscribers, the active run, status and last seq."""
+    """In-memory state of one session: subscribers, the active run, status and last seq.
+
+    Every write goes through one queue drained by one task, in order. Consecutive event
+    writes are stored in one `append_events` call (a fast token stream costs one transaction
+    per batch, not per token), then delivered. Callers await their write shielded: a run
+    cancelled by a stop cannot leave a write half done.
+    """
 
     def __init__(
         self, record: SessionRecord, store: Store, *, stored: bool = True, lease_ms: int = 30_000
@@ -80,7 +104,9 @@ class LiveSession:
         self.subscribers: set[Subscriber] = set()
         self.run: ActiveRun | None = None
         self._store = store
-        self._lock = asyncio.Lock()
+        self._writes: deque[_Write] = deque()
+        self._writer: asyncio.Task[None] | None = None
+        self._unreported: StorageError | None = None  # a write nobody awaited failed
 
     @property
     def idle(self) -> bool:
@@ -103,7 +129,7 @@ class LiveSession:
                 await self._store.create_session(self.scope, self.session_id, self.created_at)
                 self.stored = True
 
-        await shielded(self._locked(write))
+        await self._submit(_Write(self._future(), work=write))
 
     async def publish(
         self,
@@ -114,54 +140,95 @@ class LiveSession:
         run_id: str | None = None,
     ) -> None:
         """Store frames (and a status change), then deliver them to every subscriber."""
-        await shielded(self._locked(lambda: self._publish(frames, status, pending_input, run_id)))
+        await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
+
+    def publish_soon(self, frames: Sequence[dict[str, Any]]) -> None:
+        """Queue frames without waiting (stream deltas): they are stored and delivered in
+        order; if storing fails, the next awaited write of the session raises the error."""
+        write = _Write(self._future(), frames)
+        write.future.add_done_callback(self._note_failure)
+        self._enqueue(write)
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
         async def write() -> None:
             await self._store.append_messages(self.scope, self.session_id, messages, now_ms())
 
-        await shielded(self._locked(write))
+        await self._submit(_Write(self._future(), work=write))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
             await self._store.update_session(self.scope, self.session_id, now_ms(), title=title)
             self.title = title
 
-        await shielded(self._locked(write))
+        await self._submit(_Write(self._future(), work=write))
 
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""
         for sub in list(self.subscribers):
             sub.deliver(frame_text, None)
 
-    async def _locked(self, work: Callable[[], Awaitable[T]]) -> T:
-        async with self._lock:
-            return await work()
+    # -- the writer ---------------------------------------------------------------------------
 
-    async def _publish(
-        self,
-        frames: Sequence[dict[str, Any]],
-        status: SessionStatus | None,
-        pending_input: dict[str, Any] | None,
-        run_id: str | None,
-    ) -> None:
+    def _future(self) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _submit(self, write: _Write) -> None:
+        failed, self._unreported = self._unreported, None
+        if failed is not None:
+            raise failed
+        self._enqueue(write)
+        await asyncio.shield(write.future)
+
+    def _enqueue(self, write: _Write) -> None:
+        self._writes.append(write)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain())
+
+    def _note_failure(self, future: asyncio.Future[None]) -> None:
+        if not future.cancelled() and isinstance(future.exception(), StorageError):
+            self._unreported = future.exception()  # type: ignore[assignment]
+
+    async def _drain(self) -> None:
+        writes = self._writes
+        while writes:
+            batch = [writes.popleft()]
+            while batch[0].batchable and writes and writes[0].batchable:
+                batch.append(writes.popleft())
+            try:
+                await self._apply(batch)
+            except Exception as exc:  # noqa: BLE001 - the waiting callers get the error
+                error = exc if isinstance(exc, StorageError) else StorageError(str(exc))
+                for write in batch:
+                    if not write.future.done():
+                        write.future.set_exception(error)
+                continue
+            for write in batch:
+                if not write.future.done():
+                    write.future.set_result(None)
+
+    async def _apply(self, batch: list[_Write]) -> None:
+        head = batch[0]
+        if head.work is not None:
+            await head.work()
+            return
+        frames = [f for write in batch for f in write.frames]
         bodies: list[bytes] = []
         if frames:
             bodies = await self._store.append_events(self.scope, self.session_id, frames, now_ms())
-        if status is not None:
+        if head.status is not None:
             now = now_ms()
             await self._store.update_session(
                 self.scope,
                 self.session_id,
                 now,
-                status=status,
-                active_run_id=run_id,
-                pending_input=pending_input,
-                lease_until=None if status == "idle" else now + self._lease_ms,
+                status=head.status,
+                active_run_id=head.run_id,
+                pending_input=head.pending_input,
+                lease_until=None if head.status == "idle" else now + self._lease_ms,
             )
-            self.status = status
-            self.pending_input = pending_input
-            if status == "idle":
+            self.status = head.status
+            self.pending_input = head.pending_input
+            if head.status == "idle":
                 self.run = None  # before delivery: a chat sent on receiving it must be accepted
         for frame, body in zip(frames, bodies, strict=True):
             seq = int(frame["seq"])

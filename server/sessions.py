@@ -23,7 +23,14 @@ from agent.chat import run_chat
 from agent.context import ContextWindow
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
-from agent.events import AgentEvent, InputRequested, RunStopped
+from agent.events import (
+    AgentEvent,
+    ChatDelta,
+    InputRequested,
+    ObserveDelta,
+    ReasonDelta,
+    RunStopped,
+)
 from agent.loop import run_agent
 from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox
@@ -67,6 +74,8 @@ class _RunSink:
             await self._live.publish(
                 [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
             )
+        elif isinstance(event, (ReasonDelta, ObserveDelta, ChatDelta)):
+            self._live.publish_soon([frame])  # stored and sent in order; batched when fast
         else:
             await self._live.publish([frame])
 
@@ -318,14 +327,17 @@ class SessionHub:
             await live.publish([frame], status="idle")
         except StorageError:
             frame.pop("seq")
-            live.status, live.pending_input, live.run = "idle", None, None
+            live.status, live.pending_input = "idle", None
+            if live.run is run:
+                live.run = None
             live.deliver_unstored(orjson.dumps(frame).decode())
             # The store still shows the run as active: close it there once it is back.
             self._needs_repair[live.session_id] = UnfinishedRun(
                 live.scope, live.session_id, run.run_id
             )
         finally:
-            live.run = None
+            if live.run is run:  # a chat sent on receiving response_complete may own it now
+                live.run = None
             self.release(live)
 
     # -- lifecycle ---------------------------------------------------------------------------

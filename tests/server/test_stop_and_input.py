@@ -8,7 +8,7 @@ import json
 import httpx
 
 from tests.fakes.client import kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
 from tests.fakes.tools import Gate
 
 
@@ -196,3 +196,20 @@ async def test_a_run_past_its_wall_clock_limit_ends_with_a_clear_error(server_fa
             assert "time limit" in messages[-1]["content"] and messages[-1]["role"] == "system"
             again = await c.run("next one is fine")
             assert again[-2]["type"] == "agent_update"
+
+
+async def test_a_chat_sent_the_moment_a_run_ends_is_a_proper_run(server, fake_llm: FakeLLM):
+    """The next run starts while the previous one is still finishing: it must own the
+    session (stop works, a third chat is refused) and end on its own."""
+    fake_llm.script("reason", reason("one"), Reply(chunks=["slow"], hang_after=0))
+    async with await server.client() as c:
+        await c.recv()
+        await c.send({"type": "chat", "content": "first"})
+        await c.until("response_complete")
+        await c.send({"type": "chat", "content": "second"})  # at once, no wait
+        await c.until("agent_turn_start")
+        await c.send({"type": "chat", "content": "third"})
+        assert (await c.recv())["code"] == "run_in_progress"
+        await c.send({"type": "agent_control", "action": "stop"})
+        frames = await c.until("response_complete")
+        assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
