@@ -98,6 +98,10 @@ class EventSink(Protocol):
         """
         ...
 
+    async def emit_all(self, events: Sequence[AgentEvent]) -> None:
+        """Persist and publish several events in one write, with the same guarantees."""
+        ...
+
 
 class Transcript(Protocol):
     async def append(self, messages: Sequence[Message]) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from agent.budget import Budget
 from agent.context import ContextWindow
 from agent.control import RunControl
-from agent.events import ContextTrimmed, RunStopped, StopReason, ToolFailed
+from agent.events import AgentEvent, ContextTrimmed, RunStopped, StopReason, ToolFailed
 from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
@@ -192,26 +192,36 @@ class RunRecorder:
         return ""
 
     async def record_stop(self, reason: StopReason) -> None:
-        """Store what the stop cut short, then emit `agent_stopped`."""
+        """Close what the stop cut short: one write for the events (`tool_error` for every
+        open call, then `agent_stopped`), then one for the messages (the text streamed so far,
+        a result for every call, a note for the model). Two writes, so a stop is fast even
+        when the store is busy."""
         ctx = self.ctx
+        cut = _CUT_SHORT[reason]
+        messages: list[Message] = []
         if self.streaming is not None:
             phase, text = self.streaming, "".join(self.streamed).strip()
             self.end_stream()
             if text:
-                await self.add(
+                messages.append(
                     Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
                 )
-        for call_id, name in list(self.open_events.items()):
-            del self.open_events[call_id]
-            await ctx.sink.emit(ToolFailed(self.step, call_id, name, _CUT_SHORT[reason]))
-        for call in list(self.unanswered.values()):
-            cut = _CUT_SHORT[reason]
-            await self.add(
-                Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
-            )
+        events: list[AgentEvent] = [
+            ToolFailed(self.step, call_id, name, cut) for call_id, name in self.open_events.items()
+        ]
+        self.open_events.clear()
+        messages += [
+            Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
+            for call in self.unanswered.values()
+        ]
         note = _STOP_NOTES[reason].format(step=self.step)
-        await self.add(Message("system", note, phase="stop", run_id=ctx.run_id))
-        await ctx.sink.emit(RunStopped(self.step, reason, self.usage_report()))
+        messages.append(Message("system", note, phase="stop", run_id=ctx.run_id))
+        events.append(RunStopped(self.step, reason, self.usage_report()))
+        for message in messages:
+            self._track(message)
+        self.conversation.extend(messages)
+        await ctx.sink.emit_all(events)
+        await ctx.transcript.append(messages)
 
 
 async def run_guarded(ctx: RunContext, recorder: RunRecorder, body: Awaitable[None]) -> None:

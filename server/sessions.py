@@ -79,6 +79,10 @@ class _RunSink:
         else:
             await self._live.publish([frame])
 
+    async def emit_all(self, events: Sequence[AgentEvent]) -> None:
+        session, run, now = self._live.session_id, self._run_id, now_ms()
+        await self._live.publish([event_frame(e, session, run, now) for e in events])
+
     async def append(self, messages: Sequence[Message]) -> None:
         await self._live.save_messages(messages)
 
