@@ -24,6 +24,7 @@ from server.storage.base import Scope, SessionRecord, SessionStatus, Store
 __all__ = ["ActiveRun", "LiveSession", "Subscriber", "now_ms", "shielded"]
 
 T = TypeVar("T")
+_QUEUE_HIGH_WATER = 16  # queued writes per session before a stream waits for storage
 log = logging.getLogger(__name__)
 
 
@@ -142,12 +143,18 @@ class LiveSession:
         """Store frames (and a status change), then deliver them to every subscriber."""
         await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
 
-    def publish_soon(self, frames: Sequence[dict[str, Any]]) -> None:
-        """Queue frames without waiting (stream deltas): they are stored and delivered in
-        order; if storing fails, the next awaited write of the session raises the error."""
+    async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
+        """Queue stream deltas without waiting for them to be stored, unless the queue is
+        long: then wait, so a fast stream cannot run ahead of storage (and a stop, queued
+        behind it, stays quick). If storing fails, the next write of the session raises."""
+        failed, self._unreported = self._unreported, None
+        if failed is not None:
+            raise failed
         write = _Write(self._future(), frames)
         write.future.add_done_callback(self._note_failure)
         self._enqueue(write)
+        if len(self._writes) > _QUEUE_HIGH_WATER:
+            await asyncio.shield(write.future)
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
         async def write() -> None:

@@ -75,7 +75,7 @@ class _RunSink:
                 [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
             )
         elif isinstance(event, (ReasonDelta, ObserveDelta, ChatDelta)):
-            self._live.publish_soon([frame])  # stored and sent in order; batched when fast
+            await self._live.publish_streamed([frame])  # in order; batched when fast
         else:
             await self._live.publish([frame])
 
