@@ -37,6 +37,9 @@ _FENCE = "```"
 _ACTION_OPEN, _ACTION_CLOSE = "<action>", "</action>"
 _THINKING_TAGS = ("<thinking>", "</thinking>")  # shown without the tags
 _TAGS = (_ACTION_OPEN, *_THINKING_TAGS)
+_TAG_PREFIXES = frozenset(tag[:n] for tag in _TAGS for n in range(1, len(tag) + 1))
+_LONGEST_TAG = max(len(t) for t in _TAGS)
+_MARKERS = ("`", "{", "<")  # a chunk with none of these cannot start a block or a tag
 _UNDECIDED = -1
 
 
@@ -132,14 +135,16 @@ class ControlStream:
         """Hold back a tail that could still become a candidate or a tag ("`", "{ ", "<thi")."""
         text = self._text
         end = len(text)
-        tail_start = max(pos, end - max(len(t) for t in _TAGS))
+        tail_start = max(pos, end - _LONGEST_TAG)
+        if not any(marker in text[tail_start:] for marker in _MARKERS):
+            return end  # the common case: plain words
         for i in range(tail_start, end):
             piece = text[i:]
             if _at_line_start(text, i) and _FENCE.startswith(piece):
                 return i
             if piece.rstrip() == "{" and _after_space(text, i):
                 return i
-            if any(tag.startswith(piece) for tag in _TAGS):
+            if piece in _TAG_PREFIXES:
                 return i
         return end
 

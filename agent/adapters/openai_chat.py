@@ -8,6 +8,7 @@ it, so a stream that breaks later fails the call. Other 4xx answers fail at once
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ class OpenAIChatModel:
         self._max_retries = max_retries
         self._stream_usage = stream_usage
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
+        self._first_wait = retry_initial_s
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -115,20 +117,22 @@ class OpenAIChatModel:
 
     async def _open(self, request: dict[str, Any]) -> _OpenStream:
         """Send the request (retrying transient failures) and return the open stream."""
-        attempts = AsyncRetrying(
-            stop=stop_after_attempt(self._max_retries + 1),
-            wait=self._wait,
-            retry=retry_if_exception(_transient),
-            reraise=True,
-        )
         try:
+            try:
+                return await self._send(request)
+            except Exception as exc:
+                if not _transient(exc) or self._max_retries == 0:
+                    raise
+            await asyncio.sleep(self._first_wait)  # back off before the first retry too
+            attempts = AsyncRetrying(  # built only after a failure: the common call is fast
+                stop=stop_after_attempt(self._max_retries),
+                wait=self._wait,
+                retry=retry_if_exception(_transient),
+                reraise=True,
+            )
             async for attempt in attempts:
                 with attempt:
-                    context = self._client.chat.completions.with_streaming_response.create(
-                        **request
-                    )
-                    response = await context.__aenter__()
-                    return _OpenStream(context, response)
+                    return await self._send(request)
         except openai.APIStatusError as exc:
             raise ModelError(
                 f"The language model answered with an error (HTTP {exc.status_code})."
@@ -136,6 +140,10 @@ class OpenAIChatModel:
         except openai.APIError as exc:
             raise ModelError(f"The language model could not be reached ({_reason(exc)}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _send(self, request: dict[str, Any]) -> _OpenStream:
+        context = self._client.chat.completions.with_streaming_response.create(**request)
+        return _OpenStream(context, await context.__aenter__())
 
     async def _read(self, response: Any) -> AsyncIterator[str | ModelTurn]:
         """Read the server-sent events ourselves: the SDK's typed chunk objects cost about

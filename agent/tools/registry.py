@@ -19,6 +19,7 @@ class ToolRegistry:
 
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._specs: dict[str, ToolSpec] = {}
         for tool in tools:
             self.register(tool)
 
@@ -37,7 +38,15 @@ class ToolRegistry:
             if names is None
             else [self._tools[n] for n in names if n in self._tools]
         )
-        return [ToolSpec(t.name, t.description, t.arguments.model_json_schema()) for t in chosen]
+        return [self._spec(t) for t in chosen]
+
+    def _spec(self, tool: Tool) -> ToolSpec:
+        """Schemas never change: build each once (pydantic's schema generation is slow)."""
+        spec = self._specs.get(tool.name)
+        if spec is None:
+            spec = ToolSpec(tool.name, tool.description, tool.arguments.model_json_schema())
+            self._specs[tool.name] = spec
+        return spec
 
     async def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> Any:
         tool = self._tools.get(name)

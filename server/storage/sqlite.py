@@ -362,27 +362,26 @@ class SQLiteStore:
                     future.set_result(result)
 
     def _commit(self, ops: list[_Op]) -> list[Any]:
+        """Run a batch in one transaction. The common case uses no savepoints (every sqlite3
+        call releases and retakes the GIL, which a busy event loop makes slow); if one
+        operation fails on its own, the batch is redone with each operation isolated."""
         conn = self._write_conn
         if conn is None:
             raise StorageError("the SQLite store is not open")
-        results: list[Any] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for op in ops:
-                conn.execute("SAVEPOINT op")
-                try:
-                    results.append(op(conn))
-                    conn.execute("RELEASE op")
-                except sqlite3.Error as exc:
-                    if not isinstance(exc, sqlite3.IntegrityError):
-                        raise  # disk full, I/O error: the whole batch fails
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append(StorageError(f"SQLite refused the write: {exc}"))
-                except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append(StorageError(str(exc)))
+            try:
+                results = [op(conn) for op in ops]
+            except sqlite3.Error as exc:
+                if not isinstance(exc, sqlite3.IntegrityError):
+                    raise  # disk full, I/O error: the whole batch fails
+                results = None
+            except Exception:  # noqa: BLE001 - one bad operation must fail only itself
+                results = None
+            if results is None:
+                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                results = [_isolated(conn, op) for op in ops]
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -406,6 +405,25 @@ class SQLiteStore:
 
     async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+
+
+def _isolated(conn: sqlite3.Connection, op: _Op) -> Any:
+    """Run one operation in a savepoint; its own failure becomes its StorageError result."""
+    conn.execute("SAVEPOINT op")
+    try:
+        result = op(conn)
+    except sqlite3.Error as exc:
+        if not isinstance(exc, sqlite3.IntegrityError):
+            raise
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        return StorageError(f"SQLite refused the write: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        return StorageError(str(exc))
+    conn.execute("RELEASE op")
+    return result
 
 
 class _Missing(Exception):

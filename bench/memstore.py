@@ -1,0 +1,143 @@
+"""NullStore: the Store contract kept in memory, for measuring the server without persistence.
+
+Sessions, messages (the model needs the conversation) and `seq` numbering are kept; event
+bodies are encoded exactly as a real store encodes them but not retained, so memory stays
+flat in long runs. Replays therefore return nothing: only benchmarks use this.
+
+The Store protocol is still growing; a method added to it and not yet here answers None
+(see `__getattr__`), so the persistence-off measurement keeps working meanwhile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from agent.messages import Message
+from server.storage.base import (
+    Scope,
+    SessionRecord,
+    SessionStatus,
+    UnfinishedRun,
+    message_from_api,
+    message_to_api,
+)
+
+__all__ = ["NullStore"]
+
+
+class NullStore:
+    shared = False  # one process: no run leases
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, SessionRecord] = {}
+        self._messages: dict[str, list[dict[str, Any]]] = {}
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord:
+        record = SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", "", now, now, 0)
+        self._sessions[session_id] = record
+        self._messages[session_id] = []
+        return record
+
+    def _get(self, scope: Scope, session_id: str) -> SessionRecord | None:
+        record = self._sessions.get(session_id)
+        if record is None or (record.tenant_id, record.user_id) != (scope.tenant_id, scope.user_id):
+            return None
+        return record
+
+    async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
+        return self._get(scope, session_id)
+
+    async def list_sessions(self, scope: Scope, limit: int) -> list[SessionRecord]:
+        mine = [r for r in self._sessions.values() if self._get(scope, r.session_id)]
+        return sorted(mine, key=lambda r: r.updated_at, reverse=True)[:limit]
+
+    async def update_session(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        status: SessionStatus | None = None,
+        title: str | None = None,
+        active_run_id: str | None = None,
+        pending_input: dict[str, Any] | None = None,
+        lease_until: int | None = None,
+    ) -> None:
+        record = self._get(scope, session_id)
+        if record is None:
+            return
+        changes: dict[str, Any] = {"updated_at": now}
+        if status is not None:
+            changes.update(status=status, active_run_id=active_run_id, pending_input=pending_input)
+        if title is not None:
+            changes["title"] = title
+        self._sessions[session_id] = replace(record, **changes)
+
+    async def append_events(
+        self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
+    ) -> list[bytes]:
+        record = self._get(scope, session_id)
+        last = record.last_seq if record is not None else 0
+        bodies = []
+        for offset, frame in enumerate(frames, start=last + 1):
+            frame["seq"] = offset
+            bodies.append(orjson.dumps(frame))
+        if record is not None:
+            self._sessions[session_id] = replace(
+                record, last_seq=last + len(frames), updated_at=now
+            )
+        return bodies
+
+    async def read_events(
+        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+    ) -> list[bytes]:
+        return []
+
+    async def append_messages(
+        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
+    ) -> None:
+        stored = self._messages.setdefault(session_id, [])
+        for message in messages:
+            stored.append(message_to_api(message, uuid.uuid4().hex, len(stored), now))
+
+    async def read_messages(
+        self, scope: Scope, session_id: str, limit: int, since: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        stored = self._messages.get(session_id, []) if self._get(scope, session_id) else []
+        if since is not None:
+            return [m for m in stored if m["ts"] > since][:limit], len(stored)
+        return stored[-limit:], len(stored)
+
+    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
+        if self._get(scope, session_id) is None:
+            return []
+        return [message_from_api(m) for m in self._messages.get(session_id, [])]
+
+    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
+        return None
+
+    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
+        return False
+
+    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
+        return []
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[None]]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        async def absent(*args: Any, **kwargs: Any) -> None:
+            return None
+
+        return absent

@@ -1,0 +1,240 @@
+"""Turn the results into table rows (with the issue's targets) and a Markdown report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Row", "markdown", "profile_markdown", "rows"]
+
+
+@dataclass
+class Row:
+    bench: str
+    metric: str
+    figure: dict[str, Any] | None  # {median, min, max}
+    unit: str
+    target: str = ""
+    met: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        fig = self.figure or {}
+        return {"bench": self.bench, "metric": self.metric, "median": fig.get("median"),
+                "min": fig.get("min"), "max": fig.get("max"), "unit": self.unit,
+                "target": self.target, "met": self.met}
+
+
+def _get(data: dict[str, Any], *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _check(figure: dict[str, Any] | None, test: Callable[[float], bool]) -> bool | None:
+    if not figure or figure.get("median") is None:
+        return None
+    return bool(test(figure["median"]))
+
+
+def _single(value: float | None) -> dict[str, Any] | None:
+    return None if value is None else {"median": value, "min": value, "max": value}
+
+
+def rows(results: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    step = results.get("step_overhead")
+    if step:
+        b = "1 per-step overhead (SQLite)"
+        fig = step["overhead_median_ms"]
+        out += [
+            Row(b, "overhead per step, median (vs bare round trips)", fig, "ms", "< 2 ms",
+                _check(fig, lambda v: v < 2)),
+            Row(b, "overhead per step, p99 (vs bare round trips)", step["overhead_p99_ms"], "ms"),
+            Row(b, "overhead per step, median (vs fake's own time)",
+                step["overhead_vs_fake_median_ms"], "ms"),
+            Row(b, "overhead per step, p99 (vs fake's own time)",
+                step["overhead_vs_fake_p99_ms"], "ms"),
+            *(Row(b, f"  … step {n} only, median", fig, "ms")
+              for n, fig in step.get("overhead_median_ms_by_step", {}).items()),
+            Row(b, "wall time per step, median", step["wall_median_ms"], "ms"),
+            Row(b, "3 LLM round trips, minimal httpx client", step["round_trips_ms"], "ms"),
+            Row(b, "fake LLM's own time per step (3 calls)", step["fake_median_ms"], "ms"),
+            Row(b, "server CPU per step", step["server_cpu_ms_per_step"], "ms"),
+            Row(b, "LLM TCP connections opened per LLM request",
+                step.get("llm_connections_per_request"), "×"),
+        ]
+    tp = results.get("throughput")
+    if tp:
+        b = f"2 throughput ({tp['conns']} runs, {tp['frames_per_run']} events/run)"
+        out.append(Row(b, "bare endpoint", tp["baseline"]["events_per_s"], "events/s"))
+        out.append(Row(b, "bare endpoint CPU per event", tp["baseline"]["server_cpu_us_per_event"],
+                       "µs"))
+        for name, label, floor in (("sqlite", "SQLite", 0.40), ("nostore", "no persistence", 0.50)):
+            if name not in tp:
+                continue
+            ratio = tp[name]["ratio"]
+            out += [
+                Row(b, f"agent, {label}", tp[name]["events_per_s"], "events/s"),
+                Row(b, f"agent, {label}: ratio to bare", ratio, "×", f"≥ {floor:.2f}",
+                    _check(ratio, floor.__le__)),
+                Row(b, f"agent, {label}: CPU per event", tp[name]["server_cpu_us_per_event"], "µs"),
+            ]
+    stop = results.get("stop_latency")
+    if stop:
+        b = "3 stop latency"
+        un = stop["unloaded"]
+        out += [
+            Row(b, "unloaded p50", un["p50_ms"], "ms"),
+            Row(b, "  … of which until agent_stopped was emitted (p50)",
+                un.get("before_emit_p50_ms"), "ms"),
+            Row(b, "unloaded p99", un["p99_ms"], "ms", "< 5 ms",
+                _check(un["p99_ms"], lambda v: v < 5)),
+        ]
+        half = stop.get("half")
+        if half:
+            want = half.get("requested_background_events_per_s")
+            out += [
+                Row(b, f"200 sessions at half bare rate: p99 (asked {want}/s)", half["p99_ms"],
+                    "ms", "< 50 ms", _check(half["p99_ms"], lambda v: v < 50)),
+                Row(b, "  … background events/s achieved", half["background_events_per_s"],
+                    "events/s"),
+            ]
+        sat = stop["saturation"]
+        worst = max(stop[k]["worst_ms"] for k in ("half", "saturation") if k in stop)
+        out += [
+            Row(b, "200 sessions at saturation: p50", sat["p50_ms"], "ms"),
+            Row(b, "  … of which until agent_stopped was emitted (p50)",
+                sat.get("before_emit_p50_ms"), "ms"),
+            Row(b, "200 sessions at saturation: p99", sat["p99_ms"], "ms"),
+            Row(b, "  … background events/s achieved", sat["background_events_per_s"], "events/s"),
+        ]
+        mid = stop.get("agent_half")
+        if mid:
+            want = mid.get("requested_background_events_per_s")
+            out += [
+                Row(b, f"200 sessions at half the agent's own max ({want}/s): p50",
+                    mid["p50_ms"], "ms"),
+                Row(b, "  … p99", mid["p99_ms"], "ms"),
+                Row(b, "  … background events/s achieved", mid["background_events_per_s"],
+                    "events/s"),
+            ]
+        out += [
+            Row(b, "worst single stop at saturation", _single(round(worst, 1)), "ms", "≤ 250 ms",
+                worst <= 250),
+        ]
+    conc = results.get("concurrency")
+    if conc:
+        b = "4 concurrency (~1 s/LLM call)"
+        for level, data in conc["levels"].items():
+            out.append(Row(b, f"{level} runs: p99 event delay", data["p99_delay_ms"], "ms",
+                           "< 100 ms", data["met"]))
+            out.append(Row(b, f"{level} runs: /healthz p99 (loop lag)", data["healthz_p99_ms"],
+                           "ms"))
+        best = conc["max_runs_within_bound"]
+        out.append(Row(b, "most active runs within bound", _single(best), "runs", "≥ 1000",
+                       best >= 1000))
+        lag_level = str(best) if best else next(iter(conc["levels"]), None)
+        if lag_level:
+            fig = conc["levels"][lag_level]["healthz_p99_ms"]
+            out.append(Row(b, f"event-loop lag p99 at {lag_level} runs", fig, "ms", "< 20 ms",
+                           _check(fig, lambda v: v < 20)))
+    mem = results.get("memory")
+    if mem:
+        b = "5 memory"
+        out += [
+            Row(b, "RSS per idle connection, bare", mem["baseline"]["idle_kib_per_conn"], "KiB"),
+            Row(b, "RSS per idle connection, agent", mem["agent"]["idle_kib_per_conn"], "KiB"),
+            Row(b, "idle agent / bare", mem["idle_ratio"], "×", "≤ 2",
+                _check(mem["idle_ratio"], lambda v: v <= 2)),
+            Row(b, "RSS per active run", mem["agent"].get("active_kib_per_run"), "KiB"),
+        ]
+    st = results.get("storage")
+    if st:
+        b = f"6 storage ({st['sessions']} sessions, 1 event/append)"
+        out.append(Row(b, "SQLiteStore.append_events", st["sqlite"]["events_per_s"], "events/s"))
+        out.append(Row(b, "  … latency of one append, p99", st["sqlite"]["append_p99_ms"], "ms"))
+        mongo = st["mongodb"]
+        out.append(Row(b, "MongoStore.append_events (FerretDB)"
+                       + (f" — skipped: {mongo['skipped']}" if "skipped" in mongo else ""),
+                       mongo.get("events_per_s"), "events/s"))
+        if "append_p99_ms" in mongo:
+            out.append(Row(b, "  … latency of one append, p99", mongo["append_p99_ms"], "ms"))
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def table(table_rows: list[Row]) -> str:
+    lines = ["| benchmark | metric | median | min | max | unit | target | met |",
+             "| --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+    last = ""
+    for row in table_rows:
+        fig = row.figure or {}
+        met = {True: "yes", False: "**NO**", None: ""}[row.met]
+        bench = row.bench if row.bench != last else ""
+        last = row.bench
+        lines.append(
+            f"| {bench} | {row.metric} | {_fmt(fig.get('median'))} | {_fmt(fig.get('min'))} "
+            f"| {_fmt(fig.get('max'))} | {row.unit} | {row.target} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def markdown(report: dict[str, Any], table_rows: list[Row]) -> str:
+    m = report["machine"]
+    head = [
+        f"# Benchmark results, {report['started_at']}",
+        "",
+        f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), Python {m['python']}, "
+        f"uvicorn {m['versions'].get('uvicorn')} ws={m['uvicorn_ws']} "
+        f"(per-message deflate {'on' if m['uvicorn_ws_per_message_deflate'] else 'off'}), "
+        f"http={m['uvicorn_http']}, load average at start "
+        f"{', '.join(f'{x:.2f}' for x in m['loadavg_at_start'])}; "
+        f"commit {m.get('git', {}).get('commit', '?')[:10]}"
+        f" ({m.get('git', {}).get('dirty_files', '?')} uncommitted files).",
+        "",
+        f"Every figure: median of {report['sizes']['reps']} repetitions, with min and max. "
+        f"Total time {report['duration_s']:.0f} s.",
+        "",
+        table(table_rows),
+    ]
+    if report.get("notes"):
+        head += ["", "Notes:", ""] + [f"- {note}" for note in report["notes"]]
+    return "\n".join(head) + "\n"
+
+
+def profile_markdown(report: dict[str, Any], profiles: dict[str, Any], top: int = 15) -> str:
+    """Top functions by self time, and the project's functions by inclusive time."""
+    lines = [f"# Server profiles (py-spy), {report['started_at']}", ""]
+    for workload, views in profiles.items():
+        if "skipped" in views:
+            lines += [f"## {workload}: skipped ({views['skipped']})", ""]
+            continue
+        for view, data in views.items():
+            what = ("GIL holder only: where Python CPU goes" if view == "gil"
+                    else "all non-idle threads")
+            lines += [f"## {workload} — {what} ({data['samples']} samples, raw: {data['raw']})",
+                      "", "| part of the server | % of samples |", "| --- | ---: |"]
+            lines += [f"| {part} | {share} |" for part, share in data["subsystems"].items()]
+            lines += ["", "| self % | function | | inclusive % | project function |",
+                      "| ---: | --- | --- | ---: | --- |"]
+            own, mine = data["self"][:top], data["inclusive_project"][:top]
+            for i in range(max(len(own), len(mine))):
+                left = own[i] if i < len(own) else ["", ""]
+                right = mine[i] if i < len(mine) else ["", ""]
+                lines.append(f"| {left[1]} | `{left[0]}` | | {right[1]} | `{right[0]}` |")
+            lines.append("")
+    return "\n".join(lines).replace("``", "")
