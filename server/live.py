@@ -75,6 +75,7 @@ class _Write:
     pending_input: dict[str, Any] | None = None
     run_id: str | None = None
     work: Callable[[], Awaitable[None]] | None = None  # anything else (messages, title…)
+    awaited: bool = True  # False: a streamed delta whose caller did not wait for it
 
     @property
     def batchable(self) -> bool:
@@ -150,10 +151,10 @@ class LiveSession:
         failed, self._unreported = self._unreported, None
         if failed is not None:
             raise failed
-        write = _Write(self._future(), frames)
-        write.future.add_done_callback(self._note_failure)
+        write = _Write(self._future(), frames, awaited=False)
         self._enqueue(write)
         if len(self._writes) > _QUEUE_HIGH_WATER:
+            write.awaited = True
             await asyncio.shield(write.future)
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
@@ -191,10 +192,6 @@ class LiveSession:
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain())
 
-    def _note_failure(self, future: asyncio.Future[None]) -> None:
-        if not future.cancelled() and isinstance(future.exception(), StorageError):
-            self._unreported = future.exception()  # type: ignore[assignment]
-
     async def _drain(self) -> None:
         writes = self._writes
         while writes:
@@ -205,9 +202,13 @@ class LiveSession:
                 await self._apply(batch)
             except Exception as exc:  # noqa: BLE001 - the waiting callers get the error
                 error = exc if isinstance(exc, StorageError) else StorageError(str(exc))
+                if not any(write.awaited for write in batch):
+                    self._unreported = error  # reported once, by the session's next write
                 for write in batch:
-                    if not write.future.done():
+                    if write.awaited and not write.future.done():
                         write.future.set_exception(error)
+                    elif not write.future.done():
+                        write.future.set_result(None)
                 continue
             for write in batch:
                 if not write.future.done():

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
-import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.fakes.client import Client, kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act
+from tests.fakes.processes import free_port, start_server_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -81,45 +78,18 @@ async def test_a_full_database_fails_the_run_with_storage_error_and_recovers(
             assert kind((await c.run("third"))[-2]) == "agent_completion"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _start_server(tmp_path: Path, port: int, llm_url: str) -> asyncio.subprocess.Process:
     env = {
-        **os.environ,
         "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
         "AGENT__LLM__BASE_URL": llm_url,
         "AGENT__LLM__MAX_RETRIES": "0",
     }
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "server",
-        "--config",
-        str(REPO / "config.toml"),
-        "--port",
-        str(port),
-        cwd=tmp_path,
-        env=env,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    async with httpx.AsyncClient() as http, asyncio.timeout(30):
-        while True:  # poll the real endpoint until it answers (bounded by the timeout)
-            try:
-                await http.get(f"http://127.0.0.1:{port}/healthz")
-                return proc
-            except httpx.TransportError:
-                assert proc.returncode is None, "server exited during startup"
-                await asyncio.sleep(0.05)
+    return await start_server_process(tmp_path, port, env)
 
 
 @pytest.mark.slow
 async def test_a_killed_process_leaves_runs_that_the_next_start_closes(fake_llm, tmp_path):
-    port = _free_port()
+    port = free_port()
     fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Still there?"})))
     proc = await _start_server(tmp_path, port, fake_llm.base_url)
     try:

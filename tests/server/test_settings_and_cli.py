@@ -90,54 +90,28 @@ def test_serve_refuses_unknown_tools(tmp_path):
     assert done.returncode == 2 and "teleport" in done.stderr
 
 
-def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
-    import os
+async def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
+    import asyncio
     import signal
-    import socket
-    import time
 
     import httpx
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "server",
-            "--config",
-            str(REPO / "config.toml"),
-            "--port",
-            str(port),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    from tests.fakes.processes import free_port, start_server_process
+
+    port = free_port()
+    env = {"AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
+    proc = await start_server_process(tmp_path, port, env, capture=True)
     try:
-        deadline = time.monotonic() + 30
-        while True:  # poll the real endpoint until it answers (bounded)
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.05)
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{port}/healthz")
         assert response.json() == {"status": "ok"}
         proc.send_signal(signal.SIGTERM)
+        output = (await asyncio.wait_for(proc.stdout.read(), 20)).decode()  # type: ignore[union-attr]
         # uvicorn re-raises the signal after a clean shutdown, as a process should
-        assert proc.wait(timeout=20) in (0, -signal.SIGTERM)
-        output = proc.stdout.read() if proc.stdout else ""
+        assert await asyncio.wait_for(proc.wait(), 20) in (0, -signal.SIGTERM)
         assert "Application shutdown complete" in output
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
+            await proc.wait()
     assert (tmp_path / "a.db").exists()
