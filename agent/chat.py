@@ -7,13 +7,15 @@ streamed text delta goes out as `chat_delta`; `chat_response` carries their conc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 from agent.acting import run_tool_calls
+from agent.calling import call_model
 from agent.events import ChatDelta, ChatDone
+from agent.loop import system_message
 from agent.messages import Message
 from agent.ports import ModelTurn, ToolSpec
 from agent.run import RunContext, RunRecorder, run_guarded
+from agent.textcalls import read_text_tool_calls
 
 __all__ = ["run_chat"]
 
@@ -25,40 +27,48 @@ async def run_chat(ctx: RunContext, history: Sequence[Message]) -> None:
 
 
 async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
-    base = ctx.prompts.render("system", today=datetime.now(UTC).date().isoformat())
-    system = f"{base}\n\n{ctx.prompts.render('chat_prompt')}"
+    system = system_message(ctx, "chat_prompt")
     tools = ctx.tools.specs(ctx.tool_names)
     shown: list[str] = []
     for round_no in range(ctx.limits.chat_tool_rounds + 1):
-        offered = tools if round_no < ctx.limits.chat_tool_rounds else []
-        turn = await _stream_round(ctx, rec, system, offered, shown)
+        last_round = round_no == ctx.limits.chat_tool_rounds
+        turn = await _stream_round(ctx, rec, system, tools, shown, last_round=last_round)
+        calls, content = turn.tool_calls, turn.content
+        if not calls and tools and not last_round:
+            calls, content = read_text_tool_calls(content, {t.name for t in tools})
         await rec.commit_stream(
-            Message(
-                "assistant",
-                turn.content,
-                tool_calls=turn.tool_calls,
-                phase="chat",
-                run_id=ctx.run_id,
-            )
+            Message("assistant", content, tool_calls=calls, phase="chat", run_id=ctx.run_id)
         )
-        if not turn.tool_calls:
+        if not calls:
             break
-        await run_tool_calls(ctx, rec, 0, turn.tool_calls)
+        await run_tool_calls(ctx, rec, 0, calls)
     await ctx.sink.emit(ChatDone("".join(shown)))
 
 
 async def _stream_round(
-    ctx: RunContext, rec: RunRecorder, system: str, tools: Sequence[ToolSpec], shown: list[str]
+    ctx: RunContext,
+    rec: RunRecorder,
+    system: str,
+    tools: Sequence[ToolSpec],
+    shown: list[str],
+    *,
+    last_round: bool,
 ) -> ModelTurn:
-    messages = await rec.messages(0, "chat", system)
+    """One streamed round; the last one shows the tools but may not call them."""
     rec.begin_stream("chat")
-    turn = ModelTurn("")
-    async for item in ctx.model.stream(messages, tools=tools, call=ctx.call(0, "chat")):
-        if isinstance(item, str):
-            rec.streamed.append(item)
-            shown.append(item)
-            await ctx.sink.emit(ChatDelta(item))
-        else:
-            turn = item
-    rec.count("chat", turn.prompt_tokens, turn.completion_tokens)
-    return turn
+
+    async def show(piece: str) -> None:
+        rec.streamed.append(piece)
+        shown.append(piece)
+        await ctx.sink.emit(ChatDelta(piece))
+
+    return await call_model(
+        ctx,
+        rec,
+        0,
+        "chat",
+        lambda: rec.messages(0, "chat", system),
+        tools=tools,
+        tool_choice="none" if last_round else "auto",
+        on_text=show,
+    )

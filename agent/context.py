@@ -56,18 +56,27 @@ class ContextWindow:
         self._limits = limits
         self._cache: dict[Message, int] = {}
 
+    @property
+    def window_tokens(self) -> int:
+        return self._limits.window_tokens
+
     def build(
         self,
         system: str,
         conversation: Sequence[Message],
         run_id: str,
         extra: Sequence[Message] = (),
+        *,
+        window_tokens: int | None = None,
     ) -> tuple[list[Message], ContextReport]:
-        """The message list for one call, and what had to be done to fit the budget."""
+        """The message list for one call, and what had to be done to fit the budget.
+
+        `window_tokens` overrides the configured window (the model server said it is smaller).
+        """
         limits = self._limits
-        report = ContextReport(
-            limits.window_tokens - limits.reserve_tokens, exact=self._counter.exact
-        )
+        window = window_tokens or limits.window_tokens
+        reserve = min(limits.reserve_tokens, window // 4)
+        report = ContextReport(window - reserve, exact=self._counter.exact)
         head, *body = build_messages(system, conversation, run_id)
         body = [self._cut(m, report) for m in body]
         earlier, current = _split(body, conversation, run_id)

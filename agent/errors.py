@@ -2,6 +2,7 @@
 
 AgentError
 ├── ModelError          the LLM still failed after the retry policy gave up; ends the run
+│   └── ContextTooLong  the prompt does not fit the model's context window (compact, retry)
 ├── ModelBehaviorError  the LLM answered, but wrongly (unknown tool, malformed arguments);
 │                       fed back to the model as a tool error, never ends the run
 ├── ToolError           a tool refused or failed; fed back to the model
@@ -10,7 +11,14 @@ AgentError
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "ModelBehaviorError", "ModelError", "StorageError", "ToolError"]
+__all__ = [
+    "AgentError",
+    "ContextTooLong",
+    "ModelBehaviorError",
+    "ModelError",
+    "StorageError",
+    "ToolError",
+]
 
 
 class AgentError(Exception):
@@ -19,6 +27,17 @@ class AgentError(Exception):
 
 class ModelError(AgentError):
     """The LLM call failed for good (after retries, or a non-retryable status)."""
+
+
+class ContextTooLong(ModelError):
+    """The model server refused the prompt as longer than its context window.
+
+    `window_tokens` is the server's window when it said so (llama.cpp's `n_ctx`), else None.
+    """
+
+    def __init__(self, message: str, window_tokens: int | None = None) -> None:
+        super().__init__(message)
+        self.window_tokens = window_tokens
 
 
 class ModelBehaviorError(AgentError):

@@ -11,6 +11,11 @@ from typing import Any, Literal
 
 __all__ = [
     "AgentEvent",
+    "AnswerDelta",
+    "ModelRetrying",
+    "ThinkingDelta",
+    "UserAnswered",
+    "UserMessage",
     "ChatDelta",
     "CompletionReason",
     "ContextTrimmed",
@@ -181,6 +186,61 @@ class ChatDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class UserMessage:
+    """The user's chat message that starts the run: its first event, so a replay alone
+    rebuilds the conversation. `client_id` echoes the optional id the client gave it."""
+
+    content: str
+    agent_mode: bool
+    client_id: str | None = None
+    kind: Literal["user_message"] = "user_message"
+
+
+@dataclass(frozen=True, slots=True)
+class UserAnswered:
+    """An answer to the pending question was accepted (every tab learns of it)."""
+
+    step: int
+    call_id: str
+    content: str
+    kind: Literal["user_answered"] = "user_answered"
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerDelta:
+    """A piece of the final answer as the model writes it (a draft until the run completes:
+    a verification that finds the task unfinished discards it)."""
+
+    step: int
+    delta: str
+    kind: Literal["answer_delta"] = "answer_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingDelta:
+    """A reasoning model's thinking (reasoning_content or <think> text): shown, never sent
+    back to the model, never parsed for control blocks."""
+
+    step: int
+    phase: str
+    delta: str
+    kind: Literal["thinking_delta"] = "thinking_delta"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRetrying:
+    """A model call failed transiently and will be tried again after `delay_ms`."""
+
+    step: int
+    phase: str
+    attempt: int  # the attempt about to start, 2..max_attempts
+    max_attempts: int
+    reason: str
+    delay_ms: int
+    kind: Literal["model_retrying"] = "model_retrying"
+
+
+@dataclass(frozen=True, slots=True)
 class ChatDone:
     content: str
     kind: Literal["chat_done"] = "chat_done"
@@ -206,4 +266,9 @@ AgentEvent = (
     | RunCompleted
     | ChatDelta
     | ChatDone
+    | UserMessage
+    | UserAnswered
+    | AnswerDelta
+    | ThinkingDelta
+    | ModelRetrying
 )

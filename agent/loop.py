@@ -1,9 +1,12 @@
 """run_agent: the strict reason → act → observe loop of PROTOCOL.md.
 
-Every step has all three phases, in order. Reason and Observe stream plain text that ends with
-a JSON control block (cut out before the user sees it); Act is the only phase that offers tools.
-Each phase builds its own message list (docs/prompts.md): one system message with the phase's
-instructions and, when calls failed, an unmissable note about them.
+Every step has all three phases, in order. Reason and Observe stream plain text with a JSON
+control block (cut out before the user sees it); Act is the only phase that may call tools.
+Every call of a run shares one prefix, so a provider's prompt cache reuses it: the same system
+message and the same tool list (Reason and Observe send them with `tool_choice: "none"`), then
+the conversation; what differs per phase (its instructions, the plan, a note on failed calls)
+is the last, user-side message (docs/prompts.md). When Observe ends the run, the text after its
+block is the final answer, streamed as `AnswerDelta`s.
 
 A run that wants to finish while failures are unresolved (or without any tool having done
 what Reason said was needed) is checked by an isolated verify call first; a "not done"
@@ -12,11 +15,14 @@ verdict sends it into another step. Before each LLM call the run's budget is che
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
+from agent.calling import call_model
 from agent.events import (
+    AnswerDelta,
     CompletionReason,
     FinishVerified,
     ObserveDelta,
@@ -33,16 +39,18 @@ from agent.parsing import (
     OBSERVE_KEYS,
     REASON_KEYS,
     ControlStream,
+    observe_ends_run,
     read_observe_control,
     read_reason_control,
     split_control,
 )
-from agent.ports import ModelTurn, ToolSpec
+from agent.ports import ToolSpec
 from agent.research import research_first_task
 from agent.run import RunContext, RunRecorder, run_guarded
+from agent.textcalls import read_text_tool_calls
 from agent.verify import needs_verification, verify_finish
 
-__all__ = ["run_agent", "stream_text"]
+__all__ = ["run_agent", "stream_text", "system_message"]
 
 
 class _BudgetSpent(Exception):
@@ -63,45 +71,50 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     max_steps = ctx.limits.max_steps
     await ctx.sink.emit(RunStarted(max_steps))
     tools = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
+    system = system_message(ctx, "agent_system")
     if ctx.research is not None:
         await research_first_task(ctx, rec, ctx.research)
     try:
         for step in range(1, max_steps + 1):
             rec.step = step
             await ctx.sink.emit(StepStarted(step))
-            finish = await _reason(ctx, rec, step, tools)
-            await _act(ctx, rec, step, tools, skip=finish)
-            final_answer = await _observe(ctx, rec, step)
+            finish = await _reason(ctx, rec, step, system, tools)
+            await _act(ctx, rec, step, system, tools, skip=finish)
+            final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
         _check_budget(rec)
-        await _complete(ctx, rec, max_steps, await _summarize(ctx, rec), "max_steps")
+        await _complete(ctx, rec, max_steps, await _summarize(ctx, rec, system, tools), "max_steps")
     except _BudgetSpent:
         ctx.metrics["runs_over_budget"] += 1
         await _complete(ctx, rec, rec.step, _budget_answer(rec), "budget")
 
 
-async def _reason(ctx: RunContext, rec: RunRecorder, step: int, tools: list[ToolSpec]) -> bool:
+async def _reason(
+    ctx: RunContext, rec: RunRecorder, step: int, system: str, tools: list[ToolSpec]
+) -> bool:
     """Stream the Reason phase; return True when the model says it can finish now."""
     _check_budget(rec)
     planning = _planning_due(ctx, rec, step)
-    names = ", ".join(t.name for t in tools)
-    extra = ctx.prompts.render("agent_plan_prompt") if planning else ""
-    system = _system(
+    instruction = _instruction(
         ctx,
         rec,
         "agent_reason_prompt",
         step=step,
-        tools=names,
-        extra=extra,
+        tools=", ".join(t.name for t in tools),
+        extra=ctx.prompts.render("agent_plan_prompt") if planning else "",
         style_guidance=ctx.prompts.render(f"style_{ctx.limits.style}"),
     )
     keys = REASON_KEYS | {"plan_steps"}
-    content, block = await _stream_phase(ctx, rec, step, "reason", system, keys)
+    content, block, _ = await _stream_phase(
+        ctx, rec, step, "reason", system, instruction, keys, tools
+    )
+    control = read_reason_control(block)
+    if not content and control is not None:  # only the block: its plan is what the user reads
+        content = control.plan
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
-    control = read_reason_control(block)
     if control is not None:
         rec.expected_tools.update(t for t in control.tools_to_consider if t != REQUEST_INPUT)
     plan = _plan_steps(block) if planning else ()
@@ -112,42 +125,57 @@ async def _reason(ctx: RunContext, rec: RunRecorder, step: int, tools: list[Tool
 
 
 async def _act(
-    ctx: RunContext, rec: RunRecorder, step: int, tools: list[ToolSpec], *, skip: bool
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    system: str,
+    tools: list[ToolSpec],
+    *,
+    skip: bool,
 ) -> None:
     """Let the model call tools, unless Reason already decided to finish.
 
-    Act sees the conversation plus a state message (the plan and every call so far) that is
-    added for this call only; its reply is kept as the model's plan of action.
+    Act's instructions carry a state message (the plan and every call so far) for this call
+    only; its reply is kept as the model's plan of action. Calls the model wrote as text
+    instead of `tool_calls` are read and run like native ones (agent/textcalls.py).
     """
     if skip:
         return
     _check_budget(rec)
-    system = _system(ctx, rec, "agent_act_prompt", step=step)
-    state = Message("user", _state(ctx, rec, step))
-    messages = await rec.messages(step, "act", system, [state])
+    instruction = _instruction(
+        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step)
+    )
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
-    turn = await _complete_turn(ctx, rec, step, "act", messages, tools)
-    if not turn.tool_calls and not turn.content.strip():
-        return
-    await rec.add(
-        Message(
-            "assistant",
-            turn.content,
-            tool_calls=turn.tool_calls,
-            phase="act",
-            run_id=ctx.run_id,
-        )
+    turn = await call_model(
+        ctx,
+        rec,
+        step,
+        "act",
+        lambda: rec.messages(step, "act", system, [instruction]),
+        tools=tools,
     )
-    if turn.tool_calls:
-        await run_tool_calls(ctx, rec, step, turn.tool_calls)
+    calls, content = turn.tool_calls, turn.content
+    if not calls:
+        calls, content = read_text_tool_calls(content, {t.name for t in tools})
+        ctx.metrics["text_tool_calls"] += len(calls)
+    if not calls and not content.strip():
+        return
+    await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
+    if calls:
+        await run_tool_calls(ctx, rec, step, calls)
 
 
-async def _observe(ctx: RunContext, rec: RunRecorder, step: int) -> str | None:
+async def _observe(
+    ctx: RunContext, rec: RunRecorder, step: int, system: str, tools: list[ToolSpec]
+) -> str | None:
     """Stream the Observe phase; return the final answer when the model wants to end."""
     _check_budget(rec)
-    system = _system(ctx, rec, "agent_observe_prompt", step=step)
-    content, block = await _stream_phase(ctx, rec, step, "observe", system, OBSERVE_KEYS)
+    rec.answer_streamed = False
+    instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step)
+    content, block, answer = await _stream_phase(
+        ctx, rec, step, "observe", system, instruction, OBSERVE_KEYS, tools, observe_ends_run
+    )
     control = read_observe_control(block)
     if not content and control is not None:
         content = control.observation
@@ -155,7 +183,7 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int) -> str | None:
     await ctx.sink.emit(ObserveDone(step, content))
     if control is None or control.should_continue:
         return None
-    return control.final_answer.strip() or content
+    return answer or control.final_answer.strip() or content
 
 
 async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> bool:
@@ -169,6 +197,7 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     if verdict.done:
         return True
     ctx.metrics["verifications_not_done"] += 1
+    rec.answer_streamed = False  # the draft answer was discarded
     note = (
         f"A check of the proposed answer found the task is not finished: {verdict.reason} "
         "Continue the work, or if it cannot be done, say plainly what failed."
@@ -177,13 +206,30 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     return False
 
 
-async def _summarize(ctx: RunContext, rec: RunRecorder) -> str:
-    system = _system(ctx, rec, "agent_summarize_prompt", step=rec.step)
-    messages = await rec.messages(rec.step, "summarize", system)
-    turn = await _complete_turn(ctx, rec, rec.step, "summarize", messages, ())
-    return turn.content.strip() or (
-        f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
+async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]) -> str:
+    """The extra call at max steps: the final answer, streamed as it is written."""
+    step = rec.step
+    instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
+    rec.answer_streamed = False
+
+    async def show(piece: str) -> None:
+        rec.answer_streamed = True
+        await ctx.sink.emit(AnswerDelta(step, piece))
+
+    turn = await call_model(
+        ctx,
+        rec,
+        step,
+        "summarize",
+        lambda: rec.messages(step, "summarize", system, [instruction]),
+        tools=tools,
+        tool_choice="none",
+        on_text=show,
     )
+    if turn.content.strip():
+        return turn.content.strip()
+    rec.answer_streamed = False
+    return f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
 
 
 async def _complete(
@@ -193,6 +239,8 @@ async def _complete(
     final_answer: str,
     stop_reason: CompletionReason,
 ) -> None:
+    if not rec.answer_streamed:  # every answer arrives as deltas first, streamed or not
+        await ctx.sink.emit(AnswerDelta(steps, final_answer))
     await rec.add(Message("assistant", final_answer, phase="final", run_id=ctx.run_id))
     await ctx.sink.emit(RunCompleted(steps, final_answer, stop_reason, rec.usage_report()))
 
@@ -238,12 +286,17 @@ def _plan_steps(block: dict[str, object] | None) -> tuple[str, ...]:
     return tuple(s.strip() for s in steps if isinstance(s, str) and s.strip())[:8]
 
 
-def _system(ctx: RunContext, rec: RunRecorder, prompt: str, *, step: int, **values: object) -> str:
-    """The one system message of a phase: base rules, the phase, the plan, failures."""
-    parts = [
-        ctx.prompts.render("system", today=datetime.now(UTC).date().isoformat()),
-        ctx.prompts.render(prompt, step=step, max_steps=ctx.limits.max_steps, **values),
-    ]
+def system_message(ctx: RunContext, prompt: str) -> str:
+    """The one system message of a run: the same for every call, so it stays cacheable."""
+    base = ctx.prompts.render("system", today=datetime.now(UTC).date().isoformat())
+    return f"{base}\n\n{ctx.prompts.render(prompt)}"
+
+
+def _instruction(
+    ctx: RunContext, rec: RunRecorder, prompt: str, *, step: int, **values: object
+) -> Message:
+    """The last, user-side message of a phase's call: its task, the plan, failed calls."""
+    parts = [ctx.prompts.render(prompt, step=step, max_steps=ctx.limits.max_steps, **values)]
     if rec.plan:
         parts.append(
             "## Your plan\n" + "\n".join(f"{i}. {item}" for i, item in enumerate(rec.plan, start=1))
@@ -251,7 +304,7 @@ def _system(ctx: RunContext, rec: RunRecorder, prompt: str, *, step: int, **valu
     note = rec.ledger.failure_note()
     if note:
         parts.append(note)
-    return "\n\n".join(p for p in parts if p)
+    return Message("user", "\n\n".join(p for p in parts if p), phase="instruction")
 
 
 def _state(ctx: RunContext, rec: RunRecorder, step: int) -> str:
@@ -263,68 +316,84 @@ def _state(ctx: RunContext, rec: RunRecorder, step: int) -> str:
 
 
 async def _stream_phase(
-    ctx: RunContext, rec: RunRecorder, step: int, phase: str, system: str, keys: frozenset[str]
-) -> tuple[str, dict[str, object] | None]:
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    phase: str,
+    system: str,
+    instruction: Message,
+    keys: frozenset[str],
+    tools: list[ToolSpec],
+    answer_after: Callable[[dict[str, Any]], bool] | None = None,
+) -> tuple[str, dict[str, Any] | None, str]:
     """Stream a Reason/Observe reply; if its control block is missing, ask for the block
-    alone (up to `control_retries` times, not shown to the user), then fall back to text."""
-    stream = ControlStream(keys)
-    content = await stream_text(ctx, rec, step, phase, system, stream)
+    alone (up to `control_retries` times, not shown to the user), then fall back to text.
+    Returns (the shown text, the block or None, the answer written after the block)."""
+    stream = ControlStream(keys, answer_after=answer_after)
+    content = await stream_text(ctx, rec, step, phase, system, [instruction], stream, tools)
     block = stream.control
+    hint = ctx.prompts.render("control_block_hint", keys=", ".join(sorted(keys)))
+    retry = [instruction, Message("assistant", content), Message("user", hint)]
     for _ in range(ctx.limits.control_retries if block is None else 0):
         ctx.metrics["control_block_retries"] += 1
         _check_budget(rec)
-        hint = ctx.prompts.render("control_block_hint", keys=", ".join(sorted(keys)))
-        retry = [Message("assistant", content), Message("user", hint)]
-        messages = await rec.messages(step, "repair", system, retry)
-        turn = await _complete_turn(ctx, rec, step, "repair", messages, ())
+        turn = await call_model(
+            ctx,
+            rec,
+            step,
+            "repair",
+            lambda: rec.messages(step, "repair", system, retry),
+            tools=tools,
+            tool_choice="none",
+        )
         block = split_control(turn.content, keys)[1]
         if block is not None:
             break
     if block is None:
         ctx.metrics["control_block_fallbacks"] += 1
-    return content, block
+    return content, block, stream.answer
 
 
 async def stream_text(
-    ctx: RunContext, rec: RunRecorder, step: int, phase: str, system: str, stream: ControlStream
-) -> str:
-    """Stream a tool-free call through `stream`, emitting the shown text as deltas.
-
-    The recorder stays in streaming state: the caller ends it with `commit_stream`.
-    """
-    make_delta = ReasonDelta if phase == "reason" else ObserveDelta
-    messages = await rec.messages(step, phase, system)
-    rec.begin_stream(phase)
-    turn: ModelTurn | None = None
-    async for item in ctx.model.stream(messages, tools=(), call=ctx.call(step, phase)):
-        if isinstance(item, str):
-            shown = stream.feed(item)
-            if shown:
-                rec.streamed.append(shown)
-                await ctx.sink.emit(make_delta(step, shown))
-        else:
-            turn = item
-    rest = stream.finish()
-    if rest:
-        rec.streamed.append(rest)
-        await ctx.sink.emit(make_delta(step, rest))
-    if turn is not None:
-        rec.count(phase, turn.prompt_tokens, turn.completion_tokens)
-    return stream.content
-
-
-async def _complete_turn(
     ctx: RunContext,
     rec: RunRecorder,
     step: int,
     phase: str,
-    messages: list[Message],
-    tools: Sequence[ToolSpec],
-) -> ModelTurn:
-    """Make one call whose text is not shown while it streams; return the whole turn."""
-    turn = ModelTurn("")
-    async for item in ctx.model.stream(messages, tools=tools, call=ctx.call(step, phase)):
-        if isinstance(item, ModelTurn):
-            turn = item
-    rec.count(phase, turn.prompt_tokens, turn.completion_tokens)
-    return turn
+    system: str,
+    extra: Sequence[Message],
+    stream: ControlStream,
+    tools: Sequence[ToolSpec] = (),
+) -> str:
+    """Stream a call that may not use tools through `stream`, emitting the shown text as
+    deltas (and the answer after an answer-starting block as `AnswerDelta`s).
+
+    The recorder stays in streaming state: the caller ends it with `commit_stream`.
+    """
+    make_delta = ReasonDelta if phase == "reason" else ObserveDelta
+    rec.begin_stream(phase)
+
+    async def show(shown: str) -> None:
+        if shown:
+            rec.streamed.append(shown)
+            await ctx.sink.emit(make_delta(step, shown))
+        answer = stream.take_answer()
+        if answer:
+            rec.streamed.append(answer)
+            rec.answer_streamed = True
+            await ctx.sink.emit(AnswerDelta(step, answer))
+
+    async def feed(piece: str) -> None:
+        await show(stream.feed(piece))
+
+    await call_model(
+        ctx,
+        rec,
+        step,
+        phase,
+        lambda: rec.messages(step, phase, system, extra),
+        tools=tools,
+        tool_choice="none",
+        on_text=feed,
+    )
+    await show(stream.finish())
+    return stream.content

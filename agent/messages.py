@@ -75,6 +75,7 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the model server reused from its prefix cache
     calls: int = 0
     by_phase: dict[str, int] = field(default_factory=dict)
 
@@ -82,9 +83,10 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, phase: str, prompt: int, completion: int) -> None:
+    def add(self, phase: str, prompt: int, completion: int, cached: int = 0) -> None:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
+        self.cached_tokens += cached
         self.calls += 1
         self.by_phase[phase] = self.by_phase.get(phase, 0) + prompt + completion
 
@@ -93,5 +95,6 @@ class Usage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
+            "cached_tokens": self.cached_tokens,
             "llm_calls": self.calls,
         }

@@ -11,11 +11,17 @@ of `<thinking>…</thinking>` are dropped and their text is shown. A fenced ```j
 very end is cut even when it is malformed (the model tried to write a control block); anything
 else that does not parse is ordinary text. Missing or malformed blocks give `control=None`:
 the caller reads free text.
+
+A fenced block is read as balanced JSON: a fence inside one of its strings (a final answer
+with its own code block) does not end it. With `answer_after`, the text after the first block
+that satisfies it is the final answer: it is released through `take_answer()` as it streams,
+never searched for further blocks (so code blocks in the answer stay as written).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +30,10 @@ __all__ = [
     "REASON_KEYS",
     "ControlStream",
     "ObserveControl",
+    "json_object_end",
     "ReasonControl",
     "read_observe_control",
+    "observe_ends_run",
     "read_reason_control",
     "split_control",
 ]
@@ -56,12 +64,33 @@ class _Candidate:
 class ControlStream:
     """Feed streamed text in; get back the part that is safe to show now."""
 
-    def __init__(self, keys: frozenset[str]) -> None:
+    def __init__(
+        self,
+        keys: frozenset[str],
+        *,
+        answer_after: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self._keys = keys
+        self._answer_after = answer_after
         self._text = ""
         self._pos = 0  # everything before this index is decided: released or cut
         self._released: list[str] = []
+        self._answer: list[str] = []
+        self._answer_taken = 0
+        self._answering = False  # past the block that starts the answer
         self.control: dict[str, Any] | None = None
+
+    @property
+    def answer(self) -> str:
+        """The text written after the answer-starting block, trimmed."""
+        return "".join(self._answer).strip()
+
+    def take_answer(self) -> str:
+        """Return the answer text released since the last call (possibly empty)."""
+        before = "".join(self._answer[: self._answer_taken])
+        new = "".join(self._answer[self._answer_taken :])
+        self._answer_taken = len(self._answer)
+        return new if before.strip() else new.lstrip()
 
     @property
     def released_text(self) -> str:
@@ -85,6 +114,10 @@ class ControlStream:
         out: list[str] = []
         text = self._text
         while self._pos < len(text):
+            if self._answering:
+                self._answer.append(text[self._pos :])
+                self._pos = len(text)
+                break
             start = self._find_candidate(self._pos, final=final)
             if start == _UNDECIDED:  # no candidate, but the tail may still grow into one
                 cut = len(text) if final else self._safe_end(self._pos)
@@ -102,6 +135,8 @@ class ControlStream:
             if cand.control is not None or cand.hidden:
                 self.control = cand.control or self.control
                 self._pos = cand.end
+                if cand.control is not None and self._answer_after is not None:
+                    self._answering = self._answer_after(cand.control)
                 continue
             rest = text[cand.end :]
             if rest.strip():  # more text follows: it was ordinary content
@@ -186,15 +221,42 @@ class ControlStream:
             if line_end == -1:
                 return _Candidate(start, _UNDECIDED, True, _label_is_json(text[start:]), None)
             label_json = _label_is_json(text[start:line_end])
+            if label_json:
+                balanced = self._read_fenced_object(start, line_end)
+                if balanced is not None:
+                    return balanced
             close = text.find(_FENCE, line_end + 1)
             if close == -1:
                 return _Candidate(start, _UNDECIDED, True, label_json, None)
             end = close + len(_FENCE)
             return _Candidate(start, end, True, label_json, self._control(text[line_end:close]))
-        end = _match_brace(text, start)
+        end = json_object_end(text, start)
         if end == _UNDECIDED:
             return _Candidate(start, _UNDECIDED, False, False, None)
         return _Candidate(start, end, False, False, self._control(text[start:end]))
+
+    def _read_fenced_object(self, start: int, line_end: int) -> _Candidate | None:
+        """Read a ```json fence as one balanced object, so fences inside its strings stay
+        inside; None when the fence does not hold an object (read it line-wise instead)."""
+        text = self._text
+        body = line_end + 1
+        while body < len(text) and text[body] in " \t\r\n":
+            body += 1
+        if body >= len(text):
+            return _Candidate(start, _UNDECIDED, True, True, None)
+        if text[body] != "{":
+            return None
+        end = json_object_end(text, body)
+        if end == _UNDECIDED:
+            return _Candidate(start, _UNDECIDED, True, True, None)
+        after = end
+        while after < len(text) and text[after] in " \t\r\n":
+            after += 1
+        if len(text) - after < len(_FENCE) and _FENCE.startswith(text[after:]):  # still arriving
+            return _Candidate(start, _UNDECIDED, True, True, None)
+        if not text.startswith(_FENCE, after):
+            return None
+        return _Candidate(start, after + len(_FENCE), True, True, self._control(text[body:end]))
 
     def _control(self, raw: str) -> dict[str, Any] | None:
         try:
@@ -221,7 +283,7 @@ def _label_is_json(fence_line: str) -> bool:
     return fence_line[len(_FENCE) :].strip().lower() in ("json", "")
 
 
-def _match_brace(text: str, start: int) -> int:
+def json_object_end(text: str, start: int) -> int:
     """Return the index after the object that opens at `start`, or _UNDECIDED."""
     depth = 0
     in_string = False
@@ -252,6 +314,12 @@ def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] 
     stream.feed(text)
     stream.finish()
     return stream.content, stream.control
+
+
+def observe_ends_run(block: dict[str, Any]) -> bool:
+    """The `answer_after` rule of Observe: text after a block that ends the run is the answer."""
+    control = read_observe_control(block)
+    return control is not None and not control.should_continue
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from agent.events import AgentEvent
 from agent.messages import Message, ToolCall
@@ -14,6 +14,9 @@ __all__ = [
     "ChatModel",
     "EventSink",
     "ModelTurn",
+    "RetryNotice",
+    "Thinking",
+    "ToolChoice",
     "PromptProvider",
     "ToolContext",
     "ToolSpec",
@@ -23,13 +26,35 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class RetryNotice:
+    """A transient failure of a model call that is about to be retried."""
+
+    attempt: int  # the attempt about to start: 2..max_attempts
+    max_attempts: int
+    reason: str
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True)
 class CallInfo:
-    """Who is calling the model, for gateway headers and usage accounting."""
+    """Who is calling the model, for gateway headers and usage accounting; `on_retry` is
+    awaited before each retry so the user can see it."""
 
     session_id: str
     run_id: str
     step: int
     phase: str
+    on_retry: Callable[[RetryNotice], Awaitable[None]] | None = None
+
+
+ToolChoice = Literal["auto", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Thinking:
+    """A piece of a reasoning model's thinking, streamed apart from the reply's text."""
+
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,16 +75,24 @@ class ModelTurn:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     finish_reason: str | None = None
+    cached_tokens: int = 0  # prompt tokens the server reused from its prefix cache
 
 
 class ChatModel(Protocol):
     def stream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec], call: CallInfo
-    ) -> AsyncIterator[str | ModelTurn]:
-        """Yield text deltas as they arrive, then exactly one ModelTurn.
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec],
+        call: CallInfo,
+        tool_choice: ToolChoice = "auto",
+    ) -> AsyncIterator[str | Thinking | ModelTurn]:
+        """Yield text deltas (and Thinking pieces) as they arrive, then exactly one ModelTurn.
 
-        Raise ModelError when the call fails for good. Cancelling the iteration must abort
-        the underlying request.
+        `tools` with `tool_choice="none"` are shown but may not be called: every phase sends
+        the same tools so the prompt prefix stays cacheable. Raise ModelError when the call
+        fails for good (ContextTooLong when the prompt does not fit). Cancelling the
+        iteration must abort the underlying request.
         """
         ...
 

@@ -18,7 +18,14 @@ from typing import Any, Literal
 from agent.budget import Budget
 from agent.context import ContextWindow
 from agent.control import RunControl
-from agent.events import AgentEvent, ContextTrimmed, RunStopped, StopReason, ToolFailed
+from agent.events import (
+    AgentEvent,
+    ContextTrimmed,
+    ModelRetrying,
+    RunStopped,
+    StopReason,
+    ToolFailed,
+)
 from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
@@ -26,7 +33,9 @@ from agent.ports import (
     CallInfo,
     ChatModel,
     EventSink,
+    ModelTurn,
     PromptProvider,
+    RetryNotice,
     Toolbox,
     ToolContext,
     Transcript,
@@ -93,7 +102,17 @@ class RunContext:
     research: Search | None = None  # a web search before the session's first task
 
     def call(self, step: int, phase: str) -> CallInfo:
-        return CallInfo(self.session_id, self.run_id, step, phase)
+        """Who makes this model call; its retries are shown to the user as they happen."""
+
+        async def on_retry(notice: RetryNotice) -> None:
+            delay_ms = int(notice.delay_s * 1000)
+            await self.sink.emit(
+                ModelRetrying(
+                    step, phase, notice.attempt, notice.max_attempts, notice.reason, delay_ms
+                )
+            )
+
+        return CallInfo(self.session_id, self.run_id, step, phase, on_retry)
 
 
 class RunInterrupted(Exception):
@@ -119,6 +138,9 @@ class RunRecorder:
         self.step = 0
         self.streaming: str | None = None  # the phase whose text is streaming now
         self.streamed: list[str] = []  # what that phase has shown so far
+        self.window_tokens: int | None = None  # the model server's window, once it refused one
+        self.answer_streamed = False  # answer deltas went out for the answer being written
+        self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
         self.open_events: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
         self.unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
         for message in self.conversation:  # a recovered run may have left calls open
@@ -138,9 +160,17 @@ class RunRecorder:
         ctx = self.ctx
         if ctx.context is None:
             return [*build_messages(system, self.conversation, ctx.run_id), *extra]
-        messages, report = ctx.context.build(system, self.conversation, ctx.run_id, extra)
+        messages, report = ctx.context.build(
+            system, self.conversation, ctx.run_id, extra, window_tokens=self.window_tokens
+        )
         self.results_cut = self.results_cut or bool(report.compressed)
-        if report.changed:
+        shown = (
+            tuple(item["result_id"] for item in report.compressed),
+            report.dropped_messages,
+            report.collapsed_steps,
+        )
+        if report.changed and shown != self._context_shown:  # once per change, not per call
+            self._context_shown = shown
             ctx.metrics["context_trims"] += 1
             await ctx.sink.emit(
                 ContextTrimmed(
@@ -175,8 +205,21 @@ class RunRecorder:
         self.end_stream()
         await self.add(message)
 
-    def count(self, phase: str, prompt_tokens: int, completion_tokens: int) -> None:
-        self.usage.add(phase, prompt_tokens, completion_tokens)
+    def count(self, phase: str, turn: ModelTurn) -> None:
+        self.usage.add(phase, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
+
+    def shrink_window(self, server_window: int | None) -> bool:
+        """After the server refused a prompt as too long: fit later calls into the window it
+        named, or half the one used. False when there is no token budget to shrink."""
+        context = self.ctx.context
+        if context is None:
+            return False
+        current = self.window_tokens or context.window_tokens
+        target = server_window if server_window and server_window < current else current // 2
+        if target < 512:
+            return False
+        self.window_tokens = target
+        return True
 
     def usage_report(self) -> dict[str, float | int]:
         return self.ctx.limits.budget.report(self.usage)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.calling import call_model
 from agent.messages import Message
 from agent.parsing import split_control
-from agent.ports import ModelTurn
 from agent.run import RunContext, RunRecorder
 
 __all__ = ["Verdict", "needs_verification", "verify_finish"]
@@ -50,11 +50,11 @@ async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: st
         Message("system", ctx.prompts.render("agent_verify_prompt")),
         Message("user", state),
     ]
-    turn = ModelTurn("")
-    async for item in ctx.model.stream(messages, tools=(), call=ctx.call(step, "verify")):
-        if isinstance(item, ModelTurn):
-            turn = item
-    rec.count("verify", turn.prompt_tokens, turn.completion_tokens)
+
+    async def build() -> list[Message]:
+        return messages
+
+    turn = await call_model(ctx, rec, step, "verify", build)
     text, control = split_control(turn.content, VERIFY_KEYS)
     if control is None or not isinstance(control.get("done"), bool):
         ctx.metrics["verify_unreadable"] += 1

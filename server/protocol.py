@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from agent.events import AgentEvent, RunStopped
+from agent.events import AgentEvent, RunStopped, UserMessage
 
 __all__ = [
     "AgentControlFrame",
@@ -236,6 +236,34 @@ _SHAPES: dict[str, _Shape] = {
     ),
     "chat_delta": _Shape("chat_delta", None, (("delta", "delta"),)),
     "chat_done": _Shape("chat_response", None, (("content", "content"),)),
+    "user_message": _Shape(
+        "agent_update", "agent_user_message", (("content", "content"), ("agent_mode", "agent_mode"))
+    ),
+    "user_answered": _Shape(
+        "agent_update",
+        "agent_user_answer",
+        (("step", "step"), ("tool_call_id", "call_id"), ("content", "content")),
+    ),
+    "answer_delta": _Shape(
+        "agent_update", "agent_answer_delta", (("step", "step"), ("delta", "delta"))
+    ),
+    "thinking_delta": _Shape(
+        "agent_update",
+        "agent_reasoning_delta",
+        (("step", "step"), ("phase", "phase"), ("delta", "delta")),
+    ),
+    "model_retrying": _Shape(
+        "agent_update",
+        "agent_llm_retry",
+        (
+            ("step", "step"),
+            ("phase", "phase"),
+            ("attempt", "attempt"),
+            ("max_attempts", "max_attempts"),
+            ("reason", "reason"),
+            ("delay_ms", "delay_ms"),
+        ),
+    ),
 }
 
 
@@ -265,4 +293,6 @@ def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dic
     frame = run_frame(shape.type, session_id, run_id, ts, shape.update_type)
     for wire, attr in shape.fields:
         frame[wire] = getattr(event, attr)
+    if isinstance(event, UserMessage) and event.client_id is not None:
+        frame["id"] = event.client_id
     return frame

@@ -2,13 +2,21 @@
 
 Retry policy (ours, not the SDK's: the client is built with max_retries=0): connection errors,
 timeouts, 429 and 5xx are retried with exponential backoff and jitter, up to `max_retries`
-times, but only while opening the stream. Once text has reached the caller a retry would repeat
-it, so a stream that breaks later fails the call. Other 4xx answers fail at once.
+times, but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once
+text has reached the caller a retry would repeat it, so a stream that breaks later fails the
+call. Other 4xx answers fail at once; one that says the prompt is longer than the context
+window raises ContextTooLong, so the loop can compact and try once more.
+
+Every request goes through `normalize` (agent/conversation.py) first: strict chat templates
+(llama.cpp, vLLM, gateways to Anthropic) refuse what OpenAI tolerates. Reasoning models'
+thinking (`reasoning_content`, `reasoning`, or a leading `<think>…</think>`) is yielded as
+`Thinking`, never as text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -19,16 +27,20 @@ import orjson
 from openai import AsyncOpenAI
 from tenacity import (
     AsyncRetrying,
+    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
 )
 
-from agent.errors import ModelError
+from agent.conversation import normalize
+from agent.errors import ContextTooLong, ModelError
 from agent.messages import Message, ToolCall
-from agent.ports import CallInfo, ModelTurn, ToolSpec
+from agent.ports import CallInfo, ModelTurn, RetryNotice, Thinking, ToolChoice, ToolSpec
 
-__all__ = ["OpenAIChatModel"]
+__all__ = ["OpenAIChatModel", "ThinkSplitter"]
+
+_log = logging.getLogger(__name__)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -77,9 +89,14 @@ class OpenAIChatModel:
         await self._client.close()
 
     async def stream(
-        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec], call: CallInfo
-    ) -> AsyncIterator[str | ModelTurn]:
-        body: dict[str, Any] = {"messages": [m.to_openai() for m in messages]}
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec],
+        call: CallInfo,
+        tool_choice: ToolChoice = "auto",
+    ) -> AsyncIterator[str | Thinking | ModelTurn]:
+        body: dict[str, Any] = {"messages": [m.to_openai() for m in normalize(messages)]}
         if self._stream_usage:
             body["stream_options"] = {"include_usage": True}
         if tools:
@@ -94,6 +111,8 @@ class OpenAIChatModel:
                 }
                 for t in tools
             ]
+            if tool_choice != "auto":
+                body["tool_choice"] = tool_choice
         request: dict[str, Any] = {
             "model": self._model,
             # The body goes as `extra_body`, which the SDK sends as is: its typed transform of
@@ -108,32 +127,45 @@ class OpenAIChatModel:
                 "X-Agent-Phase": call.phase,
             },
         }
-        manager = await self._open(request)
+        manager = await self._open(request, call)
         try:
             async for item in self._read(manager.response):
                 yield item
         finally:
             await manager.close()
 
-    async def _open(self, request: dict[str, Any]) -> _OpenStream:
+    async def _open(self, request: dict[str, Any], call: CallInfo) -> _OpenStream:
         """Send the request (retrying transient failures) and return the open stream."""
+        total = self._max_retries + 1
+
+        async def before_sleep(state: RetryCallState) -> None:
+            failure = state.outcome.exception() if state.outcome else None
+            delay = state.next_action.sleep if state.next_action else 0.0
+            await _notify(call, state.attempt_number + 2, total, failure, delay)
+
         try:
             try:
                 return await self._send(request)
             except Exception as exc:
                 if not _transient(exc) or self._max_retries == 0:
                     raise
+                await _notify(call, 2, total, exc, self._first_wait)
             await asyncio.sleep(self._first_wait)  # back off before the first retry too
             attempts = AsyncRetrying(  # built only after a failure: the common call is fast
                 stop=stop_after_attempt(self._max_retries),
                 wait=self._wait,
                 retry=retry_if_exception(_transient),
                 reraise=True,
+                before_sleep=before_sleep,
             )
             async for attempt in attempts:
                 with attempt:
                     return await self._send(request)
         except openai.APIStatusError as exc:
+            too_long = _context_overflow(exc)
+            if too_long is not None:
+                raise too_long from exc
+            _log.warning("model call refused: HTTP %s%s", exc.status_code, _status_detail(exc))
             raise ModelError(
                 f"The language model answered with an error (HTTP {exc.status_code})."
             ) from exc
@@ -145,13 +177,14 @@ class OpenAIChatModel:
         context = self._client.chat.completions.with_streaming_response.create(**request)
         return _OpenStream(context, await context.__aenter__())
 
-    async def _read(self, response: Any) -> AsyncIterator[str | ModelTurn]:
+    async def _read(self, response: Any) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Read the server-sent events ourselves: the SDK's typed chunk objects cost about
         100 µs each, more than everything else the server does per streamed token."""
         text: list[str] = []
         parts: dict[int, _ToolCallParts] = {}
-        usage = (0, 0)
+        usage = (0, 0, 0)
         finish_reason: str | None = None
+        think = ThinkSplitter()
         try:
             async for line in response.iter_lines():
                 if not line.startswith("data:"):
@@ -165,17 +198,21 @@ class OpenAIChatModel:
                 if "error" in chunk:
                     raise _MalformedChunk(f"the stream reported an error: {_error_text(chunk)}")
                 if chunk.get("usage"):
-                    usage = (
-                        _int(chunk["usage"].get("prompt_tokens")),
-                        _int(chunk["usage"].get("completion_tokens")),
-                    )
+                    usage = _usage(chunk["usage"])
                 for choice in (chunk.get("choices") or ())[:1]:
                     finish_reason = _str(choice.get("finish_reason")) or finish_reason
                     delta = choice.get("delta") or {}
+                    thought = _str(delta.get("reasoning_content") or delta.get("reasoning"))
+                    if thought:
+                        yield Thinking(thought)
                     content = _str(delta.get("content"))
                     if content:
-                        text.append(content)
-                        yield content
+                        for is_thinking, piece in think.feed(content):
+                            if is_thinking:
+                                yield Thinking(piece)
+                            else:
+                                text.append(piece)
+                                yield piece
                     for tc in delta.get("tool_calls") or ():
                         part = parts.setdefault(_int(tc.get("index")), _ToolCallParts())
                         part.id = part.id or _str(tc.get("id"))
@@ -186,11 +223,17 @@ class OpenAIChatModel:
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({_reason(exc)})."
             ) from exc
+        for is_thinking, piece in think.finish():
+            if is_thinking:
+                yield Thinking(piece)
+            else:
+                text.append(piece)
+                yield piece
         calls = tuple(
             ToolCall(p.id or f"call_{uuid.uuid4().hex[:24]}", p.name, "".join(p.arguments))
             for _, p in sorted(parts.items())
         )
-        yield ModelTurn("".join(text), calls, usage[0], usage[1], finish_reason)
+        yield ModelTurn("".join(text), calls, usage[0], usage[1], finish_reason, usage[2])
 
 
 @dataclass(slots=True)
@@ -202,6 +245,136 @@ class _OpenStream:
 
     async def close(self) -> None:
         await self.context.__aexit__(None, None, None)
+
+
+class ThinkSplitter:
+    """Split a leading `<think>…</think>` block out of streamed text, across chunk borders.
+
+    Only a block that opens before any visible text counts: a `<think>` later in an answer
+    is the model talking about the tag.
+    """
+
+    _OPEN, _CLOSE = "<think>", "</think>"
+
+    def __init__(self) -> None:
+        self._buffer = ""
+        self._inside = False
+        self._decided = False  # visible text was seen, or the block closed
+
+    def feed(self, chunk: str) -> list[tuple[bool, str]]:
+        """Return (is_thinking, text) pieces that are safe to pass on now."""
+        if self._decided and not self._inside:
+            return [(False, chunk)]
+        self._buffer += chunk
+        out: list[tuple[bool, str]] = []
+        while self._buffer:
+            tag = self._CLOSE if self._inside else self._OPEN
+            if not self._inside:
+                stripped = self._buffer.lstrip()
+                if stripped.startswith(tag):
+                    self._buffer = stripped[len(tag) :]
+                    self._inside = True
+                    continue
+                if stripped and not tag.startswith(stripped):
+                    self._decided = True
+                    out.append((False, self._buffer))
+                    self._buffer = ""
+                break
+            end = self._buffer.find(tag)
+            if end >= 0:
+                if end:
+                    out.append((True, self._buffer[:end]))
+                self._buffer = self._buffer[end + len(tag) :].lstrip()
+                self._inside = False
+                self._decided = True
+                if self._buffer:
+                    out.append((False, self._buffer))
+                    self._buffer = ""
+                break
+            keep = next(
+                (n for n in range(len(tag) - 1, 0, -1) if self._buffer.endswith(tag[:n])), 0
+            )
+            cut = len(self._buffer) - keep
+            if cut:
+                out.append((True, self._buffer[:cut]))
+            self._buffer = self._buffer[cut:]
+            break
+        return out
+
+    def finish(self) -> list[tuple[bool, str]]:
+        """End of the stream: whatever is held back goes out as what it was."""
+        rest, self._buffer = self._buffer, ""
+        return [(self._inside, rest)] if rest else []
+
+
+async def _notify(
+    call: CallInfo, attempt: int, total: int, failure: BaseException | None, delay_s: float
+) -> None:
+    if call.on_retry is not None:
+        reason = _retry_reason(failure) if failure is not None else "the call failed"
+        await call.on_retry(RetryNotice(attempt, total, reason, delay_s))
+
+
+def _retry_reason(exc: BaseException) -> str:
+    """Plain words for a transient failure: what a user may read."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "the model server did not answer in time"
+    if isinstance(exc, openai.APIConnectionError):
+        return "the model server could not be reached"
+    if isinstance(exc, openai.APIStatusError):
+        if exc.status_code == 429:
+            return "the model server is busy (HTTP 429)"
+        return f"the model server had an error (HTTP {exc.status_code})"
+    return type(exc).__name__
+
+
+_CONTEXT_WORDS = (
+    "context length",
+    "context_length",
+    "context size",
+    "context window",
+    "maximum context",
+    "too many tokens",
+    "prompt is too long",
+    "exceed_context",
+    "longer than the model",
+)
+
+
+def _context_overflow(exc: openai.APIStatusError) -> ContextTooLong | None:
+    """A 400/413 whose message says the prompt does not fit, as ContextTooLong."""
+    if exc.status_code not in (400, 413):
+        return None
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    detail = error if isinstance(error, dict) else {}
+    message = str(detail.get("message") or exc.message or "")
+    kind = str(detail.get("type") or detail.get("code") or "")
+    if not any(word in f"{message} {kind}".lower() for word in _CONTEXT_WORDS):
+        return None
+    window = detail.get("n_ctx")
+    return ContextTooLong(
+        "The conversation is longer than the model's context window"
+        + (f" ({window} tokens)" if isinstance(window, int) else "")
+        + ".",
+        window if isinstance(window, int) and not isinstance(window, bool) else None,
+    )
+
+
+def _status_detail(exc: openai.APIStatusError) -> str:
+    """The server's own short reason, when it gave one (never the request's content)."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    message = error.get("message") if isinstance(error, dict) else None
+    return f": {str(message)[:160]}" if message else ""
+
+
+def _usage(raw: Any) -> tuple[int, int, int]:
+    if not isinstance(raw, dict):
+        raise _MalformedChunk("usage is not an object")
+    details = raw.get("prompt_tokens_details")
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    return _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens")), cached
 
 
 def _error_text(chunk: dict[str, Any]) -> str:

@@ -8,6 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from agent.parsing import (
+    OBSERVE_KEYS,
+    REASON_KEYS,
+    ControlStream,
+    observe_ends_run,
+    split_control,
+)
 from agent.prompts import FilePromptProvider, default_prompt_dir
 
 PROMPTS = default_prompt_dir()
@@ -27,6 +34,7 @@ VALUES = {
     "today": "x",
     "style_guidance": "g",
     "keys": "finish",
+    "state": "s",
     "task": "t",
     "calls": "c",
     "failures": "f",
@@ -50,11 +58,28 @@ def test_the_system_prompt_sets_plain_language_rules_with_examples():
     assert "Never claim a task is done when it is not" in system
 
 
-@pytest.mark.parametrize("name", ["agent_reason_prompt", "agent_observe_prompt"])
-def test_phase_prompts_keep_the_json_block_away_from_the_person(name: str):
+@pytest.mark.parametrize(
+    ("name", "keys"), [("agent_reason_prompt", REASON_KEYS), ("agent_observe_prompt", OBSERVE_KEYS)]
+)
+def test_the_prompt_and_the_parser_agree_on_the_block(name: str, keys: frozenset[str]):
+    """The example block a phase prompt shows is exactly what the parser cuts out."""
     text = (PROMPTS / f"{name}.md").read_text()
-    assert "for the person" in text  # the text part is written for the user
-    assert "JSON block" in text and "nothing after it" in text
+    example = re.search(r"```json\n(.*?)\n```", text, re.S)
+    assert example is not None, name
+    reply = f"Some words for the person.\n```json\n{example.group(1)}\n```"
+    content, control = split_control(reply, keys)
+    assert content == "Some words for the person."
+    assert control is not None and set(control) <= keys | {"plan_steps"}
+
+
+def test_observe_asks_for_the_answer_after_a_block_that_ends_the_run():
+    block = '```json\n{"observation": "o", "should_continue": false}\n```\n'
+    stream = ControlStream(OBSERVE_KEYS, answer_after=observe_ends_run)
+    stream.feed("Found it.\n" + block + "The answer.")
+    stream.finish()
+    assert stream.content == "Found it." and stream.answer == "The answer."
+    text = (PROMPTS / "agent_observe_prompt.md").read_text()
+    assert "right after the block" in text and '"should_continue": false' in text
 
 
 def test_prompts_require_acknowledging_failures_and_changing_approach():

@@ -33,9 +33,11 @@ async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_
         "agent_observe_delta",
         "agent_observe_delta",
         "agent_observe",
+        "agent_answer_delta",
         "agent_completion",
         "response_complete",
     ]
+    assert frames[-3]["delta"] == frames[-2]["final_answer"]  # every answer arrives as deltas
     assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
     run_id = frames[0]["run_id"]
     for f in frames:
@@ -89,12 +91,17 @@ async def test_llm_requests_carry_gateway_headers_and_phase_inputs(server, fake_
         assert recorded.body["stream"] is True
         systems = [m for m in recorded.body["messages"] if m["role"] == "system"]
         assert len(systems) == 1 and recorded.body["messages"][0]["role"] == "system"
-    assert "tools" not in fake_llm.requests[0].body  # Reason is a plain call
-    offered = {t["function"]["name"] for t in fake_llm.requests[1].body["tools"]}
+    # Every phase shows the same tools (a cacheable prefix); only Act may call them.
+    reason_body, act_body, observe_body = (r.body for r in fake_llm.requests)
+    assert reason_body["tool_choice"] == observe_body["tool_choice"] == "none"
+    assert "tool_choice" not in act_body
+    assert reason_body["tools"] == act_body["tools"] == observe_body["tools"]
+    offered = {t["function"]["name"] for t in act_body["tools"]}
     assert offered == {"get_current_time", "request_input"}
     observe_messages = fake_llm.requests[2].body["messages"]
-    assert observe_messages[-1]["role"] == "tool"
-    assert json.loads(observe_messages[-1]["content"])["timezone"] == "UTC"
+    assert [m["role"] for m in observe_messages[-2:]] == ["tool", "user"]  # the instruction last
+    assert json.loads(observe_messages[-2]["content"])["timezone"] == "UTC"
+    assert "look at the results" in observe_messages[-1]["content"]
 
 
 async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(server, fake_llm):
@@ -118,8 +125,8 @@ async def test_max_steps_ends_with_a_summary_that_names_the_limit(server, fake_l
     assert [f["step"] for f in frames if kind(f) == "agent_turn_start"] == [1, 2]
     assert fake_llm.phases() == ["reason", "act", "observe"] * 2 + ["summarize"]
     summarize = fake_llm.requests[-1]
-    assert "tools" not in summarize.body
-    assert "step limit" in summarize.body["messages"][0]["content"]
+    assert summarize.body["tool_choice"] == "none"
+    assert "step limit" in summarize.body["messages"][-1]["content"]
     completion = frames[-2]
     assert completion["stop_reason"] == "max_steps" and completion["steps"] == 2
     assert completion["final_answer"] == "I ran out of steps; here is what I found."
@@ -244,4 +251,4 @@ async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM
     contents = [(m["role"], m["content"]) for m in second_reason.body["messages"][1:]]
     assert ("user", "first question") in contents
     assert ("assistant", "The answer is 42.") in contents
-    assert contents[-1] == ("user", "second question")
+    assert contents[-1][0] == "user" and contents[-1][1].startswith("second question\n\n")

@@ -57,8 +57,8 @@ async def test_failure_then_premature_finish_is_verified_and_the_run_continues(
     assert "I'll get the forecast." not in state
     # Step 2's Reason saw the failure as an unmissable note and the verifier's reason.
     second_reason = [r for r in fake_llm.requests if r.phase == "reason"][1]
-    system = second_reason.body["messages"][0]["content"]
-    assert "Attention: tool calls that failed" in system and "Atlantis" in system
+    instruction = second_reason.body["messages"][-1]["content"]
+    assert "Attention: tool calls that failed" in instruction and "Atlantis" in instruction
     notes = [m["content"] for m in second_reason.body["messages"] if m["role"] == "user"]
     assert any("not finished" in n for n in notes)
     assert flaky.runs == ["Atlantis", "Lisbon"]
@@ -138,6 +138,7 @@ async def test_budget_exceeded_ends_with_what_the_run_has(server_factory, fake_l
                 "prompt_tokens": 30,
                 "completion_tokens": 15,
                 "total_tokens": 45,
+                "cached_tokens": 0,
                 "llm_calls": 3,
             },
         }
@@ -171,8 +172,8 @@ async def test_rolling_plan_is_made_shown_and_followed(server_factory, fake_llm:
     plans = [f for f in frames if kind(f) == "agent_plan"]
     assert plans == [{**plans[0], "step": 1, "plan": ["Find the train times", "Pick the best one"]}]
     reasons = [r for r in fake_llm.requests if r.phase == "reason"]
-    assert "plan_steps" in reasons[0].body["messages"][0]["content"]
-    second = reasons[1].body["messages"][0]["content"]
+    assert "plan_steps" in reasons[0].body["messages"][-1]["content"]
+    second = reasons[1].body["messages"][-1]["content"]
     assert "## Your plan\n1. Find the train times\n2. Pick the best one" in second
     assert "plan_steps" not in second  # not due again until step 6 (or a failure)
 
@@ -184,9 +185,9 @@ async def test_style_changes_the_reason_guidance(server, fake_llm: FakeLLM):
         await c.run("hi", agent_style="tool_first")
         await c.send({"type": "chat", "content": "hi", "agent_style": "chaotic"})
         assert (await c.recv())["code"] == "invalid_message"
-    systems = [r.body["messages"][0]["content"] for r in fake_llm.requests if r.phase == "reason"]
-    assert "Answer directly from what you know" in systems[0]
-    assert "Prefer tools" in systems[1]
+    asks = [r.body["messages"][-1]["content"] for r in fake_llm.requests if r.phase == "reason"]
+    assert "Answer directly from what you know" in asks[0]
+    assert "Prefer tools" in asks[1]
 
 
 async def test_a_missing_control_block_is_asked_for_again(server, fake_llm: FakeLLM):
@@ -226,7 +227,10 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
         assert messages[0]["role"] == "system"
     act_messages = by_phase["act"]
     assert act_messages[-1]["role"] == "user"
-    assert act_messages[-1]["content"].startswith("[Current state] Step 1 of")
+    assert act_messages[-1]["content"].startswith("## Your task now: act (step 1 of")
+    assert "[Current state] Step 1 of" in act_messages[-1]["content"]
+    # The system message is the same for every phase: a prompt cache reuses it.
+    assert len({messages[0]["content"] for messages in by_phase.values()}) == 1
     # The state message exists only for the Act call: Observe sees the results instead.
     observe_messages = by_phase["observe"]
     assert not any(
@@ -234,8 +238,8 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
         for m in observe_messages
         if isinstance(m.get("content"), str)
     )
-    assert observe_messages[-1]["role"] == "tool"
-    assert observe_messages[-3]["role"] == "assistant"  # Reason's text of this step
+    assert [m["role"] for m in observe_messages[-3:]] == ["assistant", "tool", "user"]
+    assert observe_messages[-3]["tool_calls"]  # Reason's text and Act's call, merged
 
 
 async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_factory, fake_llm):

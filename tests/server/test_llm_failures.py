@@ -15,6 +15,13 @@ async def test_transient_failures_are_retried(server_factory, fake_llm: FakeLLM)
             frames = await c.run("hi")
     assert frames[-2]["final_answer"] == "made it"
     assert fake_llm.phases()[:3] == ["reason", "reason", "reason"]
+    retries = [f for f in frames if kind(f) == "agent_llm_retry"]  # shown as they happen
+    assert [(r["attempt"], r["max_attempts"], r["phase"]) for r in retries] == [
+        (2, 3, "reason"),
+        (3, 3, "reason"),
+    ]
+    assert "busy" in retries[0]["reason"] and "503" in retries[1]["reason"]
+    assert all(r["delay_ms"] >= 0 for r in retries)
 
 
 async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm: FakeLLM):
@@ -25,12 +32,13 @@ async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm
         assert [kind(f) for f in frames] == [
             "agent_start",
             "agent_turn_start",
+            "agent_llm_retry",
             "error",
             "response_complete",
         ]
-        error = frames[2]
+        error = frames[3]
         assert error["code"] == "llm_error" and "500" in error["message"]
-        assert error["session_id"] == session and error["seq"] == 3
+        assert error["session_id"] == session and error["seq"] == 4
         assert fake_llm.phases() == ["reason", "reason"]  # max_retries = 1 in tests
         again = await c.run("and now?")
         assert again[-2]["type"] == "agent_update"

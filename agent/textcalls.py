@@ -1,0 +1,133 @@
+"""Tool calls written as text, read as if the model had made them natively.
+
+Small and local models often write a call instead of emitting `tool_calls`: a bare JSON object
+`{"name": "get_current_time", "arguments": {...}}`, the same in a ```json fence (or a list of
+them), or Hermes/Qwen `<tool_call>…</tool_call>` tags. When Act's reply has no native calls,
+these forms are recognised, but only for the tools that were offered: anything else stays text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+from agent.messages import ToolCall
+from agent.parsing import json_object_end
+
+__all__ = ["read_text_tool_calls"]
+
+_NAME_KEYS = ("name", "tool", "tool_name")
+_ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
+_OPEN_TAG, _CLOSE_TAG = "<tool_call>", "</tool_call>"
+_EMPTY_FENCE = re.compile(r"```(?:json)?\s*```")  # what is left of a fence whose call was read
+
+
+def read_text_tool_calls(text: str, offered: Collection[str]) -> tuple[tuple[ToolCall, ...], str]:
+    """Return (the calls written in `text`, the text without them)."""
+    calls: list[ToolCall] = []
+    kept: list[str] = []
+    pos = 0
+    while pos < len(text):
+        start = _next_candidate(text, pos)
+        if start == -1:
+            break
+        end, found = _read_at(text, start, offered)
+        if not found:
+            kept.append(text[pos : start + 1])
+            pos = start + 1
+            continue
+        kept.append(text[pos:start])
+        calls.extend(found)
+        pos = end
+    kept.append(text[pos:])
+    if not calls:
+        return (), text
+    return tuple(calls), _EMPTY_FENCE.sub("", "".join(kept)).strip()
+
+
+def _next_candidate(text: str, pos: int) -> int:
+    hits = [i for i in (text.find(_OPEN_TAG, pos), text.find("{", pos), text.find("[", pos))]
+    hits = [i for i in hits if i != -1]
+    return min(hits) if hits else -1
+
+
+def _read_at(text: str, start: int, offered: Collection[str]) -> tuple[int, list[ToolCall]]:
+    """Read the candidate at `start`; return (end, calls), with no calls when it is none."""
+    if text.startswith(_OPEN_TAG, start):
+        close = text.find(_CLOSE_TAG, start)
+        inner_end = close if close != -1 else len(text)
+        inner = text[start + len(_OPEN_TAG) : inner_end].strip()
+        end = close + len(_CLOSE_TAG) if close != -1 else len(text)
+        return end, _calls(_loads(_unfence(inner)), offered)
+    end = _value_end(text, start)
+    if end == -1:
+        return start, []
+    return end, _calls(_loads(text[start:end]), offered)
+
+
+def _value_end(text: str, start: int) -> int:
+    if text[start] == "{":
+        return json_object_end(text, start)
+    depth = 0  # a list of call objects: "[" … "]" with balanced objects inside
+    i = start
+    while i < len(text):
+        ch = text[i]
+        if ch == "{":
+            end = json_object_end(text, i)
+            if end == -1:
+                return -1
+            i = end
+            continue
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif ch not in " \t\r\n,":
+            return -1
+        i += 1
+    return -1
+
+
+def _unfence(inner: str) -> str:
+    if inner.startswith("```"):
+        inner = inner.strip("`").strip()
+        inner = inner.removeprefix("json").strip()
+    return inner
+
+
+def _loads(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def _calls(value: Any, offered: Collection[str]) -> list[ToolCall]:
+    items = value if isinstance(value, list) else [value]
+    calls = [_call(item, offered) for item in items]
+    if not calls or any(call is None for call in calls):
+        return []  # all or nothing: a half-understood list stays text
+    return [call for call in calls if call is not None]
+
+
+def _call(item: Any, offered: Collection[str]) -> ToolCall | None:
+    if not isinstance(item, dict):
+        return None
+    if isinstance(item.get("function"), dict):  # {"type": "function", "function": {...}}
+        item = item["function"]
+    name = next((item[k] for k in _NAME_KEYS if isinstance(item.get(k), str)), None)
+    if name is None or name not in offered:
+        return None
+    arguments: Any = next((item[k] for k in _ARGUMENT_KEYS if k in item), {})
+    if isinstance(arguments, str):
+        parsed = _loads(arguments)
+        arguments = parsed if isinstance(parsed, dict) else arguments
+    if not isinstance(arguments, dict | str):
+        return None
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return ToolCall(f"call_{uuid.uuid4().hex[:24]}", name, raw)
