@@ -21,7 +21,14 @@ import orjson
 from agent.context import RECALL_DETAILS, recall
 from agent.control import PendingQuestion
 from agent.errors import ModelBehaviorError, ToolError
-from agent.events import InputRequested, InputTimedOut, ToolCompleted, ToolFailed, ToolStarted
+from agent.events import (
+    InputRequested,
+    InputTimedOut,
+    ToolCompleted,
+    ToolFailed,
+    ToolStarted,
+    UserAnswered,
+)
 from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
 from agent.ports import ToolContext, ToolSpec
@@ -173,6 +180,8 @@ async def _ask(
 ) -> None:
     args, problem = parsed
     question = args.get("question")
+    if problem is None and not args:  # a bare `request_input`: the model meant to ask
+        question = _fallback_question(rec, ctx.run_id)
     if problem is not None or not isinstance(question, str) or not question.strip():
         error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
         rec.ledger.record(step, call.name, args, False, error)
@@ -203,7 +212,19 @@ async def _ask(
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
+    await ctx.sink.emit(UserAnswered(step, call.id, answer))
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
+
+
+def _fallback_question(rec: RunRecorder, run_id: str) -> str:
+    """A question-less `request_input` (small models write just the name): ask what this
+    step's reasoning said it needs, so the person can still answer."""
+    for message in reversed(rec.conversation):
+        if message.run_id == run_id and message.phase == "reason" and message.content.strip():
+            return f"I need a bit more information from you. {message.content.strip()}"
+        if message.run_id != run_id:
+            break
+    return "I need a bit more information from you: could you tell me more?"
 
 
 def _recall(rec: RunRecorder, args: dict[str, Any]) -> _Outcome:

@@ -40,6 +40,7 @@ from agent.parsing import (
     REASON_KEYS,
     ControlStream,
     observe_ends_run,
+    read_loose_control,
     read_observe_control,
     read_reason_control,
     split_control,
@@ -309,9 +310,10 @@ def _instruction(
 
 def _state(ctx: RunContext, rec: RunRecorder, step: int) -> str:
     plan = "; ".join(rec.plan) if rec.plan else "see your last message"
+    calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
     return (
         f"[Current state] Step {step} of {ctx.limits.max_steps}. Plan: {plan}.\n"
-        f"Tool calls so far in this task:\n{rec.ledger.summary()}"
+        f"Tool calls so far in this task:{calls}"
     )
 
 
@@ -332,6 +334,9 @@ async def _stream_phase(
     stream = ControlStream(keys, answer_after=answer_after)
     content = await stream_text(ctx, rec, step, phase, system, [instruction], stream, tools)
     block = stream.control
+    if block is None:  # `key: value` lines instead of JSON: small models do that
+        content, block = read_loose_control(content, keys)
+        ctx.metrics["control_block_loose"] += block is not None
     hint = ctx.prompts.render("control_block_hint", keys=", ".join(sorted(keys)))
     retry = [instruction, Message("assistant", content), Message("user", hint)]
     for _ in range(ctx.limits.control_retries if block is None else 0):
@@ -346,7 +351,7 @@ async def _stream_phase(
             tools=tools,
             tool_choice="none",
         )
-        block = split_control(turn.content, keys)[1]
+        block = split_control(turn.content, keys)[1] or read_loose_control(turn.content, keys)[1]
         if block is not None:
             break
     if block is None:

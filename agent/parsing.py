@@ -21,6 +21,7 @@ never searched for further blocks (so code blocks in the answer stay as written)
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
     "ReasonControl",
     "read_observe_control",
     "observe_ends_run",
+    "read_loose_control",
     "read_reason_control",
     "split_control",
 ]
@@ -314,6 +316,38 @@ def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] 
     stream.feed(text)
     stream.finish()
     return stream.content, stream.control
+
+
+def read_loose_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] | None]:
+    """The block written as `key: value` text instead of JSON, as small models often do
+    ("observation: … should_continue: false"). Found only when a yes/no key is there; returns
+    (the text without those parts, the block) or (text, None)."""
+    pattern = re.compile(r'["\']?\b(' + "|".join(sorted(keys)) + r')\b["\']?\s*[:=]\s*')
+    matches = list(pattern.finditer(text))
+    if not any(m.group(1) in _YES_NO_KEYS for m in matches):
+        return text, None
+    block: dict[str, Any] = {}
+    for match, following in zip(matches, [*matches[1:], None], strict=True):
+        end = following.start() if following is not None else len(text)
+        line_end = text.find("\n", match.end())
+        if line_end != -1:
+            end = min(end, line_end)
+        block[match.group(1)] = _loose_value(text[match.end() : end])
+    first = matches[0].start()
+    last_line = text.find("\n", matches[-1].end())
+    rest = text[:first] + (text[last_line:] if last_line != -1 else "")
+    return rest.strip().strip("{}").strip(), block
+
+
+_YES_NO_KEYS = frozenset({"finish", "should_continue", "done"})
+
+
+def _loose_value(raw: str) -> Any:
+    value = raw.strip().rstrip(",;}").strip()
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value.strip("\"'")
 
 
 def observe_ends_run(block: dict[str, Any]) -> bool:

@@ -2,12 +2,16 @@
 
 Small and local models often write a call instead of emitting `tool_calls`: a bare JSON object
 `{"name": "get_current_time", "arguments": {...}}`, the same in a ```json fence (or a list of
-them), or Hermes/Qwen `<tool_call>…</tool_call>` tags. When Act's reply has no native calls,
-these forms are recognised, but only for the tools that were offered: anything else stays text.
+them), Hermes/Qwen `<tool_call>…</tool_call>` tags, or a reply that is nothing but a call in
+function syntax (`get_current_time(timezone="Asia/Tokyo")`, `[get_current_time()]`, or the bare
+name). When Act's reply has no native calls, these forms are recognised, but only for the
+tools that were offered: anything else stays text. Function syntax is read with `ast`, never
+evaluated.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import uuid
@@ -27,6 +31,9 @@ _EMPTY_FENCE = re.compile(r"```(?:json)?\s*```")  # what is left of a fence whos
 
 def read_text_tool_calls(text: str, offered: Collection[str]) -> tuple[tuple[ToolCall, ...], str]:
     """Return (the calls written in `text`, the text without them)."""
+    whole = _function_syntax(text, offered)
+    if whole:
+        return whole, ""
     calls: list[ToolCall] = []
     kept: list[str] = []
     pos = 0
@@ -40,12 +47,44 @@ def read_text_tool_calls(text: str, offered: Collection[str]) -> tuple[tuple[Too
             pos = start + 1
             continue
         kept.append(text[pos:start])
-        calls.extend(found)
+        for call in found:  # small models repeat themselves: one call per name and arguments
+            if all((c.name, c.arguments) != (call.name, call.arguments) for c in calls):
+                calls.append(call)
         pos = end
     kept.append(text[pos:])
     if not calls:
         return (), text
     return tuple(calls), _EMPTY_FENCE.sub("", "".join(kept)).strip()
+
+
+def _function_syntax(text: str, offered: Collection[str]) -> tuple[ToolCall, ...]:
+    """The whole reply as calls in Python function syntax, or () when it is anything else."""
+    source = text.strip().strip("`").strip()
+    if not source or len(source) > 4000:
+        return ()
+    if source.isidentifier():
+        source += "()"
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return ()
+    nodes = tree.elts if isinstance(tree, ast.List) else [tree]
+    calls = [_function_call(node, offered) for node in nodes]
+    if not calls or any(call is None for call in calls):
+        return ()
+    return tuple(call for call in calls if call is not None)
+
+
+def _function_call(node: ast.expr, offered: Collection[str]) -> ToolCall | None:
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.args:
+        return None
+    if node.func.id not in offered:
+        return None
+    try:
+        arguments = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+    except ValueError:
+        return None
+    return ToolCall(f"call_{uuid.uuid4().hex[:24]}", node.func.id, json.dumps(arguments))
 
 
 def _next_candidate(text: str, pos: int) -> int:

@@ -168,6 +168,8 @@ def create_app(
             timeout_s=llm.timeout_s,
             max_retries=llm.max_retries,
             stream_usage=llm.stream_usage,
+            temperature=llm.temperature,
+            max_tokens=llm.max_tokens,
         )
         model = owned_model
     store = store or create_store(settings)

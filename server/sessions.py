@@ -243,6 +243,8 @@ class SessionHub:
             budget=self._budget,
             plan_every=self._settings.plan_every,
             style=request.style,
+            control_retries=self._settings.control_retries,
+            max_verifications=self._settings.max_verifications,
         )
         ctx = self._context(live, run, limits, request.tools)
         sink = ctx.sink

@@ -67,6 +67,8 @@ class LLMSettings(_Section):
     timeout_s: float = Field(60.0, gt=0)
     max_retries: int = Field(3, ge=0, le=10)
     stream_usage: bool = True
+    temperature: float | None = Field(None, ge=0, le=2)  # unset: the model server's default
+    max_tokens: int | None = Field(None, ge=16)  # per call; unset: the model server's default
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name
 
 
@@ -84,6 +86,8 @@ class AgentSettings(_Section):
     max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
     max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
     pre_task_research: bool = False  # search once before a session's first task (web_search)
+    control_retries: int = Field(2, ge=0, le=5)  # asks for a missing control block, per phase
+    max_verifications: int = Field(2, ge=0, le=10)  # isolated checks of a suspect finish, per run
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:

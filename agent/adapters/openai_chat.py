@@ -72,6 +72,8 @@ class OpenAIChatModel:
         stream_usage: bool = True,
         retry_initial_s: float = 0.5,
         retry_max_s: float = 8.0,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self._client = AsyncOpenAI(
             api_key=api_key or "unset",
@@ -82,6 +84,8 @@ class OpenAIChatModel:
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage
+        self._temperature = temperature
+        self._max_tokens = max_tokens
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
 
@@ -99,6 +103,10 @@ class OpenAIChatModel:
         body: dict[str, Any] = {"messages": [m.to_openai() for m in normalize(messages)]}
         if self._stream_usage:
             body["stream_options"] = {"include_usage": True}
+        if self._temperature is not None:
+            body["temperature"] = self._temperature
+        if self._max_tokens is not None:
+            body["max_tokens"] = self._max_tokens
         if tools:
             body["tools"] = [
                 {

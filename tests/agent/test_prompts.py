@@ -87,7 +87,7 @@ def test_prompts_require_acknowledging_failures_and_changing_approach():
     act = (PROMPTS / "agent_act_prompt.md").read_text()
     reason = (PROMPTS / "agent_reason_prompt.md").read_text()
     assert "If a tool failed, say so plainly" in observe
-    assert "never repeat the same call unchanged" in act
+    assert "never repeat a failed call unchanged" in act
     assert "do not repeat" in reason and "failed" in reason
     assert "say so honestly" in observe
 

@@ -1,0 +1,130 @@
+"""Runs against a real model server: llama.cpp's `llama-server` with Qwen2.5-Coder-0.5B-Instruct
+and its own chat template (`--jinja`), the strictest common OpenAI-compatible server.
+
+The model is small and runs on CPU, so these tests are few and each proves one thing a user
+meets: an agent run that really calls a tool completes, a stop lands in the middle of a real
+stream, a question asked through `request_input` is answered, a chat-mode turn works, and no
+request the server sends is refused. Temperature 0 keeps the model's choices repeatable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import Running, ServerFactory
+from tests.fakes.client import kind
+from tests.fakes.llama_cpp import LlamaServer, qwen_model
+
+pytestmark = pytest.mark.slow
+
+_TIMEOUT = 240.0  # a whole run on CPU: several calls of a 0.5B model
+
+
+@pytest.fixture(scope="module")
+def llama() -> Iterator[LlamaServer]:
+    with LlamaServer(qwen_model(), ctx_size=8192) as server:
+        yield server
+
+
+@pytest.fixture
+async def real(server_factory: ServerFactory, llama: LlamaServer) -> AsyncIterator[Running]:
+    async with server_factory(
+        llm={
+            "base_url": llama.base_url,
+            "model": "qwen",
+            "timeout_s": 120,
+            "max_retries": 2,
+            "temperature": 0,
+            "max_tokens": 200,  # a small model can loop: bound every call
+        },
+        context={"window_tokens": 8192, "reserve_tokens": 1024},
+        agent={"request_input_timeout_s": 120, "style": "tool_first", "control_retries": 1},
+    ) as running:
+        yield running
+
+
+def _refused(llama: LlamaServer) -> list[str]:
+    """Lines of the model server's log where it refused a request."""
+    return [
+        line
+        for line in llama.log().splitlines()
+        if "400" in line and ("error" in line.lower() or "status" in line.lower())
+    ]
+
+
+def _errors(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] == "error"]
+
+
+async def test_an_agent_run_calls_a_real_tool_and_completes(real: Running, llama: LlamaServer):
+    async with await real.client() as c:
+        await c.recv()
+        frames = await c.run(
+            "What time is it in Tokyo right now? Use the get_current_time tool.",
+            agent_max_steps=3,
+            timeout=_TIMEOUT,
+        )
+    assert _errors(frames) == [], _errors(frames)
+    calls = [f for f in frames if f["type"] == "tool_start"]
+    assert calls and calls[0]["tool_name"] == "get_current_time"
+    assert any(f["type"] == "tool_complete" for f in frames)
+    completion = next(f for f in frames if kind(f) == "agent_completion")
+    assert completion["final_answer"].strip()
+    assert "```json" not in completion["final_answer"]
+    assert _refused(llama) == []
+
+
+async def test_stop_lands_in_the_middle_of_a_real_stream(real: Running, llama: LlamaServer):
+    async with await real.client() as c:
+        await c.recv()
+        await c.send(
+            {"type": "chat", "content": "Write a long story about a lighthouse keeper."}
+        )
+        await c.until(lambda f: kind(f) in ("agent_reason_delta", "agent_reasoning_delta"), 120)
+        await c.send({"type": "agent_control", "action": "stop"})
+        rest = await c.until("response_complete", 30)
+    stopped = [f for f in rest if kind(f) == "agent_stopped"]
+    assert stopped and stopped[0]["reason"] == "user"
+    assert _errors(rest) == []
+
+
+async def test_a_question_is_asked_and_answered(real: Running, llama: LlamaServer):
+    async with await real.client() as c:
+        await c.recv()
+        await c.send(
+            {
+                "type": "chat",
+                "content": (
+                    "Tell me the time in my city. You do not know my city: ask me for it "
+                    "with request_input first."
+                ),
+                "agent_max_steps": 3,
+            }
+        )
+        asked = await c.until(
+            lambda f: kind(f) in ("agent_request_input", "response_complete"), _TIMEOUT
+        )
+        assert kind(asked[-1]) == "agent_request_input", [kind(f) for f in asked]
+        await c.send({"type": "agent_user_input", "content": "Paris"})
+        rest = await c.until("response_complete", _TIMEOUT)
+    assert _errors(asked + rest) == []
+    answered = [f for f in rest if kind(f) == "agent_user_answer"]
+    assert answered and answered[0]["content"] == "Paris"
+    assert any(kind(f) == "agent_completion" for f in rest)
+    assert _refused(llama) == []
+
+
+async def test_a_chat_mode_turn_streams_an_answer(real: Running, llama: LlamaServer):
+    async with await real.client() as c:
+        await c.recv()
+        first = await c.run("What is the capital of France?", agent_mode=False, timeout=_TIMEOUT)
+        second = await c.run("And of Italy?", agent_mode=False, timeout=_TIMEOUT)
+    for frames in (first, second):
+        assert _errors(frames) == []
+        assert any(kind(f) == "chat_delta" for f in frames)
+    answer = next(f for f in first if kind(f) == "chat_response")["content"]
+    assert "Paris" in answer
+    assert _refused(llama) == []
