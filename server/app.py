@@ -25,6 +25,7 @@ from agent.tokens import counter_for_model
 from agent.tools import (
     BUILTIN_TOOLS,
     REQUIREMENTS,
+    ExtractorPool,
     MemoryStore,
     Tool,
     ToolRegistry,
@@ -67,9 +68,10 @@ def _tools(
     *,
     http: httpx.AsyncClient,
     memory: MemoryStore | None,
+    extractor: ExtractorPool,
 ) -> ToolRegistry:
     try:
-        built = build_tools(settings.tools, http=http, memory=memory)
+        built = build_tools(settings.tools, http=http, memory=memory, extractor=extractor)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     available = {**BUILTIN_TOOLS, **{t.name: t for t in [*built, *(extra or ())]}}
@@ -176,7 +178,11 @@ def create_app(
         owned_http = http_client = create_http_client(timeout_s=settings.tools.web_fetch.timeout_s)
     owned_memory = _memory_store(settings) if memory_store is None else None
     memory_store = memory_store or owned_memory
-    registry = _tools(settings, extra_tools, http=http_client, memory=memory_store)
+    fetch = settings.tools.web_fetch
+    extractor = ExtractorPool(fetch.extract_workers, fetch.extract_memory_mb)  # starts lazily
+    registry = _tools(
+        settings, extra_tools, http=http_client, memory=memory_store, extractor=extractor
+    )
     hub = SessionHub(
         budget=_budget(settings),
         context=_context_window(settings),
@@ -211,6 +217,7 @@ def create_app(
             await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await store.close()
+            await extractor.aclose()
             if owned_memory is not None:
                 await owned_memory.close()
             if owned_http is not None:

@@ -53,6 +53,10 @@ class WebFetchConfig(_Config):
     retry_backoff_s: float = Field(0.5, ge=0)
     retry_max_wait_s: float = Field(5.0, ge=0)
     user_agent: str = "agent-server/0.1 (web_fetch tool)"
+    # Page text is extracted in worker processes (started on first use), each capped at
+    # extract_memory_mb of address space and killed when the URL's timeout_s runs out.
+    extract_workers: int = Field(2, ge=1, le=32)
+    extract_memory_mb: int = Field(1024, ge=256)
 
     @field_validator("allow_hosts")
     @classmethod

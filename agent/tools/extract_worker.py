@@ -1,0 +1,77 @@
+"""The extraction worker process: `python -m agent.tools.extract_worker MEMORY_MB`.
+
+Caps its own address space, then answers extraction requests on stdin/stdout until stdin
+closes (the protocol is in agent/tools/extractor.py). Anything a library prints goes to
+stderr, never into the reply stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import struct
+import sys
+from typing import BinaryIO
+
+import orjson
+
+_LENGTH = struct.Struct(">I")
+
+
+def _read(stream: BinaryIO, size: int) -> bytes | None:
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return data
+
+
+def _cap_memory(memory_mb: int) -> None:
+    limit = memory_mb * 1024 * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def serve(inbox: BinaryIO, outbox: BinaryIO) -> None:
+    """Answer requests until `inbox` ends."""
+    from agent.tools.page_text import extract_text  # imports trafilatura (the slow part)
+
+    while True:
+        raw = _read(inbox, _LENGTH.size)
+        if raw is None:
+            return
+        header = orjson.loads(_read(inbox, _LENGTH.unpack(raw)[0]) or b"{}")
+        raw = _read(inbox, _LENGTH.size)
+        if raw is None:
+            return
+        body = _read(inbox, _LENGTH.unpack(raw)[0]) or b""
+        try:
+            title, text = extract_text(
+                body, header["content_type"], header["charset"], header["url"]
+            )
+            reply = orjson.dumps({"title": title, "text": text})
+        except MemoryError:
+            reply = orjson.dumps({"error": "the page needs more memory than allowed"})
+        except Exception as exc:  # noqa: BLE001 - a page the extractor chokes on fails alone
+            reply = orjson.dumps({"error": f"the page text could not be extracted ({exc!r:.80})"})
+        del body
+        outbox.write(_LENGTH.pack(len(reply)) + reply)
+        outbox.flush()
+
+
+def main() -> None:
+    memory_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+    outbox = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints of a library land on stderr, not in the replies
+    logging.basicConfig(level=logging.ERROR)
+    _cap_memory(memory_mb)
+    try:
+        serve(sys.stdin.buffer, outbox)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
+
+
+if __name__ == "__main__":
+    main()
