@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -44,7 +46,7 @@ from server.ws import websocket_endpoint
 if TYPE_CHECKING:
     from server.storage.memory_mongo import MongoMemoryStore
 
-__all__ = ["create_app", "create_store"]
+__all__ = ["allowed_hosts", "create_app", "create_store"]
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
@@ -130,6 +132,19 @@ def _research(settings: Settings, registry: ToolRegistry) -> Search | None:
         return await registry.call("web_search", {"query": query}, context)
 
     return search
+
+
+def allowed_hosts(settings: Settings) -> list[str]:
+    """Host-header names served (DNS-rebinding defence): the configured ones and server.host,
+    IPv6 literals in the bracketed form a Host header carries."""
+    names = [*settings.server.allowed_hosts, settings.server.host]
+    hosts: list[str] = []
+    for name in names:
+        name = name.strip().lower().removeprefix("[").removesuffix("]")
+        if name in ("", "0.0.0.0", "::"):  # a wildcard bind names no host
+            continue
+        hosts.append(f"[{name}]" if ":" in name else name)
+    return sorted(set(hosts))
 
 
 def _budget(settings: Settings) -> Budget:
@@ -234,6 +249,7 @@ def create_app(
     ]
     if (STATIC_DIR / "index.html").is_file():
         routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app
