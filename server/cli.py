@@ -10,6 +10,7 @@ from pathlib import Path
 import uvicorn
 
 from server.guard import MAX_HEAD_BYTES, connection_cap, guarded_protocol, raise_open_file_limit
+from server.redact import install_log_redaction
 from server.runner import AgentServer
 from server.settings import ConfigError, Settings, load_settings
 
@@ -20,7 +21,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
     """The uvicorn settings the server is measured with: sans-I/O websockets, no deflate,
     and the connection guards of server/guard.py."""
     server = settings.server
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=server.host,
         port=server.port,
@@ -36,6 +37,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         log_level=server.log_level,
         timeout_graceful_shutdown=max(1, round(server.shutdown_timeout_s)),
     )
+    install_log_redaction()  # after uvicorn.Config has set up its loggers
+    return config
 
 
 def _serve(args: argparse.Namespace) -> int:

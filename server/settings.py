@@ -138,6 +138,7 @@ class ToolSettings(ToolsConfig):
 class Identity(_Section):
     tenant: str = Field(min_length=1)
     user: str = Field(min_length=1)
+    operator: bool = False  # GET /metrics shows process-wide figures to this token
 
 
 class AuthSettings(_Section):

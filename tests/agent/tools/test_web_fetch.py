@@ -267,10 +267,22 @@ async def test_allow_listed_name_connects_to_the_checked_address(
     site: Site, http: httpx.AsyncClient, transport: RecordingTransport, extractor: ExtractorPool
 ) -> None:
     url = site.url("/host").replace("127.0.0.1", "localhost")
-    page = await fetch_one(fetcher(http, extractor, allow_hosts=["localhost"]), url)
     port = url.split(":")[2].split("/")[0]
+    page = await fetch_one(fetcher(http, extractor, allow_hosts=[f"localhost:{port}"]), url)
     assert page["text"] == f"host=localhost:{port}" and page["final_url"] == url
     assert transport.hosts[-1] == "127.0.0.1"  # pinned to the resolved address
+
+
+async def test_a_bare_allow_listed_name_opens_only_the_default_ports(
+    site: Site, http: httpx.AsyncClient, transport: RecordingTransport, extractor: ExtractorPool
+) -> None:
+    url = site.url("/host").replace("127.0.0.1", "localhost")
+    with pytest.raises(ToolError, match="refused: localhost .* is a loopback address"):
+        await call(fetcher(http, extractor, allow_hosts=["localhost"]), {"urls": [url]})
+    other_port = fetcher(http, extractor, allow_hosts=["localhost:1"])
+    with pytest.raises(ToolError, match="refused: localhost .* is a loopback address"):
+        await call(other_port, {"urls": [url]})
+    assert transport.requests == []  # refused before any connection
 
 
 async def test_429_then_200_is_retried(
