@@ -74,7 +74,7 @@ class ExtractorPool:
         async with self._slots:
             if self._closed:
                 raise ExtractionFailed("the server is shutting down")
-            worker = self._idle.pop() if self._idle else await self._start()
+            worker = self._idle.pop() if self._idle else await self._start_shielded()
             try:
                 result = await worker.extract(body, content_type, charset, url)
             except BaseException:  # timeout, stop, crash: the worker's state is unknown
@@ -82,6 +82,25 @@ class ExtractorPool:
                 raise
             self._idle.append(worker)
             return result
+
+    async def _start_shielded(self) -> _Worker:
+        """Start a worker; if the caller is cancelled meanwhile, keep it for the next call
+        (a process spawned by a cancelled start must never be left unowned)."""
+        starting = asyncio.ensure_future(self._start())
+        try:
+            return await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            starting.add_done_callback(self._adopt)
+            raise
+
+    def _adopt(self, starting: asyncio.Future[_Worker]) -> None:
+        if starting.cancelled() or starting.exception() is not None:
+            return
+        worker = starting.result()
+        if self._closed:
+            self._kill(worker)
+        else:
+            self._idle.append(worker)
 
     async def _start(self) -> _Worker:
         proc = await asyncio.create_subprocess_exec(
