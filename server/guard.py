@@ -136,9 +136,11 @@ def guarded_protocol(max_connections: int, request_timeout_s: float) -> type[H11
             self._deadline = None
             if self.transport.get_protocol() is not self or self.transport.is_closing():
                 return  # upgraded to a WebSocket, or already closing
-            if self.conn.their_state is h11.IDLE and self._head:
+            if self.conn.their_state is not h11.IDLE:
+                return  # a request is being served
+            if self._head or self.conn.trailing_data[0]:  # part of a head (maybe pipelined)
                 self._refuse(408, "The request was not completed in time.")
-            elif self.conn.their_state is h11.IDLE:
+            else:
                 self.transport.close()  # nothing sent at all: just close
 
         def _refuse(self, status: int, message: str) -> None:
