@@ -9,7 +9,13 @@ from pathlib import Path
 
 import uvicorn
 
-from server.guard import MAX_HEAD_BYTES, connection_cap, guarded_protocol, raise_open_file_limit
+from server.guard import (
+    MAX_HEAD_BYTES,
+    RepeatedLogFilter,
+    connection_cap,
+    guarded_protocol,
+    raise_open_file_limit,
+)
 from server.redact import install_log_redaction
 from server.runner import AgentServer
 from server.settings import ConfigError, Settings, load_settings
@@ -38,6 +44,9 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         timeout_graceful_shutdown=max(1, round(server.shutdown_timeout_s)),
     )
     install_log_redaction()  # after uvicorn.Config has set up its loggers
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RepeatedLogFilter) for f in error_log.filters):
+        error_log.addFilter(RepeatedLogFilter())
     return config
 
 

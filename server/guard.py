@@ -10,7 +10,8 @@
   100 headers or a head over 64 KB is `431`. (uvicorn's WebSocket parser would otherwise
   drop such a request without any answer.)
 - The process's open-file limit is raised to its hard limit at start, and asyncio's error
-  reports (e.g. "accept() out of system resource") are logged at most once per interval each.
+  reports (e.g. "accept() out of system resource") and uvicorn's per-request warnings
+  ("Invalid HTTP request received.") are logged at most once per interval each.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "MAX_HEAD_BYTES",
     "MAX_LINE_BYTES",
     "RateLimitedExceptionHandler",
+    "RepeatedLogFilter",
     "connection_cap",
     "guarded_protocol",
     "raise_open_file_limit",
@@ -163,21 +165,54 @@ class RateLimitedExceptionHandler:
     second (descriptors exhausted) cannot flood the log."""
 
     def __init__(self, interval_s: float = 10.0) -> None:
+        self._throttle = _Throttle(interval_s)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        key = str(context.get("message", ""))[:200]
+        held = self._throttle.admit(key)
+        if held is None:
+            return
+        if held:
+            context = {**context, "message": f"{key} (and {held} more like it)"}
+        loop.default_exception_handler(context)
+
+
+class _Throttle:
+    """Say whether a message may be logged now; count those held back (bounded memory)."""
+
+    def __init__(self, interval_s: float) -> None:
         self._interval = interval_s
         self._last: dict[str, float] = {}
         self._suppressed: dict[str, int] = {}
 
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        key = str(context.get("message", ""))[:200]
+    def admit(self, key: str) -> int | None:
+        """None: hold this one back; else how many like it were held back since the last."""
         now = time.monotonic()
         last = self._last.get(key)
         if last is not None and now - last < self._interval:
             self._suppressed[key] = self._suppressed.get(key, 0) + 1
-            return
+            return None
         if len(self._last) > 1000:  # distinct messages are few; never grow without bound
             self._last.clear()
+            self._suppressed.clear()
         self._last[key] = now
-        suppressed = self._suppressed.pop(key, 0)
-        if suppressed:
-            context = {**context, "message": f"{key} (and {suppressed} more like it)"}
-        loop.default_exception_handler(context)
+        return self._suppressed.pop(key, 0)
+
+
+class RepeatedLogFilter(logging.Filter):
+    """Pass each distinct message at most once per `interval_s` (uvicorn logs one warning
+    per malformed request: a flood of them must not become a flood of log lines)."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self._throttle = _Throttle(interval_s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        held = self._throttle.admit(f"{record.name}:{record.msg}")
+        if held is None:
+            return False
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it)"
+        return True

@@ -1,8 +1,10 @@
-"""The extraction worker process: `python -m agent.tools.extract_worker MEMORY_MB`.
+"""The extraction worker: `python -m agent.tools.extract_worker MEMORY_MB [RECYCLE_MB]`.
 
 Caps its own address space, then answers extraction requests on stdin/stdout until stdin
 closes (the protocol is in agent/tools/extractor.py). Anything a library prints goes to
-stderr, never into the reply stream.
+stderr, never into the reply stream. After a page that grew it past RECYCLE_MB (default: a
+quarter of its cap), it says so in the reply (`"recycle": true`) and exits, so the memory
+one page took is given back to the system instead of staying with an idle worker.
 """
 
 from __future__ import annotations
@@ -34,8 +36,13 @@ def _cap_memory(memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def serve(inbox: BinaryIO, outbox: BinaryIO) -> None:
-    """Answer requests until `inbox` ends."""
+def _grown_past(limit_bytes: int) -> bool:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > limit_bytes  # KiB
+
+
+def serve(inbox: BinaryIO, outbox: BinaryIO, recycle_bytes: int = 1 << 62) -> None:
+    """Answer requests until `inbox` ends, or until a page grew the process past
+    `recycle_bytes` (peak resident size)."""
     from agent.tools.page_text import extract_text  # imports trafilatura (the slow part)
 
     while True:
@@ -47,28 +54,36 @@ def serve(inbox: BinaryIO, outbox: BinaryIO) -> None:
         if raw is None:
             return
         body = _read(inbox, _LENGTH.unpack(raw)[0]) or b""
+        answer: dict[str, object]
         try:
             title, text = extract_text(
                 body, header["content_type"], header["charset"], header["url"]
             )
-            reply = orjson.dumps({"title": title, "text": text})
+            answer = {"title": title, "text": text}
         except MemoryError:
-            reply = orjson.dumps({"error": "the page needs more memory than allowed"})
+            answer = {"error": "the page needs more memory than allowed"}
         except Exception as exc:  # noqa: BLE001 - a page the extractor chokes on fails alone
-            reply = orjson.dumps({"error": f"the page text could not be extracted ({exc!r:.80})"})
+            answer = {"error": f"the page text could not be extracted ({exc!r:.80})"}
         del body
+        recycle = _grown_past(recycle_bytes)
+        if recycle:
+            answer["recycle"] = True
+        reply = orjson.dumps(answer)
         outbox.write(_LENGTH.pack(len(reply)) + reply)
         outbox.flush()
+        if recycle:
+            return
 
 
 def main() -> None:
     memory_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
+    recycle_mb = int(sys.argv[2]) if len(sys.argv) > 2 else memory_mb // 4
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints of a library land on stderr, not in the replies
     logging.basicConfig(level=logging.ERROR)
     _cap_memory(memory_mb)
     try:
-        serve(sys.stdin.buffer, outbox)
+        serve(sys.stdin.buffer, outbox, recycle_bytes=recycle_mb * 1024 * 1024)
     except (BrokenPipeError, KeyboardInterrupt):
         pass
 

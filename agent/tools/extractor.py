@@ -9,7 +9,8 @@ call. Workers start lazily, at most `workers` of them, and are reused between ca
 
 Wire between parent and worker, both directions length-prefixed (4 bytes, big endian):
 request = JSON header `{"content_type", "charset", "url"}`, then the body bytes;
-reply = JSON `{"title", "text"}` or `{"error"}`.
+reply = JSON `{"title", "text"}` or `{"error"}`, with `"recycle": true` when the worker
+grew large on that page and exits after replying (it is then not reused).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class ExtractionFailed(Exception):
 @dataclass(eq=False)
 class _Worker:
     proc: asyncio.subprocess.Process
+    retiring: bool = False  # it said it exits after this reply
 
     async def extract(
         self, body: bytes, content_type: str, charset: str | None, url: str
@@ -47,25 +49,30 @@ class _Worker:
             (size,) = _LENGTH.unpack(await stdout.readexactly(_LENGTH.size))
             reply = orjson.loads(await stdout.readexactly(size))
         except (asyncio.IncompleteReadError, ConnectionError, orjson.JSONDecodeError):
+            self.retiring = True
             raise ExtractionFailed("the extraction worker died (out of memory?)") from None
+        self.retiring = bool(reply.get("recycle"))
         if "error" in reply:
             raise ExtractionFailed(str(reply["error"]))
         return reply["title"], reply["text"]
 
 
 class ExtractorPool:
-    """Up to `workers` extraction processes, each capped at `memory_mb` of address space.
+    """Up to `workers` extraction processes, each capped at `memory_mb` of address space and
+    replaced after a page that grew it past `recycle_mb` (default a quarter of the cap).
 
     Call `extract` from the event loop; wrap it in `asyncio.timeout` for a deadline: a
     timeout or cancellation kills the worker doing that page. Call `aclose()` when done.
     """
 
-    def __init__(self, workers: int = 2, memory_mb: int = 1024) -> None:
+    def __init__(self, workers: int = 2, memory_mb: int = 1024, recycle_mb: int = 0) -> None:
         self._memory_mb = memory_mb
+        self._recycle_mb = recycle_mb or memory_mb // 4
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
         self._reaping: set[asyncio.Task[int]] = set()
         self._closed = False
+        self.last_pid: int | None = None  # the worker that took the latest call (diagnostics)
 
     async def extract(
         self, body: bytes, content_type: str, charset: str | None, url: str
@@ -75,13 +82,24 @@ class ExtractorPool:
             if self._closed:
                 raise ExtractionFailed("the server is shutting down")
             worker = self._idle.pop() if self._idle else await self._start_shielded()
+            self.last_pid = worker.proc.pid
             try:
                 result = await worker.extract(body, content_type, charset, url)
-            except BaseException:  # timeout, stop, crash: the worker's state is unknown
+            except ExtractionFailed:
+                self._retire(worker)
+                raise
+            except BaseException:  # timeout, stop: the worker's state is unknown
                 self._kill(worker)
                 raise
-            self._idle.append(worker)
+            self._retire(worker)
             return result
+
+    def _retire(self, worker: _Worker) -> None:
+        """Back to the idle list, unless it is exiting or dead (then reap it)."""
+        if worker.retiring or worker.proc.returncode is not None:
+            self._kill(worker)
+        else:
+            self._idle.append(worker)
 
     async def _start_shielded(self) -> _Worker:
         """Start a worker; if the caller is cancelled meanwhile, keep it for the next call
@@ -108,6 +126,7 @@ class ExtractorPool:
             "-m",
             "agent.tools.extract_worker",
             str(self._memory_mb),
+            str(self._recycle_mb),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )

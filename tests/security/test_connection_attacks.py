@@ -140,6 +140,27 @@ async def test_a_repeating_loop_error_is_logged_once_per_interval(
     assert messages == ["socket.accept() out of system resource", "something else"]
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def test_a_flood_of_malformed_requests_logs_one_line(server_factory: ServerFactory) -> None:
+    records = _Records()
+    logging.getLogger("uvicorn.error").addHandler(records)
+    try:
+        async with server_factory() as running:
+            answers = [await raw_exchange(running.address, b"NOT HTTP\r\n\r\n") for _ in range(50)]
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(records)
+    assert all(status_of(a) == 400 for a in answers)
+    assert records.messages.count("Invalid HTTP request received.") <= 1
+
+
 def test_the_descriptor_limit_is_raised_to_the_hard_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     lowered = min(soft, 256)

@@ -104,6 +104,20 @@ async def test_a_stopped_run_kills_the_worker_it_was_waiting_for(pool: Extractor
     await wait_for(lambda: pid not in worker_pids(), timeout=5)
 
 
+async def test_a_worker_that_grew_large_is_replaced_not_kept() -> None:
+    pool = ExtractorPool(workers=1, memory_mb=768, recycle_mb=1)  # every page is "large"
+    try:
+        pids = []
+        for _ in range(2):
+            title, _ = await pool.extract(b"<title>t</title>", "text/html", None, "http://x/")
+            assert title == "t"
+            await wait_for(lambda: not worker_pids(), timeout=5)  # it exited, memory returned
+            pids.append(pool.last_pid)
+        assert pids[0] != pids[1]
+    finally:
+        await pool.aclose()
+
+
 async def test_workers_run_with_a_capped_address_space(pool: ExtractorPool) -> None:
     await pool.extract(b"<title>t</title>", "text/html", None, "http://x/")
     (pid,) = worker_pids()
