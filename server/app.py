@@ -249,7 +249,15 @@ def create_app(
     ]
     if (STATIC_DIR / "index.html").is_file():
         routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]
-    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts(settings))]
+    hosts = allowed_hosts(settings)
+    if settings.server.host in ("0.0.0.0", "::") and "*" not in hosts:
+        log.warning(
+            "server.host %s listens on every address, but only these Host names are served: "
+            "%s; add the names clients use to server.allowed_hosts",
+            settings.server.host,
+            ", ".join(hosts),
+        )
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

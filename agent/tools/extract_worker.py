@@ -37,12 +37,19 @@ def _cap_memory(memory_mb: int) -> None:
 
 
 def _grown_past(limit_bytes: int) -> bool:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 > limit_bytes  # KiB
+    """Whether the process holds more than `limit_bytes` resident now. (Not ru_maxrss: Linux
+    carries the spawning parent's peak across exec.)"""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            resident_pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return False  # no /proc: never recycle
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") > limit_bytes
 
 
 def serve(inbox: BinaryIO, outbox: BinaryIO, recycle_bytes: int = 1 << 62) -> None:
-    """Answer requests until `inbox` ends, or until a page grew the process past
-    `recycle_bytes` (peak resident size)."""
+    """Answer requests until `inbox` ends, or until a page left the process holding more
+    than `recycle_bytes` resident."""
     from agent.tools.page_text import extract_text  # imports trafilatura (the slow part)
 
     while True:
@@ -80,7 +87,7 @@ def main() -> None:
     recycle_mb = int(sys.argv[2]) if len(sys.argv) > 2 else memory_mb // 4
     outbox = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # stray prints of a library land on stderr, not in the replies
-    logging.basicConfig(level=logging.ERROR)
+    logging.basicConfig(level=logging.CRITICAL)  # failures travel in the replies
     _cap_memory(memory_mb)
     try:
         serve(sys.stdin.buffer, outbox, recycle_bytes=recycle_mb * 1024 * 1024)

@@ -70,6 +70,7 @@ class ExtractorPool:
         self._recycle_mb = recycle_mb or memory_mb // 4
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
         self._reaping: set[asyncio.Task[int]] = set()
         self._closed = False
         self.last_pid: int | None = None  # the worker that took the latest call (diagnostics)
@@ -83,6 +84,7 @@ class ExtractorPool:
                 raise ExtractionFailed("the server is shutting down")
             worker = self._idle.pop() if self._idle else await self._start_shielded()
             self.last_pid = worker.proc.pid
+            self._busy.add(worker)
             try:
                 result = await worker.extract(body, content_type, charset, url)
             except ExtractionFailed:
@@ -96,7 +98,8 @@ class ExtractorPool:
 
     def _retire(self, worker: _Worker) -> None:
         """Back to the idle list, unless it is exiting or dead (then reap it)."""
-        if worker.retiring or worker.proc.returncode is not None:
+        self._busy.discard(worker)
+        if worker.retiring or worker.proc.returncode is not None or self._closed:
             self._kill(worker)
         else:
             self._idle.append(worker)
@@ -133,21 +136,17 @@ class ExtractorPool:
         return _Worker(proc)
 
     def _kill(self, worker: _Worker) -> None:
+        self._busy.discard(worker)
         if worker.proc.returncode is None:
             worker.proc.kill()
         task = asyncio.get_running_loop().create_task(worker.proc.wait())
         self._reaping.add(task)
         task.add_done_callback(self._reaping.discard)
 
-    @property
-    def running(self) -> int:
-        """Worker processes alive now (idle or busy), for tests and metrics."""
-        return len([w for w in self._idle if w.proc.returncode is None]) + len(self._reaping)
-
     async def aclose(self) -> None:
-        """Kill every worker and wait until each has exited."""
+        """Kill every worker, idle or still busy, and wait until each has exited."""
         self._closed = True
-        for worker in self._idle:
+        for worker in [*self._idle, *self._busy]:
             if worker.proc.stdin is not None:
                 worker.proc.stdin.close()
             self._kill(worker)
