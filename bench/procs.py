@@ -104,7 +104,7 @@ class Proc:
 def _http_ok(port: int, path: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            request = f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n"
+            request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
             sock.sendall(request.encode())
             head = sock.recv(64)
     except OSError:

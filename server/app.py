@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -25,6 +27,7 @@ from agent.tokens import counter_for_model
 from agent.tools import (
     BUILTIN_TOOLS,
     REQUIREMENTS,
+    ExtractorPool,
     MemoryStore,
     Tool,
     ToolRegistry,
@@ -43,7 +46,7 @@ from server.ws import websocket_endpoint
 if TYPE_CHECKING:
     from server.storage.memory_mongo import MongoMemoryStore
 
-__all__ = ["create_app", "create_store"]
+__all__ = ["allowed_hosts", "create_app", "create_store"]
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).parent / "static"
@@ -67,9 +70,10 @@ def _tools(
     *,
     http: httpx.AsyncClient,
     memory: MemoryStore | None,
+    extractor: ExtractorPool,
 ) -> ToolRegistry:
     try:
-        built = build_tools(settings.tools, http=http, memory=memory)
+        built = build_tools(settings.tools, http=http, memory=memory, extractor=extractor)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     available = {**BUILTIN_TOOLS, **{t.name: t for t in [*built, *(extra or ())]}}
@@ -130,6 +134,19 @@ def _research(settings: Settings, registry: ToolRegistry) -> Search | None:
     return search
 
 
+def allowed_hosts(settings: Settings) -> list[str]:
+    """Host-header names served (DNS-rebinding defence): the configured ones and server.host,
+    IPv6 literals in the bracketed form a Host header carries."""
+    names = [*settings.server.allowed_hosts, settings.server.host]
+    hosts: list[str] = []
+    for name in names:
+        name = name.strip().lower().removeprefix("[").removesuffix("]")
+        if name in ("", "0.0.0.0", "::"):  # a wildcard bind names no host
+            continue
+        hosts.append(f"[{name}]" if ":" in name else name)
+    return sorted(set(hosts))
+
+
 def _budget(settings: Settings) -> Budget:
     agent, llm = settings.agent, settings.llm
     price = llm.prices.get(llm.model)
@@ -178,7 +195,11 @@ def create_app(
         owned_http = http_client = create_http_client(timeout_s=settings.tools.web_fetch.timeout_s)
     owned_memory = _memory_store(settings) if memory_store is None else None
     memory_store = memory_store or owned_memory
-    registry = _tools(settings, extra_tools, http=http_client, memory=memory_store)
+    fetch = settings.tools.web_fetch
+    extractor = ExtractorPool(fetch.extract_workers, fetch.extract_memory_mb)  # starts lazily
+    registry = _tools(
+        settings, extra_tools, http=http_client, memory=memory_store, extractor=extractor
+    )
     hub = SessionHub(
         budget=_budget(settings),
         context=_context_window(settings),
@@ -213,6 +234,7 @@ def create_app(
             await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await store.close()
+            await extractor.aclose()
             if owned_memory is not None:
                 await owned_memory.close()
             if owned_http is not None:
@@ -229,6 +251,15 @@ def create_app(
     ]
     if (STATIC_DIR / "index.html").is_file():
         routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    hosts = allowed_hosts(settings)
+    if settings.server.host in ("0.0.0.0", "::") and "*" not in hosts:
+        log.warning(
+            "server.host %s listens on every address, but only these Host names are served: "
+            "%s; add the names clients use to server.allowed_hosts",
+            settings.server.host,
+            ", ".join(hosts),
+        )
+    middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app

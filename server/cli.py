@@ -9,6 +9,14 @@ from pathlib import Path
 
 import uvicorn
 
+from server.guard import (
+    MAX_HEAD_BYTES,
+    RepeatedLogFilter,
+    connection_cap,
+    guarded_protocol,
+    raise_open_file_limit,
+)
+from server.redact import install_log_redaction
 from server.runner import AgentServer
 from server.settings import ConfigError, Settings, load_settings
 
@@ -16,12 +24,16 @@ __all__ = ["main", "uvicorn_config"]
 
 
 def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
-    """The uvicorn settings the server is measured with: sans-I/O websockets, no deflate."""
+    """The uvicorn settings the server is measured with: sans-I/O websockets, no deflate,
+    and the connection guards of server/guard.py."""
     server = settings.server
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app,  # type: ignore[arg-type]
         host=server.host,
         port=server.port,
+        http=guarded_protocol(connection_cap(server.max_connections), server.request_timeout_s),
+        h11_max_incomplete_event_size=2 * MAX_HEAD_BYTES,  # the guard answers 431 first
+        timeout_keep_alive=max(1, round(server.keep_alive_timeout_s)),
         ws="websockets-sansio",
         ws_max_size=server.max_message_bytes,
         ws_ping_interval=server.ping_interval_s,
@@ -31,6 +43,11 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         log_level=server.log_level,
         timeout_graceful_shutdown=max(1, round(server.shutdown_timeout_s)),
     )
+    install_log_redaction()  # after uvicorn.Config has set up its loggers
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, RepeatedLogFilter) for f in error_log.filters):
+        error_log.addFilter(RepeatedLogFilter())
+    return config
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    raise_open_file_limit()
     AgentServer(uvicorn_config(app, settings)).run()
     return 0
 

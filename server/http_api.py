@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent.errors import StorageError
+from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
 from server.storage.base import Scope
 
@@ -49,12 +50,16 @@ def _int_param(
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or int(raw) < low or (high is not None and int(raw) > high):
-        bound = f"from {low} to {high}" if high is not None else f">= {low}"
+    value = whole_number(raw)
+    top = MAX_WHOLE_NUMBER if high is None else high
+    if value is None or value < low or value > top:
         raise _ApiError(
-            400, "invalid_query", f"{name}: expected a whole number {bound} (got {raw!r})."
+            400,
+            "invalid_query",
+            f"{name}: expected a whole number from {low} to {top} in ASCII digits "
+            f"(got {raw[:40]!r}).",
         )
-    return int(raw)
+    return value
 
 
 async def _session_or_404(request: Request, scope: Scope) -> str:
@@ -145,15 +150,22 @@ async def session_usage(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    """Process-wide counters for operators (any valid token when tokens are configured)."""
+    """Counters: process-wide for an operator token (or without auth), else the caller's
+    tenant's only (`"scope"` says which)."""
     services = _services(request)
-    if services.auth.identify(request.headers) is None:
+    scope = services.auth.identify(request.headers)
+    if scope is None:
         return _json({"code": "unauthorized", "message": "A valid token is required."}, 401)
     hub = services.hub
+    tenant = None if services.auth.is_operator(request.headers) else scope.tenant_id
+    head: dict[str, Any] = {"scope": "process"} if tenant is None else {"scope": "tenant"}
+    if tenant is not None:
+        head["tenant"] = tenant
     body = {
-        "runs_active": hub.active_runs(),
-        "sessions_in_memory": hub.live_count(),
-        **dict(sorted(hub.metrics.items())),
+        **head,
+        "runs_active": hub.active_runs(tenant),
+        "sessions_in_memory": hub.live_count(tenant),
+        **dict(sorted(hub.metrics(tenant).items())),
     }
     return _json(body)
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from agent.events import AgentEvent, RunStopped, UserMessage
 
 __all__ = [
+    "MAX_WHOLE_NUMBER",
     "AgentControlFrame",
     "ChatFrame",
     "ClientFrame",
@@ -24,6 +25,7 @@ __all__ = [
     "event_frame",
     "parse_client_frame",
     "run_frame",
+    "whole_number",
 ]
 
 ErrorCode = Literal[
@@ -38,7 +40,21 @@ ErrorCode = Literal[
     "llm_error",
     "storage_error",
     "internal_error",
+    "rate_limited",
 ]
+
+MAX_WHOLE_NUMBER = 2**63 - 1  # what SQLite and MongoDB store as an integer
+
+
+def whole_number(raw: str) -> int | None:
+    """`raw` as an int when it is ASCII digits only and at most 2**63 - 1, else None.
+
+    (`str.isdigit` also accepts "²", "①" and Arabic-Indic digits; `int` accepts some.)
+    """
+    if not raw or len(raw) > 19 or not (raw.isascii() and raw.isdigit()):
+        return None
+    value = int(raw)
+    return value if value <= MAX_WHOLE_NUMBER else None
 
 
 RUN_TIMEOUT_MESSAGE = "The run took longer than its time limit and was ended."

@@ -7,16 +7,23 @@ connected, closes their sockets with 1001, and only then hands over to uvicorn.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import uvicorn
 
+from server.guard import RateLimitedExceptionHandler
 from server.services import Services
 
 __all__ = ["AgentServer"]
 
 
 class AgentServer(uvicorn.Server):
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        # A fault that repeats per connection attempt is logged once per interval, not each time.
+        asyncio.get_running_loop().set_exception_handler(RateLimitedExceptionHandler())
+        await super().startup(sockets)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         for server in self.servers:
             server.close()

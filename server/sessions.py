@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +116,7 @@ class SessionHub:
         self._lease_ms = int(run_lease_s * 1000)
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
         self._upkeep: asyncio.Task[None] | None = None
-        self.metrics: Counter[str] = Counter()  # process-wide counters, GET /metrics
+        self._tenant_metrics: defaultdict[str, Counter[str]] = defaultdict(Counter)
         self._live: dict[str, LiveSession] = {}
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -156,13 +156,24 @@ class SessionHub:
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
 
-    def active_runs(self) -> int:
-        """Runs currently working, across tenants."""
-        return sum(self._active.values())
+    def active_runs(self, tenant: str | None = None) -> int:
+        """Runs currently working, of one tenant or (None) across tenants."""
+        return sum(self._active.values()) if tenant is None else self._active[tenant]
 
-    def live_count(self) -> int:
-        """Sessions held in memory (watched or running); 0 when the server is idle."""
-        return len(self._live)
+    def live_count(self, tenant: str | None = None) -> int:
+        """Sessions held in memory (watched or running), of one tenant or (None) of all."""
+        if tenant is None:
+            return len(self._live)
+        return sum(1 for live in self._live.values() if live.scope.tenant_id == tenant)
+
+    def metrics(self, tenant: str | None = None) -> Counter[str]:
+        """Run counters (GET /metrics) of one tenant, or (None) summed over all tenants."""
+        if tenant is not None:
+            return Counter(self._tenant_metrics.get(tenant, {}))
+        total: Counter[str] = Counter()
+        for counters in self._tenant_metrics.values():
+            total.update(counters)
+        return total
 
     async def wait_empty(self) -> None:
         """Return once no session is held in memory (leak checks, tests)."""
@@ -251,7 +262,7 @@ class SessionHub:
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
         )
-        self.metrics["runs_started"] += 1
+        self._tenant_metrics[live.scope.tenant_id]["runs_started"] += 1
         try:
             repair = self._needs_repair.get(live.session_id)
             if repair is not None:  # the last run's end was never stored: close it first
@@ -300,7 +311,7 @@ class SessionHub:
             control=run.control,
             limits=limits,
             tool_names=tools if tools is not None else self._tool_names,
-            metrics=self.metrics,
+            metrics=self._tenant_metrics[live.scope.tenant_id],
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,
         )
@@ -313,7 +324,7 @@ class SessionHub:
         await live.publish([], status="running", run_id=run.run_id)
 
     async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
-        self.metrics[f"runs_failed_{code}"] += 1
+        self._tenant_metrics[live.scope.tenant_id][f"runs_failed_{code}"] += 1
         frame = {
             **run_frame("error", live.session_id, run.run_id, now_ms()),
             **error_frame(code, message),

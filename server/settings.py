@@ -52,6 +52,17 @@ class ServerSettings(_Section):
     outbound_queue_size: int = Field(2048, ge=16)
     shutdown_timeout_s: float = Field(10.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Hardening (docs/reliability.md, Security): open connections beyond the cap are answered
+    # 503 and closed; a request head (the WebSocket handshake too) must arrive in time.
+    max_connections: int = Field(4096, ge=1)
+    request_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_timeout_s: float = Field(5.0, gt=0)
+    # Host headers served (DNS-rebinding defence); server.host is always added. "*" = any.
+    allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
+    # Inbound WebSocket frames per connection: a burst, refilled at a steady rate; a client
+    # past it gets `rate_limited` and is closed with 1008.
+    max_messages_per_s: float = Field(20.0, gt=0)
+    message_burst: int = Field(200, ge=1)
 
 
 class Price(_Section):
@@ -131,6 +142,7 @@ class ToolSettings(ToolsConfig):
 class Identity(_Section):
     tenant: str = Field(min_length=1)
     user: str = Field(min_length=1)
+    operator: bool = False  # GET /metrics shows process-wide figures to this token
 
 
 class AuthSettings(_Section):

@@ -2,7 +2,8 @@
 
 Reading and writing run in separate tasks, so a stop message is read at once even while the
 socket is busy streaming. Nothing a client sends closes the connection except a frame over
-the size limit (1009); bad frames get an `error` frame and change nothing.
+the size limit (1009) and a flood of frames past the per-connection rate (`rate_limited`,
+then 1008); bad frames get an `error` frame and change nothing.
 """
 
 from __future__ import annotations
@@ -15,14 +16,17 @@ import orjson
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import StorageError
+from server.auth import SUBPROTOCOL
 from server.connection import OVERFLOW_CLOSE_CODE, Connection
 from server.live import LiveSession
 from server.protocol import (
+    MAX_WHOLE_NUMBER,
     AgentControlFrame,
     ChatFrame,
     ProtocolError,
     error_frame,
     parse_client_frame,
+    whole_number,
 )
 from server.services import Services
 
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_SESSION_NOT_FOUND = 4404
 CLOSE_TOO_BIG = 1009
+CLOSE_RATE_LIMITED = 1008  # policy violation
 REPLAY_PAGE = 500
 
 
@@ -46,11 +51,13 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     if not auth.origin_allowed(websocket.headers.get("origin")):
         await websocket.close(code=1008)  # before accept: HTTP 403
         return
-    scope = auth.identify(websocket.headers, websocket.query_params.get("token"))
+    offered = websocket.scope.get("subprotocols") or []
+    scope = auth.identify(websocket.headers, websocket.query_params.get("token"), offered)
     if scope is None:
         await websocket.close(code=CLOSE_UNAUTHORIZED)  # before accept: HTTP 403
         return
-    await websocket.accept()
+    # A browser that offered subprotocols (the token one) needs one selected, never the token.
+    await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     session_id = websocket.query_params.get("session_id") or None
     after_seq, query_error = _after_seq(websocket.query_params.get("after_seq"))
     try:
@@ -78,9 +85,13 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
 def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
     if raw is None or raw == "":
         return None, None
-    if raw.isdigit():
-        return int(raw), None
-    return None, f"after_seq: expected a whole number >= 0 (got {raw!r}); nothing was replayed."
+    value = whole_number(raw)
+    if value is not None:
+        return value, None
+    return None, (
+        f"after_seq: expected a whole number from 0 to {MAX_WHOLE_NUMBER} in ASCII digits "
+        f"(got {raw[:40]!r}); nothing was replayed."
+    )
 
 
 async def _attach(
@@ -136,6 +147,10 @@ async def _serve(
             await _close(websocket, OVERFLOW_CLOSE_CODE)
         elif reader in done and reader.result() == CLOSE_TOO_BIG:
             await _close(websocket, CLOSE_TOO_BIG)
+        elif reader in done and reader.result() == CLOSE_RATE_LIMITED:
+            writer.cancel()  # the error goes out now, ahead of anything still queued
+            await asyncio.gather(writer, return_exceptions=True)
+            await _send_then_close(websocket, _RATE_LIMITED, CLOSE_RATE_LIMITED)
     finally:
         for task in (writer, reader, overflow):
             task.cancel()
@@ -147,6 +162,8 @@ async def _read(
 ) -> int | None:
     """Handle inbound frames until the client leaves; return a close code if we must close."""
     limit = services.settings.server.max_message_bytes
+    server = services.settings.server
+    rate = InboundRate(server.max_messages_per_s, server.message_burst)
     while True:
         try:
             message = await websocket.receive()
@@ -154,6 +171,8 @@ async def _read(
             return None
         if message["type"] == "websocket.disconnect":
             return None
+        if not rate.take():
+            return CLOSE_RATE_LIMITED
         text = message.get("text")
         if text is None:
             data = message.get("bytes") or b""
@@ -185,6 +204,44 @@ async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
         services.hub.stop(live)
     else:
         await services.hub.answer(live, frame.content)
+
+
+class InboundRate:
+    """A token bucket: `burst` frames at once, refilled at `per_s` frames a second."""
+
+    def __init__(self, per_s: float, burst: int) -> None:
+        self._per_s = per_s
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._at = asyncio.get_running_loop().time()
+
+    def take(self) -> bool:
+        """Spend one frame's allowance; False when the client is over the rate."""
+        now = asyncio.get_running_loop().time()
+        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
+
+
+_RATE_LIMITED = _dumps(
+    error_frame(
+        "rate_limited",
+        "Too many messages on this connection; it is closed (code 1008). "
+        "Reconnect with session_id and after_seq to continue.",
+    )
+)
+
+
+async def _send_then_close(websocket: WebSocket, text: str, code: int) -> None:
+    try:
+        await websocket.send_text(text)
+    except (RuntimeError, WebSocketDisconnect):
+        log.debug("socket closed before the %s close could be explained", code)
+        return
+    await _close(websocket, code)
 
 
 async def _close(websocket: WebSocket, code: int) -> None:

@@ -83,6 +83,9 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         options = {
             k: config[k]
             for k in (
+                "http",
+                "h11_max_incomplete_event_size",
+                "timeout_keep_alive",
                 "ws_max_size",
                 "ws_ping_interval",
                 "ws_ping_timeout",

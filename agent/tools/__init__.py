@@ -12,6 +12,7 @@ import httpx
 from agent.tools.base import Tool
 from agent.tools.config import MemoryConfig, ToolsConfig, WebFetchConfig, WebSearchConfig
 from agent.tools.current_time import current_time_tool
+from agent.tools.extractor import ExtractorPool
 from agent.tools.http_client import create_http_client
 from agent.tools.memory import MemoryRecord, MemoryStore, build_memory_tools
 from agent.tools.registry import ToolRegistry
@@ -20,6 +21,7 @@ from agent.tools.web_search import build_web_search
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "ExtractorPool",
     "REQUIREMENTS",
     "MemoryConfig",
     "MemoryRecord",
@@ -38,17 +40,22 @@ BUILTIN_TOOLS: dict[str, Tool] = {current_time_tool.name: current_time_tool}
 
 REQUIREMENTS: dict[str, str] = {
     "web_search": 'a provider: [tools.web_search] provider = "searxng" or "brave"',
-    "web_fetch": "an HTTP client",
+    "web_fetch": "an HTTP client and page-text workers",
     "memory_save": "a memory store (storage.backend = sqlite or mongodb)",
     "memory_retrieve": "a memory store (storage.backend = sqlite or mongodb)",
 }
 
 
 def build_tools(
-    config: ToolsConfig, *, http: httpx.AsyncClient | None, memory: MemoryStore | None
+    config: ToolsConfig,
+    *,
+    http: httpx.AsyncClient | None,
+    memory: MemoryStore | None,
+    extractor: ExtractorPool | None = None,
 ) -> list[Tool]:
     """Build every configurable tool whose requirements are met (enabled or not).
 
+    web_fetch needs `http` and `extractor` (its page-text workers; the caller closes them).
     Raise ValueError when a tool is configured but cannot work (Brave without an API key).
     """
     tools: list[Tool] = []
@@ -58,7 +65,8 @@ def build_tools(
         )
         if search is not None:
             tools.append(search)
-        tools.append(build_web_fetch(config.web_fetch, http=http))
+    if http is not None and extractor is not None:
+        tools.append(build_web_fetch(config.web_fetch, http=http, extractor=extractor))
     if memory is not None:
         tools.extend(build_memory_tools(config.memory, memory))
     return tools

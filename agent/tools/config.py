@@ -6,10 +6,11 @@ settings layer embeds them (TOML, env, flags) and fills the secrets from the env
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from agent.tools.ssrf import parse_allow_entry
 
 __all__ = ["MemoryConfig", "ToolsConfig", "WebFetchConfig", "WebSearchConfig"]
 
@@ -43,7 +44,11 @@ class WebFetchConfig(_Config):
     """`[tools.web_fetch]`: the limits every fetch obeys, and where it may go."""
 
     allow_hosts: tuple[str, ...] = Field(
-        (), description="Host names or IPs/CIDRs reachable even though private or loopback."
+        (),
+        description=(
+            "Hosts reachable even though private or loopback: a name (ports 80 and 443 "
+            "only) or name:port; an IP or CIDR (every port) or ip:port, [ipv6]:port, cidr:port."
+        ),
     )
     max_bytes: int = Field(2_000_000, ge=1024)
     max_chars: int = Field(20_000, ge=100)
@@ -53,18 +58,16 @@ class WebFetchConfig(_Config):
     retry_backoff_s: float = Field(0.5, ge=0)
     retry_max_wait_s: float = Field(5.0, ge=0)
     user_agent: str = "agent-server/0.1 (web_fetch tool)"
+    # Page text is extracted in worker processes (started on first use), each capped at
+    # extract_memory_mb of address space and killed when the URL's timeout_s runs out.
+    extract_workers: int = Field(2, ge=1, le=32)
+    extract_memory_mb: int = Field(1024, ge=256)
 
     @field_validator("allow_hosts")
     @classmethod
     def _valid_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for entry in value:
-            if "/" in entry:
-                try:
-                    ipaddress.ip_network(entry, strict=False)
-                except ValueError:
-                    raise ValueError(f"{entry!r} is not a valid CIDR") from None
-            elif not entry.strip():
-                raise ValueError("allow_hosts entries must not be empty")
+            parse_allow_entry(entry)  # raises ValueError saying what is wrong
         return tuple(e.strip().lower() for e in value)
 
 

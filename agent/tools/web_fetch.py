@@ -7,6 +7,8 @@ of 429/5xx with exponential backoff (honouring a short Retry-After). Each reques
 to an address the guard checked: the URL's host is replaced by that IP, with the original
 Host header and TLS server name, and `Connection: close` so no pooled connection is ever
 shared between two host names. One URL failing never fails the others.
+Text extraction runs in a killable worker process (agent/tools/extractor.py) inside the same
+per-URL deadline: a page that makes the parser spin costs its URL the timeout, nothing more.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
 from agent.tools.config import WebFetchConfig
-from agent.tools.page_text import extract_text
+from agent.tools.extractor import ExtractionFailed, ExtractorPool
 from agent.tools.ssrf import AddressGuard, Refused
 
 __all__ = ["MAX_URLS", "WebFetchArgs", "build_web_fetch"]
@@ -78,27 +80,29 @@ class _Response:
 class _Fetcher:
     """Fetch one URL through the guard, by hand-followed redirects, with retries."""
 
-    def __init__(self, config: WebFetchConfig, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self, config: WebFetchConfig, http: httpx.AsyncClient, extractor: ExtractorPool
+    ) -> None:
         self._config = config
         self._http = http
+        self._extractor = extractor
         self._guard = AddressGuard(config.allow_hosts)
 
     async def fetch(self, url: str) -> dict[str, Any]:
         """Return `{url, final_url, status, title, text, truncated}` or `{url, error}`."""
         limit = self._config.timeout_s
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit):  # fetching and extracting share the deadline
                 final_url, response = await self._follow(url)
+                title, text = await self._extractor.extract(
+                    response.body, response.content_type, response.charset, final_url
+                )
         except TimeoutError:
             return {"url": url, "error": f"timed out after {limit:g} s"}
         except _Failed as exc:
             return {"url": url, "error": str(exc)}
-        try:
-            title, text = await asyncio.to_thread(
-                extract_text, response.body, response.content_type, response.charset, final_url
-            )
-        except Exception as exc:  # noqa: BLE001 - a page the extractor chokes on fails alone
-            return {"url": url, "error": f"the page text could not be extracted ({exc!r:.80})"}
+        except ExtractionFailed as exc:
+            return {"url": url, "error": str(exc)}
         truncated = response.truncated or len(text) > self._config.max_chars
         return {
             "url": url,
@@ -264,9 +268,12 @@ def _retry_after(value: str | None) -> float | None:
         return None
 
 
-def build_web_fetch(config: WebFetchConfig, *, http: httpx.AsyncClient) -> Tool:
-    """Build web_fetch over `http` (use agent.tools.http.create_http_client: no cookies)."""
-    fetcher = _Fetcher(config, http)
+def build_web_fetch(
+    config: WebFetchConfig, *, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> Tool:
+    """Build web_fetch over `http` (use agent.tools.http.create_http_client: no cookies) and
+    `extractor` (the caller owns it and closes it with `aclose()`)."""
+    fetcher = _Fetcher(config, http, extractor)
 
     async def web_fetch(args: WebFetchArgs, context: ToolContext) -> dict[str, Any]:
         results = await asyncio.gather(*(fetcher.fetch(url) for url in args.urls))

@@ -89,9 +89,10 @@ export class Connection {
       url.searchParams.set("session_id", this.sessionId);
       url.searchParams.set("after_seq", String(this.lastSeq));
     }
-    if (this.token) url.searchParams.set("token", this.token);
     this.onState(state);
-    const ws = (this.ws = new WebSocket(url));
+    // The token rides in a subprotocol, never in the URL (access logs, proxies, history).
+    const protocols = this.token ? ["agent-server", bearerProtocol(this.token)] : [];
+    const ws = (this.ws = new WebSocket(url, protocols));
     const current = () => generation === this.generation;
     ws.onmessage = (event) => current() && this.receive(JSON.parse(event.data));
     ws.onclose = (event) => current() && this.closed(event.code);
@@ -123,4 +124,10 @@ export class Connection {
   save() {
     sessionStorage.setItem(SAVED, JSON.stringify({ sessionId: this.sessionId, lastSeq: this.lastSeq }));
   }
+}
+
+// `agent-server.bearer.<base64url(token)>`: docs/wire-protocol.md, "Security additions".
+function bearerProtocol(token) {
+  const b64 = btoa(String.fromCharCode(...new TextEncoder().encode(token)));
+  return `agent-server.bearer.${b64.replaceAll("+", "-").replaceAll("/", "_").replaceAll("=", "")}`;
 }

@@ -346,7 +346,7 @@ async def test_chat_mode_with_a_token_from_the_page_url(
         await expect(answer).to_have_text("Hello from chat mode")
         await expect(page.locator(".step")).to_have_count(0)
         await expect(page.locator(".session[aria-current=true]")).to_contain_text("hi there")
-        assert f"token={token}" in wire.urls[0]
+        assert "token" not in wire.urls[0]  # sent as a subprotocol, never in a URL
         assert {"type": "chat", "content": "hi there", "agent_mode": False} in wire.sent
         await snap(page, "chat-mode")
         await page.close()  # before the server goes, so the page does not try to reconnect

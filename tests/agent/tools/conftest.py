@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agent.ports import ToolContext
-from agent.tools import Tool, ToolRegistry, create_http_client
+from agent.tools import ExtractorPool, Tool, ToolRegistry, create_http_client
 
 
 class RecordingTransport(httpx.AsyncBaseTransport):
@@ -42,6 +42,15 @@ async def http(transport: RecordingTransport) -> AsyncIterator[httpx.AsyncClient
     client = create_http_client(timeout_s=5, transport=transport)
     async with client:
         yield client
+
+
+@pytest.fixture
+async def extractor() -> AsyncIterator[ExtractorPool]:
+    pool = ExtractorPool(workers=2, memory_mb=1024)
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
 
 
 def context(tenant: str = "acme", user: str = "alice") -> ToolContext:

@@ -29,6 +29,7 @@ from agent.errors import ModelBehaviorError, ToolError
 from agent.tools import create_http_client
 from agent.tools.base import Tool
 from agent.tools.config import WebFetchConfig
+from agent.tools.extractor import ExtractorPool
 from agent.tools.web_fetch import build_web_fetch
 from tests.agent.tools.conftest import RecordingTransport, call
 from tests.fakes.servers import serve
@@ -144,10 +145,10 @@ async def site() -> AsyncIterator[Site]:
         pages.release.set()
 
 
-def fetcher(http: httpx.AsyncClient, **config: Any) -> Tool:
+def fetcher(http: httpx.AsyncClient, extractor: ExtractorPool, **config: Any) -> Tool:
     options: dict[str, Any] = {"allow_hosts": ["127.0.0.1"], "retry_backoff_s": 0.01}
     options.update(config)
-    return build_web_fetch(WebFetchConfig(**options), http=http)
+    return build_web_fetch(WebFetchConfig(**options), http=http, extractor=extractor)
 
 
 async def fetch_one(tool: Tool, url: str) -> dict[str, Any]:
@@ -157,8 +158,10 @@ async def fetch_one(tool: Tool, url: str) -> dict[str, Any]:
     return page
 
 
-async def test_html_is_reduced_to_its_readable_text(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http), site.url("/article"))
+async def test_html_is_reduced_to_its_readable_text(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(fetcher(http, extractor), site.url("/article"))
     assert page["url"] == page["final_url"] == site.url("/article")
     assert page["status"] == 200 and page["title"] == "Café guide"
     assert "Espresso is brewed" in page["text"] and "crema" in page["text"]
@@ -166,35 +169,49 @@ async def test_html_is_reduced_to_its_readable_text(site: Site, http: httpx.Asyn
     assert page["truncated"] is False
 
 
-async def test_plain_text_is_returned_as_is(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http), site.url("/plain"))
+async def test_plain_text_is_returned_as_is(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(fetcher(http, extractor), site.url("/plain"))
     assert page["text"] == "just some text\nsecond line" and page["title"] is None
 
 
-async def test_body_is_capped_in_bytes(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http, max_bytes=10_000, max_chars=50_000), site.url("/big"))
+async def test_body_is_capped_in_bytes(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(
+        fetcher(http, extractor, max_bytes=10_000, max_chars=50_000), site.url("/big")
+    )
     assert page["truncated"] is True and len(page["text"]) == 10_000
 
 
-async def test_endless_body_is_abandoned_at_the_cap(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http, max_bytes=200_000), site.url("/endless"))
+async def test_endless_body_is_abandoned_at_the_cap(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(fetcher(http, extractor, max_bytes=200_000), site.url("/endless"))
     assert page["truncated"] is True
     async with asyncio.timeout(5):
         await site.stream_closed.wait()  # the server saw the connection go
 
 
-async def test_text_is_capped_in_characters(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http, max_chars=100), site.url("/big"))
+async def test_text_is_capped_in_characters(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(fetcher(http, extractor, max_chars=100), site.url("/big"))
     assert page["truncated"] is True and len(page["text"]) == 100
 
 
-async def test_slow_page_times_out(site: Site, http: httpx.AsyncClient) -> None:
+async def test_slow_page_times_out(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
     with pytest.raises(ToolError, match=r"timed out after 0.3 s"):
-        await call(fetcher(http, timeout_s=0.3), {"urls": [site.url("/hang")]})
+        await call(fetcher(http, extractor, timeout_s=0.3), {"urls": [site.url("/hang")]})
 
 
-async def test_redirects_are_followed_up_to_the_limit(site: Site, http: httpx.AsyncClient) -> None:
-    tool = fetcher(http, max_redirects=3)
+async def test_redirects_are_followed_up_to_the_limit(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    tool = fetcher(http, extractor, max_redirects=3)
     page = await fetch_one(tool, site.url("/redirect/3"))
     assert page["final_url"] == site.url("/redirect/0") and page["text"] == "landed"
     with pytest.raises(ToolError, match="more than 3 redirects"):
@@ -214,85 +231,114 @@ async def test_redirects_are_followed_up_to_the_limit(site: Site, http: httpx.As
     ],
 )
 async def test_redirect_to_a_private_address_is_refused_before_connecting(
-    site: Site, http: httpx.AsyncClient, transport: RecordingTransport, target: str, problem: str
+    site: Site,
+    http: httpx.AsyncClient,
+    transport: RecordingTransport,
+    target: str,
+    problem: str,
+    extractor: ExtractorPool,
 ) -> None:
     with pytest.raises(ToolError, match=f"refused: .* is a {problem} address"):
-        await call(fetcher(http), {"urls": [site.url(f"/to?u={target}")]})
+        await call(fetcher(http, extractor), {"urls": [site.url(f"/to?u={target}")]})
     assert transport.hosts == ["127.0.0.1"]  # only the page that redirected was contacted
 
 
-async def test_redirect_to_another_scheme_is_refused(site: Site, http: httpx.AsyncClient) -> None:
+async def test_redirect_to_another_scheme_is_refused(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
     with pytest.raises(ToolError, match="redirected to an unusable URL: only http and https"):
-        await call(fetcher(http), {"urls": [site.url("/to?u=file:///etc/passwd")]})
+        await call(fetcher(http, extractor), {"urls": [site.url("/to?u=file:///etc/passwd")]})
 
 
 async def test_loopback_is_refused_unless_allow_listed(
-    site: Site, http: httpx.AsyncClient, transport: RecordingTransport
+    site: Site, http: httpx.AsyncClient, transport: RecordingTransport, extractor: ExtractorPool
 ) -> None:
     for url in (site.url("/plain"), site.url("/plain").replace("127.0.0.1", "localhost")):
         with pytest.raises(ToolError, match="loopback address"):
-            await call(fetcher(http, allow_hosts=[]), {"urls": [url]})
+            await call(fetcher(http, extractor, allow_hosts=[]), {"urls": [url]})
     assert transport.requests == [] and site.hits["/plain"] == 0
-    page = await fetch_one(fetcher(http, allow_hosts=["127.0.0.0/8"]), site.url("/plain"))
+    page = await fetch_one(
+        fetcher(http, extractor, allow_hosts=["127.0.0.0/8"]), site.url("/plain")
+    )
     assert page["status"] == 200
 
 
 async def test_allow_listed_name_connects_to_the_checked_address(
-    site: Site, http: httpx.AsyncClient, transport: RecordingTransport
+    site: Site, http: httpx.AsyncClient, transport: RecordingTransport, extractor: ExtractorPool
 ) -> None:
     url = site.url("/host").replace("127.0.0.1", "localhost")
-    page = await fetch_one(fetcher(http, allow_hosts=["localhost"]), url)
     port = url.split(":")[2].split("/")[0]
+    page = await fetch_one(fetcher(http, extractor, allow_hosts=[f"localhost:{port}"]), url)
     assert page["text"] == f"host=localhost:{port}" and page["final_url"] == url
     assert transport.hosts[-1] == "127.0.0.1"  # pinned to the resolved address
 
 
-async def test_429_then_200_is_retried(site: Site, http: httpx.AsyncClient) -> None:
-    page = await fetch_one(fetcher(http), site.url("/flaky"))
+async def test_a_bare_allow_listed_name_opens_only_the_default_ports(
+    site: Site, http: httpx.AsyncClient, transport: RecordingTransport, extractor: ExtractorPool
+) -> None:
+    url = site.url("/host").replace("127.0.0.1", "localhost")
+    with pytest.raises(ToolError, match="refused: localhost .* is a loopback address"):
+        await call(fetcher(http, extractor, allow_hosts=["localhost"]), {"urls": [url]})
+    other_port = fetcher(http, extractor, allow_hosts=["localhost:1"])
+    with pytest.raises(ToolError, match="refused: localhost .* is a loopback address"):
+        await call(other_port, {"urls": [url]})
+    assert transport.requests == []  # refused before any connection
+
+
+async def test_429_then_200_is_retried(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    page = await fetch_one(fetcher(http, extractor), site.url("/flaky"))
     assert page["text"] == "recovered" and site.hits["/flaky"] == 2
 
 
 async def test_persistent_5xx_gives_up_after_the_retries(
-    site: Site, http: httpx.AsyncClient
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
 ) -> None:
     with pytest.raises(ToolError, match="HTTP 503"):
-        await call(fetcher(http, max_retries=2), {"urls": [site.url("/down")]})
+        await call(fetcher(http, extractor, max_retries=2), {"urls": [site.url("/down")]})
     assert site.hits["/down"] == 3
 
 
 async def test_urls_are_fetched_concurrently_and_fail_alone(
-    site: Site, http: httpx.AsyncClient
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
 ) -> None:
     urls = [site.url("/gate/1"), site.url("/missing"), site.url("/gate/2")]
-    result = await call(fetcher(http), {"urls": urls})
+    result = await call(fetcher(http, extractor), {"urls": urls})
     first, missing, second = result["results"]
     assert first["text"] == "gate /gate/1" and second["text"] == "gate /gate/2"
     assert missing == {"url": urls[1], "error": "the server answered HTTP 404 Not Found"}
 
 
-async def test_all_failing_is_a_tool_error_listing_each(http: httpx.AsyncClient) -> None:
+async def test_all_failing_is_a_tool_error_listing_each(
+    http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
     urls = ["file:///etc/passwd", "http://user:pw@example.com/", "ftp://example.com/x"]
     with pytest.raises(ToolError) as caught:
-        await call(fetcher(http), {"urls": urls})
+        await call(fetcher(http, extractor), {"urls": urls})
     message = str(caught.value)
     assert "only http and https" in message and "user name or password" in message
     assert all(url in message for url in urls)
 
 
-async def test_unsupported_content_type(site: Site, http: httpx.AsyncClient) -> None:
+async def test_unsupported_content_type(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
     with pytest.raises(ToolError, match="unsupported content type 'application/pdf'"):
-        await call(fetcher(http), {"urls": [site.url("/pdf")]})
+        await call(fetcher(http, extractor), {"urls": [site.url("/pdf")]})
 
 
-async def test_cookies_are_never_kept_between_fetches(site: Site, http: httpx.AsyncClient) -> None:
-    tool = fetcher(http)
+async def test_cookies_are_never_kept_between_fetches(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
+    tool = fetcher(http, extractor)
     await fetch_one(tool, site.url("/cookie"))
     page = await fetch_one(tool, site.url("/cookie"))
     assert page["text"] == "cookie="
 
 
-async def test_arguments_are_strict(http: httpx.AsyncClient) -> None:
-    tool = fetcher(http)
+async def test_arguments_are_strict(http: httpx.AsyncClient, extractor: ExtractorPool) -> None:
+    tool = fetcher(http, extractor)
     for bad in ({"urls": []}, {"urls": ["http://a.example"] * 4}, {"url": "http://a.example"}):
         with pytest.raises(ModelBehaviorError):
             await call(tool, bad)
@@ -317,6 +363,7 @@ def localhost_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 
 async def test_https_pinned_to_the_checked_address_still_verifies_the_name(
     localhost_cert: tuple[Path, Path],
+    extractor: ExtractorPool,
 ) -> None:
     cert, key = localhost_cert
     site = Site()
@@ -327,7 +374,7 @@ async def test_https_pinned_to_the_checked_address_still_verifies_the_name(
         create_http_client(transport=transport) as http,
     ):
         port = address.rsplit(":", 1)[1]
-        tool = fetcher(http, allow_hosts=["localhost", "127.0.0.1"])
+        tool = fetcher(http, extractor, allow_hosts=["localhost", "127.0.0.1"])
         page = await fetch_one(tool, f"https://localhost:{port}/host")
         assert page["text"] == f"host=localhost:{port}"
         assert transport.hosts == ["127.0.0.1"]  # connected to the IP, verified as localhost

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from agent.errors import ToolError
-from agent.tools import ToolsConfig, build_tools
+from agent.tools import ExtractorPool, ToolsConfig, build_tools
 from agent.tools.base import Tool
 from agent.tools.config import WebSearchConfig
 from agent.tools.search_sources import host_matches
@@ -302,9 +302,13 @@ async def test_unreachable_provider_is_a_tool_error(http: httpx.AsyncClient) -> 
         await call(tool, {"query": "python"})
 
 
-async def test_not_offered_without_a_provider(http: httpx.AsyncClient) -> None:
+async def test_not_offered_without_a_provider(
+    http: httpx.AsyncClient, extractor: ExtractorPool
+) -> None:
     assert build_web_search(WebSearchConfig(), http=http) is None
-    names = [t.name for t in build_tools(ToolsConfig(), http=http, memory=None)]
+    names = [
+        t.name for t in build_tools(ToolsConfig(), http=http, memory=None, extractor=extractor)
+    ]
     assert "web_search" not in names and "web_fetch" in names
     assert build_tools(ToolsConfig(), http=None, memory=None) == []
 

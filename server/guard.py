@@ -1,0 +1,218 @@
+"""Connection-level defences that sit below the ASGI app, in uvicorn's HTTP protocol.
+
+- A cap on open connections (HTTP and WebSocket together): one more is answered
+  `503 Service Unavailable` and closed at once, so idle sockets cannot use up the process's
+  file descriptors (and `/healthz` and authenticated clients keep working).
+- A deadline for each request head (the WebSocket handshake request included): a client
+  that has not sent a complete head `request_timeout_s` after connecting, or after its
+  previous response, gets `408` and is closed.
+- Limits on the head: a request line over 8 KB is `414`, a header line over 8 KB, more than
+  100 headers or a head over 64 KB is `431`. (uvicorn's WebSocket parser would otherwise
+  drop such a request without any answer.)
+- The process's open-file limit is raised to its hard limit at start, and asyncio's error
+  reports (e.g. "accept() out of system resource") and uvicorn's per-request warnings
+  ("Invalid HTTP request received.") are logged at most once per interval each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "MAX_LINE_BYTES",
+    "RateLimitedExceptionHandler",
+    "RepeatedLogFilter",
+    "connection_cap",
+    "guarded_protocol",
+    "raise_open_file_limit",
+]
+
+log = logging.getLogger(__name__)
+
+MAX_LINE_BYTES = 8_192  # the request line or one header line, CRLF excluded
+MAX_HEAD_BYTES = 65_536
+MAX_HEADERS = 100
+FD_RESERVE = 256  # descriptors kept for the store, the LLM, web_fetch and its workers
+
+_REASONS = {
+    408: "Request Timeout",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1_048_576)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, hard, exc)
+    return soft
+
+
+def connection_cap(configured: int) -> int:
+    """The connection cap in force: the configured one, kept below the descriptor limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(1, min(configured, soft - FD_RESERVE))
+
+
+def _head_problem(head: bytearray) -> int | None:
+    """The status that refuses this (partial) request head, or None while it is acceptable."""
+    end = head.find(b"\r\n\r\n")
+    complete = head[: end + 2] if end >= 0 else head
+    lines = bytes(complete).split(b"\r\n")
+    if len(lines[0]) > MAX_LINE_BYTES:
+        return 414
+    if len(complete) > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS + 2:
+        return 431
+    if any(len(line) > MAX_LINE_BYTES for line in lines[1:]):
+        return 431
+    return None
+
+
+def guarded_protocol(max_connections: int, request_timeout_s: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the cap, the head deadline and the head limits."""
+
+    class GuardedH11Protocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _head: bytearray
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            over_cap = len(self.connections) >= max_connections
+            super().connection_made(transport)
+            self._head = bytearray()
+            if over_cap:
+                log.debug("refused a connection: %d are open", len(self.connections) - 1)
+                self._refuse(503, "Too many connections; try again shortly.")
+                return
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            reading_head = self.conn.their_state is h11.IDLE
+            if reading_head:
+                self._head += data
+                status = _head_problem(self._head)
+                if status is not None:
+                    self._refuse(status, "The request head is too large.")
+                    return
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE or self.transport.get_protocol() is not self:
+                self._head.clear()
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # a kept-alive connection must send its next head in time too
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._deadline = self.loop.call_later(request_timeout_s, self._timed_out)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _timed_out(self) -> None:
+            self._deadline = None
+            if self.transport.get_protocol() is not self or self.transport.is_closing():
+                return  # upgraded to a WebSocket, or already closing
+            if self.conn.their_state is not h11.IDLE:
+                return  # a request is being served
+            if self._head or self.conn.trailing_data[0]:  # part of a head (maybe pipelined)
+                self._refuse(408, "The request was not completed in time.")
+            else:
+                self.transport.close()  # nothing sent at all: just close
+
+        def _refuse(self, status: int, message: str) -> None:
+            body = message.encode()
+            head = (
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+                "content-type: text/plain; charset=utf-8\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self._disarm()
+            self.transport.write(head.encode() + body)
+            self.transport.close()
+
+    return GuardedH11Protocol
+
+
+class RateLimitedExceptionHandler:
+    """An asyncio exception handler that logs each distinct message at most once per
+    `interval_s`, then how many were suppressed: a fault that repeats thousands of times a
+    second (descriptors exhausted) cannot flood the log."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        self._throttle = _Throttle(interval_s)
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        key = str(context.get("message", ""))[:200]
+        held = self._throttle.admit(key)
+        if held is None:
+            return
+        if held:
+            context = {**context, "message": f"{key} (and {held} more like it)"}
+        loop.default_exception_handler(context)
+
+
+class _Throttle:
+    """Say whether a message may be logged now; count those held back (bounded memory)."""
+
+    def __init__(self, interval_s: float) -> None:
+        self._interval = interval_s
+        self._last: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+
+    def admit(self, key: str) -> int | None:
+        """None: hold this one back; else how many like it were held back since the last."""
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return None
+        if len(self._last) > 1000:  # distinct messages are few; never grow without bound
+            self._last.clear()
+            self._suppressed.clear()
+        self._last[key] = now
+        return self._suppressed.pop(key, 0)
+
+
+class RepeatedLogFilter(logging.Filter):
+    """Pass each distinct message at most once per `interval_s` (uvicorn logs one warning
+    per malformed request: a flood of them must not become a flood of log lines)."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self._throttle = _Throttle(interval_s)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        held = self._throttle.admit(f"{record.name}:{record.msg}")
+        if held is None:
+            return False
+        if held:
+            record.msg = f"{record.msg} (and {held} more like it)"
+        return True

@@ -1,0 +1,170 @@
+"""The attack harness: hostile pages, raw sockets and floods, all on loopback and bounded.
+
+Reusable outside pytest (a review of the next change runs the same attacks):
+
+    async with serve(hostile_site()) as address: ...        # pages that hurt parsers
+    async with LoopLag() as lag: ...; lag.worst             # how long the loop was stuck
+    await raw_exchange(address, b"GET / HTTP/1.1\\r\\n...")  # what the server answers, if anything
+    sockets = await open_idle(address, 300)                  # connections that never send
+
+Every helper takes a count or a timeout; nothing here may reach beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+__all__ = [
+    "LoopLag",
+    "hostile_site",
+    "open_idle",
+    "raw_exchange",
+    "status_of",
+    "titles_page",
+    "wide_table_page",
+]
+
+
+def titles_page(count: int = 28_572) -> bytes:
+    """`<title>` repeated: a lazy `<title>(.*?)</title>` regex is quadratic on it (~29 s)."""
+    return b"<html><head>" + b"<title>" * count
+
+
+def wide_table_page(cells: int = 100_000) -> bytes:
+    """One table row of many cells: trafilatura spends minutes of CPU on it."""
+    return b"<html><body><table><tr>" + b"<td>x</td>" * cells + b"</tr></table></body></html>"
+
+
+def hostile_site() -> Starlette:
+    """`/titles`, `/h1s` and `/table`: pages that cost an HTML extractor dearly."""
+    pages = {
+        "/titles": titles_page(),
+        "/h1s": b"<html><body>" + b"<h1>" * 28_572,
+        "/table": wide_table_page(),
+    }
+
+    async def page(request: Request) -> Response:
+        body = pages.get(request.url.path)
+        if body is None:
+            return Response("not here", status_code=404)
+        return HTMLResponse(body)
+
+    return Starlette(routes=[Route("/{name}", page)])
+
+
+@dataclass
+class LoopLag:
+    """Measure the event loop's worst stall while the block runs (ticks every `tick_s`)."""
+
+    tick_s: float = 0.02
+    worst: float = 0.0
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    async def _watch(self) -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = time.monotonic()
+            self.worst = max(self.worst, now - last - self.tick_s)
+            last = now
+
+    async def __aenter__(self) -> LoopLag:
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+async def raw_exchange(address: str, data: bytes, timeout: float = 5.0) -> bytes:
+    """Send `data` on a fresh connection; return everything received until the server closes
+    (or b"" plus whatever came, when `timeout` passes first)."""
+    host, port = address.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    received = b""
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(timeout):
+            while chunk := await reader.read(65536):
+                received += chunk
+    except (TimeoutError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return received
+
+
+def status_of(response: bytes) -> int | None:
+    """The status code of a raw HTTP response, or None when there was no answer."""
+    if not response.startswith(b"HTTP/1.1 "):
+        return None
+    return int(response[9:12])
+
+
+@dataclass
+class IdleSockets:
+    """Connections opened and left silent; `close()` releases them all."""
+
+    streams: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]
+
+    async def answers(self, timeout: float) -> list[bytes]:
+        """What each connection received before the server closed it (b"" if nothing),
+        waiting at most `timeout` in all; a connection still open after it gives None."""
+
+        async def drain(reader: asyncio.StreamReader) -> bytes | None:
+            try:
+                return await reader.read()
+            except ConnectionError:
+                return b""
+
+        tasks = [asyncio.create_task(drain(r)) for r, _ in self.streams]
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return [t.result() if t in done else None for t in tasks]  # type: ignore[misc]
+
+    async def close(self) -> None:
+        for _, writer in self.streams:
+            writer.close()
+        for _, writer in self.streams:
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+
+async def open_idle(address: str, count: int, first_bytes: bytes = b"") -> IdleSockets:
+    """Open `count` connections (each sending `first_bytes`, then nothing)."""
+    host, port = address.rsplit(":", 1)
+    streams = []
+    for _ in range(count):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        if first_bytes:
+            writer.write(first_bytes)
+        streams.append((reader, writer))
+    return IdleSockets(streams)
+
+
+@contextlib.asynccontextmanager
+async def idle_connections(
+    address: str, count: int, first_bytes: bytes = b""
+) -> AsyncIterator[IdleSockets]:
+    sockets = await open_idle(address, count, first_bytes)
+    try:
+        yield sockets
+    finally:
+        await sockets.close()

@@ -1,0 +1,174 @@
+"""Sockets and headers from outside: floods, half requests, huge heads, foreign Host names
+(issue 13, items 2 and 3). Floods are bounded: a lowered cap, a few hundred sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from server.guard import RateLimitedExceptionHandler, raise_open_file_limit
+from tests.conftest import ServerFactory
+from tests.security.harness import idle_connections, raw_exchange, status_of
+
+TOKEN = "tenant-a-token-0123456789"
+
+
+def upgrade(address: str, target: str = "/ws", extra: str = "") -> bytes:
+    return (
+        f"GET {target} HTTP/1.1\r\nHost: {address}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{extra}\r\n"
+    ).encode()
+
+
+async def test_a_flood_of_idle_sockets_is_capped_refused_and_timed_out(
+    server_factory: ServerFactory,
+) -> None:
+    cap, timeout = 40, 1.0
+    server = {"max_connections": cap, "request_timeout_s": timeout}
+    async with server_factory(server=server) as running:
+        async with idle_connections(running.address, 3 * cap) as flood:
+            # While the cap is full, a newcomer gets a clear 503, not a hang.
+            refused = await raw_exchange(running.address, b"GET /healthz HTTP/1.1\r\n\r\n")
+            assert status_of(refused) == 503
+            started = time.monotonic()
+            answers = await flood.answers(timeout=timeout + 5)
+            waited = time.monotonic() - started
+        assert None not in answers, "a silent connection outlived the request deadline"
+        assert sum(status_of(a) == 503 for a in answers) == 2 * cap
+        assert sum(a == b"" for a in answers) == cap  # the silent ones, closed at the deadline
+        assert waited < timeout + 3
+        async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
+            assert (await http.get("/healthz")).status_code == 200
+        async with await running.client() as client:
+            assert (await client.recv())["type"] == "session"
+
+
+async def test_half_sent_requests_and_handshakes_get_408(server_factory: ServerFactory) -> None:
+    async with server_factory(server={"request_timeout_s": 0.5}) as running:
+        half_get = b"GET /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        half_upgrade = upgrade(running.address)[:-30]
+        for partial in (half_get, half_upgrade, b"G"):
+            started = time.monotonic()
+            answer = await raw_exchange(running.address, partial, timeout=5)
+            assert status_of(answer) == 408, answer[:80]
+            assert time.monotonic() - started < 3
+        # A kept-alive connection must send its next head in time too.
+        answer = await raw_exchange(
+            running.address,
+            f"GET /healthz HTTP/1.1\r\nHost: {running.address}\r\n\r\nGET /hea".encode(),
+        )
+        assert status_of(answer) == 200 and b"408 Request Timeout" in answer
+
+
+async def test_oversized_heads_are_answered_414_and_431(server_factory: ServerFactory) -> None:
+    async with server_factory() as running:
+        address = running.address
+        long_target = upgrade(address, "/ws?pad=" + "a" * 9000)
+        assert status_of(await raw_exchange(address, long_target)) == 414
+        long_header = upgrade(address, extra=f"X-Pad: {'b' * 9000}\r\n")
+        assert status_of(await raw_exchange(address, long_header)) == 431
+        many = "".join(f"X-{i}: v\r\n" for i in range(150))
+        assert status_of(await raw_exchange(address, upgrade(address, extra=many))) == 431
+        plain = f"GET /healthz?{'c' * 9000} HTTP/1.1\r\nHost: {address}\r\n\r\n".encode()
+        assert status_of(await raw_exchange(address, plain)) == 414
+        # Just under the limits still works.
+        fine = f"GET /healthz?{'c' * 8000} HTTP/1.1\r\nHost: {address}\r\n\r\n".encode()
+        assert status_of(await raw_exchange(address, fine)) == 200
+
+
+@pytest.mark.parametrize("auth", [False, True], ids=["no-auth", "auth"])
+async def test_only_configured_host_names_are_served(
+    server_factory: ServerFactory, auth: bool
+) -> None:
+    sections: dict[str, Any] = {}
+    headers = {}
+    if auth:
+        sections["auth"] = {"tokens": {TOKEN: {"tenant": "a", "user": "u"}}}
+        headers["Authorization"] = f"Bearer {TOKEN}"
+    async with server_factory(**sections) as running:
+        port = running.address.rsplit(":", 1)[1]
+        async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
+            evil = await http.get(
+                "/api/sessions", headers={**headers, "Host": f"evil.example:{port}"}
+            )
+            assert evil.status_code == 400
+            assert b"sessions" not in evil.content
+            for good in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+                response = await http.get("/api/sessions", headers={**headers, "Host": good})
+                assert response.status_code == 200, good
+        url = f"ws://{running.address}/ws"
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(
+                url, additional_headers={**headers, "Host": f"evil.example:{port}"}, open_timeout=5
+            ):
+                pass
+        assert refused.value.response.status_code == 400
+        async with connect(url, additional_headers=headers, open_timeout=5) as ws:
+            assert b"session" in str(await ws.recv()).encode()
+
+
+async def test_allowed_hosts_are_configurable(server_factory: ServerFactory) -> None:
+    async with server_factory(server={"allowed_hosts": ["agent.example"]}) as running:
+        async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
+            assert (
+                await http.get("/healthz", headers={"Host": "agent.example"})
+            ).status_code == 200
+            # server.host (127.0.0.1) is always served; localhost is no longer listed.
+            assert (await http.get("/healthz")).status_code == 200
+            assert (await http.get("/healthz", headers={"Host": "localhost"})).status_code == 400
+
+
+async def test_a_repeating_loop_error_is_logged_once_per_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.get_running_loop()
+    handler = RateLimitedExceptionHandler(interval_s=60)
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        for _ in range(10_000):
+            handler(loop, {"message": "socket.accept() out of system resource"})
+        handler(loop, {"message": "something else"})
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["socket.accept() out of system resource", "something else"]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+async def test_a_flood_of_malformed_requests_logs_one_line(server_factory: ServerFactory) -> None:
+    records = _Records()
+    logging.getLogger("uvicorn.error").addHandler(records)
+    try:
+        async with server_factory() as running:
+            answers = [await raw_exchange(running.address, b"NOT HTTP\r\n\r\n") for _ in range(50)]
+    finally:
+        logging.getLogger("uvicorn.error").removeHandler(records)
+    assert all(status_of(a) == 400 for a in answers)
+    assert records.messages.count("Invalid HTTP request received.") <= 1
+
+
+def test_the_descriptor_limit_is_raised_to_the_hard_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(soft, 256)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+    try:
+        assert raise_open_file_limit() == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == (
+            hard if hard != resource.RLIM_INFINITY else max(lowered, 1_048_576)
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
