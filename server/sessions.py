@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,11 +103,14 @@ class SessionHub:
         context: ContextWindow | None = None,
         research: Search | None = None,
         run_lease_s: float = 30.0,
+        tools_for: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         self._store = store
         self._model = model
         self._tools = tools
         self._tool_names = tuple(tool_names)
+        # The tools a tenant may use now (MCP servers come and go); default: tool_names.
+        self._tools_for = tools_for or (lambda tenant: self._tool_names)
         self._prompts = prompts
         self._settings = settings
         self._budget = budget or Budget()
@@ -181,7 +184,7 @@ class SessionHub:
 
     def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
-        request = self._validate(frame)
+        request = self._validate(frame, live.scope.tenant_id)
         if live.run is not None:
             raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
@@ -215,7 +218,7 @@ class SessionHub:
         run.control.answer(content)
         await live.publish([], status="running", run_id=run.run_id)
 
-    def _validate(self, frame: ChatFrame) -> _RunRequest:
+    def _validate(self, frame: ChatFrame, tenant_id: str) -> _RunRequest:
         limit = self._settings.max_steps_limit
         steps = frame.agent_max_steps or self._settings.default_max_steps
         if steps > limit:
@@ -223,11 +226,15 @@ class SessionHub:
                 "invalid_message", f"agent_max_steps: must be at most {limit} (got {steps})."
             )
         tools = None if frame.tools is None else tuple(frame.tools)
-        unknown = [t for t in tools or () if t not in self._tool_names]
+        available = self._tools_for(tenant_id)
+        unknown = [t for t in tools or () if t not in available]
         if unknown:
-            enabled = ", ".join(self._tool_names) or "none"
+            names = ", ".join(repr(t) for t in unknown)
+            enabled = ", ".join(available) or "none"
             raise ProtocolError(
-                "invalid_message", f"tools: unknown tool {unknown[0]!r} (enabled: {enabled})."
+                "invalid_message",
+                f"tools: unknown tool{'s' if len(unknown) > 1 else ''} {names} "
+                f"(enabled: {enabled}).",
             )
         mode = self._settings.default_mode if frame.agent_mode is None else frame.agent_mode
         return _RunRequest(
@@ -297,7 +304,7 @@ class SessionHub:
             transcript=sink,
             control=run.control,
             limits=limits,
-            tool_names=tools if tools is not None else self._tool_names,
+            tool_names=tools if tools is not None else self._tools_for(live.scope.tenant_id),
             metrics=self.metrics,
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,

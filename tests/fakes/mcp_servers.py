@@ -1,0 +1,66 @@
+"""Real MCP servers for the tests: `mcp-server-time` (PyPI, in .venv) and the npm reference
+servers that scripts/test-deps.sh installs into ~/.cache/agent-server/npm."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NPM_BIN = Path(
+    os.environ.get("AGENT_SERVER_NPM_CACHE", Path.home() / ".cache/agent-server/npm")
+) / "node_modules/.bin"
+
+
+def time_server(**extra: Any) -> dict[str, Any]:
+    """`[tools.mcp.<name>]` for mcp-server-time over stdio."""
+    return {"command": sys.executable, "args": ["-m", "mcp_server_time"], **extra}
+
+
+def npm_server(
+    package: str, *args: str, wire_log: Path | None = None, **extra: Any
+) -> dict[str, Any]:
+    """`[tools.mcp.<name>]` for an npm reference server over stdio; skip when not installed.
+
+    With `wire_log`, what the client writes to the server's stdin is also appended to that
+    file (through `tee`), so a test can see the messages the server received.
+    """
+    binary = NPM_BIN / f"mcp-server-{package}"
+    if not binary.exists():
+        pytest.skip(f"{binary} is missing: run scripts/test-deps.sh")
+    if wire_log is None:
+        return {"command": str(binary), "args": list(args), **extra}
+    script = 'tee -a "$0" | "$@"'
+    return {"command": "sh", "args": ["-c", script, str(wire_log), str(binary), *args], **extra}
+
+
+def kill_processes(marker: str) -> list[int]:
+    """SIGKILL this test process's descendants whose command line contains `marker`."""
+    me = os.getpid()
+    children: dict[int, list[int]] = {}
+    commands: dict[int, bytes] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    killed, todo = [], list(children.get(me, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        if marker.encode() in commands.get(pid, b""):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed
