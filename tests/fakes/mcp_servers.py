@@ -3,9 +3,13 @@ servers that scripts/test-deps.sh installs into ~/.cache/agent-server/npm."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +68,31 @@ def kill_processes(marker: str) -> list[int]:
             except ProcessLookupError:
                 pass
     return killed
+
+
+@asynccontextmanager
+async def everything_over_http() -> AsyncIterator[str]:
+    """server-everything's streamable HTTP transport on a free loopback port; yield its URL."""
+    binary = NPM_BIN / "mcp-server-everything"
+    if not binary.exists():
+        pytest.skip(f"{binary} is missing: run scripts/test-deps.sh")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    process = await asyncio.create_subprocess_exec(
+        str(binary),
+        "streamableHttp",
+        env={**os.environ, "PORT": str(port)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(15):
+            while b"listening on port" not in await process.stderr.readline():
+                pass
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        await process.wait()

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 
 from tests.fakes.client import kind
-from tests.fakes.mcp_servers import kill_processes, npm_server, time_server
+from tests.fakes.mcp_servers import everything_over_http, kill_processes, npm_server, time_server
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
 
 
@@ -166,3 +166,42 @@ def _is_call(message: dict) -> bool:
 
 def _is_cancel(message: dict) -> bool:
     return message.get("method") == "notifications/cancelled"
+
+
+ACME = "acme-token-0123456789"
+OTHER = "other-token-0123456789"
+
+
+async def test_streamable_http_server_with_env_headers_seen_only_by_its_tenants(
+    server_factory, fake_llm: FakeLLM, monkeypatch
+):
+    monkeypatch.setenv("MCP_TEST_TOKEN", "Bearer not-in-the-file")
+    auth = {
+        "tokens": {
+            ACME: {"tenant": "acme", "user": "alice"},
+            OTHER: {"tenant": "other", "user": "bob"},
+        }
+    }
+    async with everything_over_http() as url:
+        server = {"url": url, "headers_env": {"Authorization": "MCP_TEST_TOKEN"}}
+        server["tenants"] = ["acme"]
+        async with server_factory(auth=auth, tools={"enabled": [], "mcp": {"every": server}}) as s:
+            configured = s.settings.tools.mcp["every"].headers["Authorization"]
+            assert configured.get_secret_value() == "Bearer not-in-the-file"
+            async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+                mine = await http.get("/api/tools", headers={"Authorization": f"Bearer {ACME}"})
+                theirs = await http.get("/api/tools", headers={"Authorization": f"Bearer {OTHER}"})
+            assert "every__echo" in [t["name"] for t in mine.json()["tools"]]
+            assert theirs.json() == {"tools": []}
+
+            async with await s.client(token=OTHER) as c:
+                await c.recv()
+                await c.send({"type": "chat", "content": "hi", "tools": ["every__echo"]})
+                assert (await c.recv())["code"] == "invalid_message"
+
+            fake_llm.script("act", act(FakeToolCall("every__echo", {"message": "over http"})))
+            async with await s.client(token=ACME) as c:
+                await c.recv()
+                frames = await c.run("echo")
+    done = next(f for f in frames if kind(f) == "tool_complete")
+    assert "over http" in json.dumps(done["result"])
