@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from agent.approval import approve_calls
 from agent.context import RECALL_DETAILS, recall
 from agent.control import PendingQuestion
 from agent.errors import ModelBehaviorError, ToolError
@@ -81,6 +82,7 @@ async def run_tool_calls(
         args, _ = parsed[call.id]
         rec.open_events[call.id] = call.name
         await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
+    await approve_calls(ctx, step, ordinary, parsed)  # risky calls wait for the user's yes
     tasks = [
         asyncio.create_task(_execute(ctx, rec, call, _refuse_repeat(rec, call, parsed[call.id])))
         for call in ordinary

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 __all__ = [
     "AgentEvent",
+    "ApprovalRequested",
+    "ApprovalTimedOut",
     "ChatDelta",
     "CompletionReason",
     "ContextTrimmed",
@@ -99,6 +101,23 @@ class InputRequested:
     call_id: str
     expires_at: int
     kind: Literal["input_requested"] = "input_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    expires_at: int
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalTimedOut:
+    step: int
+    call_id: str
+    kind: Literal["approval_timed_out"] = "approval_timed_out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +215,8 @@ AgentEvent = (
     | ToolFailed
     | InputRequested
     | InputTimedOut
+    | ApprovalRequested
+    | ApprovalTimedOut
     | ObserveDelta
     | ObserveDone
     | RunStopped

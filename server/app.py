@@ -102,6 +102,13 @@ def _tools(
             )
         taken.add(made.name)
     servers = [McpServer(name, server) for name, server in config.mcp.items()]
+    prefixes = tuple(f"{name}__" for name in config.mcp)
+    for name in config.approval:
+        if name not in taken and name not in available and not name.startswith(prefixes):
+            raise ConfigError(
+                f"tools.approval: unknown tool {name!r}; name a built-in or Python tool, or "
+                "an MCP tool as <server>__<tool> of a server in [tools.mcp]"
+            )
     return ToolCatalog(
         ToolRegistry([*chosen, *python]), servers, approval=config.approval, sources=sources
     )
@@ -210,6 +217,8 @@ def create_app(
         tools=registry,
         tool_names=registry.names(),
         tools_for=registry.known,
+        needs_approval=registry.needs_approval,
+        approval_timeout_s=settings.tools.approval_timeout_s,
         prompts=prompts or FilePromptProvider(),
         settings=settings.agent,
     )

@@ -21,10 +21,11 @@ import orjson
 from agent.budget import Budget
 from agent.chat import run_chat
 from agent.context import ContextWindow
-from agent.control import RunControl
+from agent.control import Decision, DecisionError, RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import (
     AgentEvent,
+    ApprovalRequested,
     ChatDelta,
     InputRequested,
     ObserveDelta,
@@ -74,6 +75,17 @@ class _RunSink:
             await self._live.publish(
                 [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
             )
+        elif isinstance(event, ApprovalRequested):
+            pending = {
+                "tool_name": event.name,
+                "arguments": event.arguments,
+                "tool_call_id": event.call_id,
+                "step": event.step,
+                "expires_at": event.expires_at,
+            }
+            await self._live.publish(
+                [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
+            )
         elif isinstance(event, (ReasonDelta, ObserveDelta, ChatDelta)):
             await self._live.publish_streamed([frame])  # in order; batched when fast
         else:
@@ -104,6 +116,8 @@ class SessionHub:
         research: Search | None = None,
         run_lease_s: float = 30.0,
         tools_for: Callable[[str], Sequence[str]] | None = None,
+        needs_approval: Callable[[str], bool] | None = None,
+        approval_timeout_s: float = 300.0,
     ) -> None:
         self._store = store
         self._model = model
@@ -111,6 +125,8 @@ class SessionHub:
         self._tool_names = tuple(tool_names)
         # The tools a tenant may use now (MCP servers come and go); default: tool_names.
         self._tools_for = tools_for or (lambda tenant: self._tool_names)
+        self._needs_approval = needs_approval
+        self._approval_timeout_s = approval_timeout_s
         self._prompts = prompts
         self._settings = settings
         self._budget = budget or Budget()
@@ -218,6 +234,19 @@ class SessionHub:
         run.control.answer(content)
         await live.publish([], status="running", run_id=run.run_id)
 
+    async def decide(
+        self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None
+    ) -> None:
+        """Approve or deny the call waiting for approval; ProtocolError says what is wrong."""
+        run = live.run
+        if run is None:
+            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+        try:
+            run.control.decide(tool_call_id, Decision(approve, reason or ""))
+        except DecisionError as exc:
+            raise ProtocolError(exc.code, exc.message) from None  # type: ignore[arg-type]
+        await live.publish([], status="running", run_id=run.run_id)
+
     def _validate(self, frame: ChatFrame, tenant_id: str) -> _RunRequest:
         limit = self._settings.max_steps_limit
         steps = frame.agent_max_steps or self._settings.default_max_steps
@@ -250,6 +279,7 @@ class SessionHub:
             budget=self._budget,
             plan_every=self._settings.plan_every,
             style=request.style,
+            approval_timeout_s=self._approval_timeout_s,
         )
         ctx = self._context(live, run, limits, request.tools)
         sink = ctx.sink
@@ -308,6 +338,7 @@ class SessionHub:
             metrics=self.metrics,
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,
+            needs_approval=self._needs_approval,
         )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
