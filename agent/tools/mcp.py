@@ -294,36 +294,55 @@ class McpServer:
 
 
 async def _elicit(ask: Ask | None, params: types.ElicitRequestParams) -> types.ElicitResult:
-    message = getattr(params, "message", "") or "The tool needs more information."
+    schema = getattr(params, "requested_schema", None) or {}
     if ask is None:
         return types.ElicitResult(action="decline")
-    answer = await ask(message)
+    answer = await ask(_question(getattr(params, "message", "") or "", schema))
     if answer is None:
         return types.ElicitResult(action="cancel")
-    schema = getattr(params, "requested_schema", None) or {}
     return types.ElicitResult(action="accept", content=_fill(schema, answer))
 
 
-def _fill(schema: Any, answer: str) -> dict[str, Any]:
-    """Put a free-text answer into the requested form: its first field (converted when the
-    field is a number or boolean), or every field when the answer is a JSON object."""
-    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+def _question(message: str, schema: dict[str, Any]) -> str:
+    """The server's message, and what the answer fills in."""
+    fields = _fields(schema)
+    if not fields:
+        return message or "The tool needs your confirmation."
+    first = fields[0]
+    hint = f"Your answer fills {first!r}"
+    if len(fields) > 1:
+        hint += f"; to fill several fields, answer with JSON (fields: {', '.join(fields)})"
+    return f"{message or 'The tool needs more information.'}\n({hint}.)"
+
+
+def _fields(schema: dict[str, Any]) -> list[str]:
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return []
+    required = [n for n in schema.get("required", []) if n in properties]
+    return [*required, *(n for n in properties if n not in required)]
+
+
+def _fill(schema: dict[str, Any], answer: str) -> dict[str, Any]:
+    """Put a free-text answer into the requested form: its first (required) field, converted
+    for a number or boolean field, or every field when the answer is a JSON object."""
     try:
         parsed = json.loads(answer)
     except ValueError:
         parsed = None
     if isinstance(parsed, dict):
         return parsed
-    if not properties:
+    fields = _fields(schema)
+    if not fields:
         return {}
-    name, prop = next(iter(properties.items()))
+    prop = schema["properties"][fields[0]]
     kind = prop.get("type") if isinstance(prop, dict) else None
     value: Any = answer
     if kind in ("number", "integer") and isinstance(parsed, (int, float)):
         value = parsed
     elif kind == "boolean":
         value = answer.strip().lower() in ("yes", "y", "true", "1", "ok")
-    return {name: value}
+    return {fields[0]: value}
 
 
 def describe_result(result: types.CallToolResult) -> Any:

@@ -205,3 +205,40 @@ async def test_streamable_http_server_with_env_headers_seen_only_by_its_tenants(
                 frames = await c.run("echo")
     done = next(f for f in frames if kind(f) == "tool_complete")
     assert "over http" in json.dumps(done["result"])
+
+
+async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
+    server_factory, fake_llm: FakeLLM
+):
+    first = FakeToolCall("every__trigger-elicitation-request", {})
+    second = FakeToolCall("every__trigger-elicitation-request", {})
+    fake_llm.script("act", act(first))
+    fake_llm.script("act", act(second))
+    tools = {"enabled": [], "mcp": {"every": npm_server("everything")}}
+    agent = {"request_input_timeout_s": 0.5}
+    async with server_factory(tools=tools, agent=agent) as s, await s.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "sign me up"})
+        frames = await c.until("agent_request_input", timeout=10)
+        asked = frames[-1]
+        assert asked["tool_call_id"] == first.id
+        assert "Please provide inputs" in asked["question"] and "'name'" in asked["question"]
+        async with await s.client(session_id=session) as other:
+            hello = await other.recv()
+            assert hello["status"] == "awaiting_input"
+            assert hello["pending_input"]["tool_call_id"] == first.id
+        await c.send({"type": "agent_user_input", "content": "Ada Lovelace"})
+        frames = await c.until("tool_complete", timeout=10)
+        assert "Name: Ada Lovelace" in json.dumps(frames[-1]["result"])
+        await c.until("response_complete")
+
+        await c.send({"type": "chat", "content": "again"})
+        await c.until("agent_request_input", timeout=10)
+        frames = await c.until("response_complete", timeout=10)
+        assert [kind(f) for f in frames] == [
+            "agent_request_input_timeout",
+            "tool_error",
+            "agent_stopped",
+            "response_complete",
+        ]
+        assert frames[2]["reason"] == "input_timeout"
