@@ -137,7 +137,7 @@ async def test_no_decision_in_time_or_a_stop_ends_the_run(
         started = asyncio.get_running_loop().time()
         await c.send({"type": "agent_control", "action": "stop"})
         frames = await c.until("response_complete")
-        assert asyncio.get_running_loop().time() - started < 0.25
+        assert asyncio.get_running_loop().time() - started < 1.0
         assert [kind(f) for f in frames] == ["tool_error", "agent_stopped", "response_complete"]
         assert frames[1]["reason"] == "user"
     assert not list(root.iterdir())

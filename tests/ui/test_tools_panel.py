@@ -52,13 +52,13 @@ async def test_pick_tools_then_approve_and_deny_calls(
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "tool-approval.png"))
         await page.locator("#approve-yes").click()
-        await expect(banner).to_be_hidden()
-
-        await expect(banner).to_be_visible()
+        # The next call's banner may follow at once: wait for its arguments, not a gap.
         await expect(page.locator("#approve-args")).to_contain_text("Asia/Tokyo")
+        await expect(banner).to_be_visible()
         await page.locator("#approve-reason").fill("UTC is enough")
         await page.locator("#approve-no").click()
         await expect(page.locator("#conversation")).to_contain_text("Only UTC, then.")
+        await expect(banner).to_be_hidden()
 
     chat = next(f for f in sent if f["type"] == "chat")
     assert chat["tools"] == ["get_current_time"]
