@@ -8,7 +8,8 @@ from typing import Any
 
 from agent.errors import ModelBehaviorError
 from agent.ports import ToolContext, ToolSpec
-from agent.tools.mcp import Ask, McpServer, McpTool
+from agent.tools.mcp import McpServer, McpTool
+from agent.tools.mcp_content import Ask
 from agent.tools.registry import ToolRegistry
 
 __all__ = ["ToolCatalog"]

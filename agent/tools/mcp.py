@@ -18,12 +18,9 @@ Cancelling a call (a stop) abandons the request, and the SDK sends MCP's
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -34,20 +31,17 @@ import mcp_types as types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from agent.errors import ToolError
 from agent.ports import ToolSpec
 from agent.tools.config import McpServerConfig
+from agent.tools.mcp_content import Ask, describe_result, elicit
 
-__all__ = ["Ask", "McpServer", "McpTool", "describe_result", "exposed_name", "mcp_ask"]
+__all__ = ["McpServer", "McpTool", "exposed_name", "mcp_ask"]
 
 log = logging.getLogger(__name__)
 SEPARATOR = "__"
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
-
-Ask = Callable[[str], Awaitable[str | None]]
-"""Ask the person a question mid-call; None when they did not answer in time."""
 
 mcp_ask: ContextVar[Ask | None] = ContextVar("mcp_ask", default=None)
 """Set by the caller for the duration of a call: how an elicitation reaches the person."""
@@ -181,7 +175,8 @@ class McpServer:
         config = self.config
         if config.url:
             headers = {k: v.get_secret_value() for k, v in config.headers.items()}
-            http = create_mcp_http_client(headers=headers)
+            # The SDK's recommended timeouts: a response stream may stay open for minutes.
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
             stack.push_async_callback(http.aclose)
             server: Any = streamable_http_client(config.url, http_client=http)
         else:
@@ -290,117 +285,7 @@ class McpServer:
         ask = mcp_ask.get()
         if ask is None and len(set(self._asks.values())) == 1:
             ask = next(iter(self._asks.values()))
-        return await _elicit(ask, params)
-
-
-async def _elicit(ask: Ask | None, params: types.ElicitRequestParams) -> types.ElicitResult:
-    schema = getattr(params, "requested_schema", None) or {}
-    if ask is None:
-        return types.ElicitResult(action="decline")
-    answer = await ask(_question(getattr(params, "message", "") or "", schema))
-    if answer is None:
-        return types.ElicitResult(action="cancel")
-    return types.ElicitResult(action="accept", content=_fill(schema, answer))
-
-
-def _question(message: str, schema: dict[str, Any]) -> str:
-    """The server's message, and what the answer fills in."""
-    fields = _fields(schema)
-    if not fields:
-        return message or "The tool needs your confirmation."
-    first = fields[0]
-    hint = f"Your answer fills {first!r}"
-    if len(fields) > 1:
-        hint += f"; to fill several fields, answer with JSON (fields: {', '.join(fields)})"
-    return f"{message or 'The tool needs more information.'}\n({hint}.)"
-
-
-def _fields(schema: dict[str, Any]) -> list[str]:
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    if not isinstance(properties, dict):
-        return []
-    required = [n for n in schema.get("required", []) if n in properties]
-    return [*required, *(n for n in properties if n not in required)]
-
-
-def _fill(schema: dict[str, Any], answer: str) -> dict[str, Any]:
-    """Put a free-text answer into the requested form: its first (required) field, converted
-    for a number or boolean field, or every field when the answer is a JSON object."""
-    try:
-        parsed = json.loads(answer)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict):
-        return parsed
-    fields = _fields(schema)
-    if not fields:
-        return {}
-    prop = schema["properties"][fields[0]]
-    kind = prop.get("type") if isinstance(prop, dict) else None
-    value: Any = answer
-    if kind in ("number", "integer") and isinstance(parsed, (int, float)):
-        value = parsed
-    elif kind == "boolean":
-        value = answer.strip().lower() in ("yes", "y", "true", "1", "ok")
-    return {fields[0]: value}
-
-
-def describe_result(result: types.CallToolResult) -> Any:
-    """The tool message of a result: the text (or text and structured content), with every
-    non-text block described rather than dropped."""
-    texts: list[str] = []
-    attachments: list[dict[str, Any]] = []
-    for block in result.content:
-        if isinstance(block, types.TextContent):
-            texts.append(block.text)
-        elif isinstance(block, (types.ImageContent, types.AudioContent)):
-            attachments.append(
-                {"type": block.type, "mime_type": block.mime_type, "bytes": _size(block.data)}
-            )
-        elif isinstance(block, types.EmbeddedResource):
-            resource = block.resource
-            item: dict[str, Any] = {"type": "resource", "uri": str(resource.uri)}
-            if resource.mime_type:
-                item["mime_type"] = resource.mime_type
-            if isinstance(resource, types.TextResourceContents):
-                item["text"] = resource.text
-            else:
-                item["bytes"] = _size(resource.blob)
-            attachments.append(item)
-        elif isinstance(block, types.ResourceLink):
-            link = {"type": "resource_link", "uri": str(block.uri), "name": block.name}
-            attachments.append(link)
-        else:
-            attachments.append({"type": str(getattr(block, "type", "unknown"))})
-    text = "\n".join(texts)
-    structured = result.structured_content
-    if structured is not None and _same_json(text, structured):
-        text = ""  # the text is the structured content again (a common convention)
-    if structured is None and not attachments:
-        return text
-    value: dict[str, Any] = {}
-    if text:
-        value["text"] = text
-    if structured is not None:
-        value["structured"] = structured
-    if attachments:
-        value["attachments"] = attachments
-    return value
-
-
-def _same_json(text: str, value: Any) -> bool:
-    try:
-        return bool(json.loads(text) == value)
-    except ValueError:
-        return False
-
-
-def _size(data: str) -> int:
-    """Decoded size of base64 data, without decoding it all when it is well formed."""
-    padding = data.count("=", -2) if data else 0
-    if len(data) % 4 == 0:
-        return len(data) * 3 // 4 - padding
-    return len(base64.b64decode(data + "=" * (-len(data) % 4)))
+        return await elicit(ask, params)
 
 
 def _closed_stream(exc: BaseException) -> bool:

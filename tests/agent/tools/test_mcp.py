@@ -8,7 +8,8 @@ import pytest
 from agent.errors import ToolError
 from agent.tools.catalog import _missing
 from agent.tools.config import McpServerConfig
-from agent.tools.mcp import McpServer, _fill, exposed_name
+from agent.tools.mcp import McpServer, exposed_name
+from agent.tools.mcp_content import fill_form
 from tests.fakes.mcp_servers import npm_server
 
 
@@ -64,7 +65,7 @@ def test_names_and_elicitation_answers():
         "properties": {"check": {"type": "boolean"}, "name": {"type": "string"}},
         "required": ["name"],
     }
-    assert _fill(schema, "Ada") == {"name": "Ada"}
-    assert _fill(schema, '{"name": "Ada", "check": true}') == {"name": "Ada", "check": True}
-    assert _fill({"properties": {"ok": {"type": "boolean"}}}, "yes") == {"ok": True}
-    assert _fill({}, "whatever") == {}
+    assert fill_form(schema, "Ada") == {"name": "Ada"}
+    assert fill_form(schema, '{"name": "Ada", "check": true}') == {"name": "Ada", "check": True}
+    assert fill_form({"properties": {"ok": {"type": "boolean"}}}, "yes") == {"ok": True}
+    assert fill_form({}, "whatever") == {}
