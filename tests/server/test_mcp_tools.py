@@ -210,12 +210,15 @@ async def test_streamable_http_server_with_env_headers_seen_only_by_its_tenants(
 async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
     server_factory, fake_llm: FakeLLM
 ):
+    """Also: the call's time limit waits while the person answers, and a call that hangs
+    past it is a tool_error while the server stays usable."""
     first = FakeToolCall("every__trigger-elicitation-request", {})
     second = FakeToolCall("every__trigger-elicitation-request", {})
-    fake_llm.script("act", act(first))
-    fake_llm.script("act", act(second))
+    slow = FakeToolCall("every__trigger-long-running-operation", {"duration": 30, "steps": 30})
+    echo = FakeToolCall("every__echo", {"message": "still here"})
+    fake_llm.script("act", act(first), act(second), act(slow), act(echo))
     tools = {"enabled": [], "mcp": {"every": npm_server("everything")}}
-    agent = {"request_input_timeout_s": 0.5}
+    agent = {"request_input_timeout_s": 1.5, "tool_timeout_s": 0.5}
     async with server_factory(tools=tools, agent=agent) as s, await s.client() as c:
         session = (await c.recv())["session_id"]
         await c.send({"type": "chat", "content": "sign me up"})
@@ -227,6 +230,9 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
             hello = await other.recv()
             assert hello["status"] == "awaiting_input"
             assert hello["pending_input"]["tool_call_id"] == first.id
+        # A person's pace, not synchronization: longer than the call's own 0.5 s limit,
+        # which must not run while the question waits.
+        await asyncio.sleep(0.8)
         await c.send({"type": "agent_user_input", "content": "Ada Lovelace"})
         frames = await c.until("tool_complete", timeout=10)
         assert "Name: Ada Lovelace" in json.dumps(frames[-1]["result"])
@@ -242,3 +248,11 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
             "response_complete",
         ]
         assert frames[2]["reason"] == "input_timeout"
+
+        fake_llm.script("observe", observe("Too slow."), observe("Fine.", final="Done."))
+        frames = await c.run("slow then echo")
+    failed = next(f for f in frames if kind(f) == "tool_error")
+    assert failed["tool_call_id"] == slow.id and "did not finish within 0.5 s" in failed["error"]
+    done = next(f for f in frames if kind(f) == "tool_complete")
+    assert done["tool_call_id"] == echo.id and "still here" in json.dumps(done["result"])
+
