@@ -33,6 +33,8 @@ export class ToolsPanel {
     this.list = make("ul", { class: "tools-list" });
     this.root = make("details", { id: "tools-panel", class: "tools-panel" }, this.summary, this.list);
     container.append(this.root);
+    // MCP servers come and go: opening the panel shows what is offered now.
+    this.root.addEventListener("toggle", () => { if (this.root.open) this.load(); });
   }
 
   async load() {
