@@ -18,8 +18,10 @@ from typing import Any
 
 import orjson
 
+from agent.approval import approve_calls
 from agent.context import RECALL_DETAILS, recall
 from agent.control import PendingQuestion
+from agent.elicitation import make_ask
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import (
     InputRequested,
@@ -88,6 +90,7 @@ async def run_tool_calls(
         args, _ = parsed[call.id]
         rec.open_events[call.id] = call.name
         await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
+    await approve_calls(ctx, step, ordinary, parsed)  # risky calls wait for the user's yes
     tasks = [
         asyncio.create_task(_execute(ctx, rec, call, _refuse_repeat(rec, call, parsed[call.id])))
         for call in ordinary
@@ -152,9 +155,12 @@ async def _execute(
         return _Outcome(False, problem, 0)
     if call.name == RECALL_DETAILS and ctx.context is not None:
         return _recall(rec, args)
-    context = ToolContext(ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.run_id)
     try:
-        async with asyncio.timeout(ctx.limits.tool_timeout_s):
+        async with asyncio.timeout(ctx.limits.tool_timeout_s) as deadline:
+            ask = make_ask(ctx, rec.step, call, deadline)  # a tool may ask the person (MCP)
+            context = ToolContext(
+                ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.run_id, {"ask": ask}
+            )
             result = await ctx.tools.call(call.name, args, context)
         _dumps(result)  # a result the wire cannot carry is the tool's failure, not the run's
     except (ToolError, ModelBehaviorError) as exc:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 from agent.events import StopReason
 
-__all__ = ["PendingQuestion", "RunControl"]
+__all__ = ["Decision", "DecisionError", "PendingApproval", "PendingQuestion", "RunControl"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +26,32 @@ class PendingQuestion:
     expires_at: int  # epoch milliseconds
 
 
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A tool call waiting for the user's approval before it runs."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+    tool_call_id: str
+    step: int
+    expires_at: int  # epoch milliseconds
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    approve: bool
+    reason: str = ""
+
+
+class DecisionError(Exception):
+    """A decision that cannot be taken; `code` says why (a protocol error code)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class RunControl:
     """Stop flag, input queue and pending question of one run."""
 
@@ -34,6 +61,9 @@ class RunControl:
         self.pending: PendingQuestion | None = None
         self._answers: asyncio.Queue[str] = asyncio.Queue(maxsize=1)
         self._task: asyncio.Task[object] | None = None
+        self.pending_approval: PendingApproval | None = None
+        self._decision: asyncio.Future[Decision] | None = None
+        self._decided: set[str] = set()  # calls of this run already approved or denied
 
     def attach(self, task: asyncio.Task[object]) -> None:
         """Bind the task that `request_stop` cancels."""
@@ -79,3 +109,36 @@ class RunControl:
             return None
         finally:
             self.pending = None
+
+    def decide(self, tool_call_id: str, decision: Decision) -> None:
+        """Deliver the decision on the pending approval; raise DecisionError when it cannot
+        be taken (nothing pending, another call pending, this call already decided)."""
+        pending = self.pending_approval
+        if tool_call_id in self._decided:
+            raise DecisionError(
+                "already_decided", f"The call {tool_call_id!r} was already approved or denied."
+            )
+        if pending is None or self._decision is None or self._decision.done():
+            raise DecisionError("not_awaiting_approval", "No tool call is waiting for approval.")
+        if pending.tool_call_id != tool_call_id:
+            raise DecisionError(
+                "unknown_tool_call",
+                f"tool_call_id: the call waiting for approval is {pending.tool_call_id!r} "
+                f"(got {tool_call_id!r}).",
+            )
+        self._decided.add(tool_call_id)
+        self.pending_approval = None
+        self._decision.set_result(decision)
+
+    async def await_decision(self, pending: PendingApproval, timeout_s: float) -> Decision | None:
+        """Publish `pending` and wait for the decision; None when the timeout passes first."""
+        self._decision = asyncio.get_running_loop().create_future()
+        self.pending_approval = pending
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._decision
+        except TimeoutError:
+            return None
+        finally:
+            self.pending_approval = None
+            self._decision = None

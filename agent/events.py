@@ -16,6 +16,8 @@ __all__ = [
     "ThinkingDelta",
     "UserAnswered",
     "UserMessage",
+    "ApprovalRequested",
+    "ApprovalTimedOut",
     "ChatDelta",
     "CompletionReason",
     "ContextTrimmed",
@@ -104,6 +106,23 @@ class InputRequested:
     call_id: str
     expires_at: int
     kind: Literal["input_requested"] = "input_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    expires_at: int
+    kind: Literal["approval_requested"] = "approval_requested"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalTimedOut:
+    step: int
+    call_id: str
+    kind: Literal["approval_timed_out"] = "approval_timed_out"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +275,8 @@ AgentEvent = (
     | ToolFailed
     | InputRequested
     | InputTimedOut
+    | ApprovalRequested
+    | ApprovalTimedOut
     | ObserveDelta
     | ObserveDone
     | RunStopped

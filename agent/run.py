@@ -78,6 +78,7 @@ class RunLimits:
     style: Style = "balanced"
     max_verifications: int = 2
     control_retries: int = 2
+    approval_timeout_s: float = 300.0
 
 
 @dataclass(slots=True)
@@ -100,6 +101,7 @@ class RunContext:
     metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
     context: ContextWindow | None = None  # None: no token budget, every message is sent
     research: Search | None = None  # a web search before the session's first task
+    needs_approval: Callable[[str], bool] | None = None  # tool name -> ask the user first
 
     def call(self, step: int, phase: str) -> CallInfo:
         """Who makes this model call; its retries are shown to the user as they happen."""

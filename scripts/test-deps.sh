@@ -2,7 +2,10 @@
 # What the tests need beyond the Python packages in pyproject.toml, installed idempotently:
 #   - Debian's chromium, driven by Playwright in tests/ui (browser downloads are impossible
 #     here, so `playwright install` is never run: the tests use /usr/bin/chromium);
-#   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it).
+#   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
+#   - the MCP servers tests/mcp talks to: `mcp-server-time` (PyPI, in .venv) and, from npm,
+#     pinned versions of @modelcontextprotocol/server-everything and server-filesystem in
+#     ~/.cache/agent-server/npm (tests skip them when node is missing).
 # Safe to run again and again; needs root (or sudo) only when chromium is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +24,28 @@ fi
 if ! "$VENV_PY" -c "import playwright" >/dev/null 2>&1; then
     echo "test-deps: installing the playwright Python package into .venv"
     "$VENV_PY" -m pip install --quiet playwright
+fi
+
+if ! "$VENV_PY" -c "import mcp_server_time" >/dev/null 2>&1; then
+    echo "test-deps: installing mcp-server-time into .venv"
+    "$VENV_PY" -m pip install --quiet "mcp-server-time==2026.10.19"
+fi
+
+MCP_NPM="${AGENT_SERVER_NPM_CACHE:-$HOME/.cache/agent-server/npm}"
+MCP_PACKAGES=(
+    "@modelcontextprotocol/server-everything@2026.8.31"
+    "@modelcontextprotocol/server-filesystem@2026.8.31"
+)
+if command -v npm >/dev/null 2>&1; then
+    stamp="$MCP_NPM/.installed-$(printf '%s ' "${MCP_PACKAGES[@]}" | md5sum | cut -c1-12)"
+    if [ ! -f "$stamp" ]; then
+        echo "test-deps: installing MCP test servers into $MCP_NPM"
+        mkdir -p "$MCP_NPM"
+        npm install --prefix "$MCP_NPM" --no-audit --no-fund --silent "${MCP_PACKAGES[@]}"
+        touch "$stamp"
+    fi
+else
+    echo "test-deps: npm not found; the npm MCP server tests will be skipped"
 fi
 
 echo "test-deps: chromium $(command -v chromium), playwright $("$VENV_PY" -c \

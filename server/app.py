@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,6 +36,9 @@ from agent.tools import (
     build_tools,
     create_http_client,
 )
+from agent.tools.catalog import ToolCatalog
+from agent.tools.mcp import McpServer
+from agent.tools.python import load_tool_modules
 from server.auth import Authenticator
 from server.http_api import routes as api_routes
 from server.services import Services
@@ -71,13 +76,19 @@ def _tools(
     http: httpx.AsyncClient,
     memory: MemoryStore | None,
     extractor: ExtractorPool,
-) -> ToolRegistry:
+) -> ToolCatalog:
+    """Built-in tools named in tools.enabled, every @tool of tools.modules, the MCP servers."""
+    config = settings.tools
     try:
-        built = build_tools(settings.tools, http=http, memory=memory, extractor=extractor)
+        built = build_tools(config, http=http, memory=memory, extractor=extractor)
+        if config.modules and config.modules_dir is not None:
+            if str(config.modules_dir) not in sys.path:
+                sys.path.insert(0, str(config.modules_dir))
+        python, sources = load_tool_modules(config.modules)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     available = {**BUILTIN_TOOLS, **{t.name: t for t in [*built, *(extra or ())]}}
-    for name in settings.tools.enabled:
+    for name in config.enabled:
         if name in available:
             continue
         if name in REQUIREMENTS:
@@ -85,7 +96,26 @@ def _tools(
         raise ConfigError(
             f"tools.enabled: unknown tool {name!r}; available: {', '.join(available)}"
         )
-    return ToolRegistry(available[n] for n in settings.tools.enabled)
+    chosen = [available[n] for n in config.enabled]
+    taken = {t.name for t in chosen}
+    for made in python:
+        if made.name in taken:
+            raise ConfigError(
+                f"tools.modules: tool {made.name!r} of {sources[made.name]} has the name of "
+                "another tool; rename it with @tool(name=...)"
+            )
+        taken.add(made.name)
+    servers = [McpServer(name, server) for name, server in config.mcp.items()]
+    prefixes = tuple(f"{name}__" for name in config.mcp)
+    for name in config.approval:
+        if name not in taken and name not in available and not name.startswith(prefixes):
+            raise ConfigError(
+                f"tools.approval: unknown tool {name!r}; name a built-in or Python tool, or "
+                "an MCP tool as <server>__<tool> of a server in [tools.mcp]"
+            )
+    return ToolCatalog(
+        ToolRegistry([*chosen, *python]), servers, approval=config.approval, sources=sources
+    )
 
 
 def _memory_store(settings: Settings) -> SQLiteMemoryStore | MongoMemoryStore | None:
@@ -118,11 +148,11 @@ def _context_window(settings: Settings) -> ContextWindow | None:
     return ContextWindow(counter_for_model(settings.llm.model), limits)
 
 
-def _research(settings: Settings, registry: ToolRegistry) -> Search | None:
+def _research(settings: Settings, registry: ToolCatalog) -> Search | None:
     """Pre-task research runs the configured web_search tool, when there is one."""
     if not settings.agent.pre_task_research:
         return None
-    if "web_search" not in registry.names:
+    if "web_search" not in registry.registry.names:
         raise ConfigError(
             "agent.pre_task_research needs the web_search tool: enable it in tools.enabled "
             "and configure [tools.web_search] provider"
@@ -208,7 +238,10 @@ def create_app(
         store=store,
         model=model,
         tools=registry,
-        tool_names=registry.names,
+        tool_names=registry.names(),
+        tools_for=registry.known,
+        needs_approval=registry.needs_approval,
+        approval_timeout_s=settings.tools.approval_timeout_s,
         prompts=prompts or FilePromptProvider(),
         settings=settings.agent,
     )
@@ -217,6 +250,7 @@ def create_app(
         store=store,
         hub=hub,
         auth=Authenticator(settings.auth, settings.server.allowed_origins),
+        tools=registry,
     )
 
     @asynccontextmanager
@@ -228,11 +262,13 @@ def create_app(
         if recovered:
             log.info("closed %d run(s) interrupted by the last shutdown", recovered)
         hub.start_upkeep()
+        await _start_mcp(registry)
         try:
             yield
         finally:
             await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
+            await asyncio.gather(*(s.stop() for s in registry.servers.values()))
             await store.close()
             await extractor.aclose()
             if owned_memory is not None:
@@ -263,3 +299,15 @@ def create_app(
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.services = services
     return app
+
+
+async def _start_mcp(catalog: ToolCatalog) -> None:
+    """Start every MCP server at once; wait for each first attempt (each bounded by its own
+    start_timeout_s). A server that failed is logged and retried in the background."""
+    servers = list(catalog.servers.values())
+    for server in servers:
+        server.start()
+    await asyncio.gather(*(s.wait_started() for s in servers))
+    for server in servers:
+        if server.state != "up":
+            log.error("MCP server %s did not start: %s", server.name, server.error)

@@ -83,7 +83,22 @@ def _handler(fn: Any) -> Any:
 
 
 async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    """`{"status": "ok"}`; with an MCP server not up: `"degraded"` and `mcp` says which, why."""
+    tools = _services(request).tools
+    if tools is None or not tools.servers:
+        return JSONResponse({"status": "ok"})
+    servers = tools.health()
+    up = all(server["state"] == "up" for server in servers.values())
+    return JSONResponse({"status": "ok" if up else "degraded", "mcp": servers})
+
+
+@_handler
+async def list_tools(request: Request) -> Response:
+    """The tools the caller's tenant can use now: name, description, parameters (JSON
+    schema), source (`builtin`, `python:<module>`, `mcp:<server>`), needs_approval."""
+    scope = _scope(request)
+    tools = _services(request).tools
+    return _json({"tools": tools.describe(scope.tenant_id) if tools is not None else []})
 
 
 @_handler
@@ -172,6 +187,7 @@ async def metrics(request: Request) -> Response:
 
 routes = [
     Route("/healthz", healthz),
+    Route("/api/tools", list_tools),
     Route("/api/sessions", list_sessions),
     Route("/api/sessions/latest", latest_session),
     Route("/api/sessions/{session_id}/messages", session_messages),

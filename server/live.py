@@ -75,6 +75,7 @@ class _Write:
     pending_input: dict[str, Any] | None = None
     run_id: str | None = None
     work: Callable[[], Awaitable[None]] | None = None  # anything else (messages, title…)
+    pending_approval: dict[str, Any] | None = None  # kept in memory: it lives with the run
     awaited: bool = True  # False: a streamed delta whose caller did not wait for it
 
     @property
@@ -103,6 +104,7 @@ class LiveSession:
         self.title = record.title
         self.last_seq = record.last_seq
         self.pending_input: dict[str, Any] | None = record.pending_input
+        self.pending_approval: dict[str, Any] | None = None
         self.subscribers: set[Subscriber] = set()
         self.run: ActiveRun | None = None
         self._store = store
@@ -121,6 +123,7 @@ class LiveSession:
             "status": self.status,
             "last_seq": self.last_seq,
             "pending_input": self.pending_input,
+            "pending_approval": self.pending_approval,
         }
 
     async def ensure_stored(self) -> None:
@@ -140,9 +143,12 @@ class LiveSession:
         status: SessionStatus | None = None,
         pending_input: dict[str, Any] | None = None,
         run_id: str | None = None,
+        pending_approval: dict[str, Any] | None = None,
     ) -> None:
         """Store frames (and a status change), then deliver them to every subscriber."""
-        await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
+        write = _Write(self._future(), frames, status, pending_input, run_id)
+        write.pending_approval = pending_approval
+        await self._submit(write)
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
         """Queue stream deltas without waiting for them to be stored, unless the queue is
@@ -236,6 +242,7 @@ class LiveSession:
             )
             self.status = head.status
             self.pending_input = head.pending_input
+            self.pending_approval = head.pending_approval
             if head.status == "idle":
                 self.run = None  # before delivery: a chat sent on receiving it must be accepted
         for frame, body in zip(frames, bodies, strict=True):

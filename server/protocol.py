@@ -20,6 +20,7 @@ __all__ = [
     "ChatFrame",
     "ClientFrame",
     "ProtocolError",
+    "ToolDecisionFrame",
     "UserInputFrame",
     "error_frame",
     "event_frame",
@@ -36,6 +37,9 @@ ErrorCode = Literal[
     "too_many_runs",
     "no_active_run",
     "not_awaiting_input",
+    "not_awaiting_approval",
+    "unknown_tool_call",
+    "already_decided",
     "session_not_found",
     "llm_error",
     "storage_error",
@@ -92,11 +96,19 @@ class UserInputFrame(_Frame):
     content: StrictStr
 
 
-ClientFrame = ChatFrame | AgentControlFrame | UserInputFrame
+class ToolDecisionFrame(_Frame):
+    type: Literal["agent_tool_decision"]
+    tool_call_id: Annotated[StrictStr, Field(min_length=1)]
+    approve: StrictBool
+    reason: Annotated[StrictStr, Field(max_length=2000)] | None = None
+
+
+ClientFrame = ChatFrame | AgentControlFrame | UserInputFrame | ToolDecisionFrame
 _FRAMES: dict[str, type[_Frame]] = {
     "chat": ChatFrame,
     "agent_control": AgentControlFrame,
     "agent_user_input": UserInputFrame,
+    "agent_tool_decision": ToolDecisionFrame,
 }
 
 
@@ -176,6 +188,22 @@ _SHAPES: dict[str, _Shape] = {
             ("tool_call_id", "call_id"),
             ("expires_at", "expires_at"),
         ),
+    ),
+    "approval_requested": _Shape(
+        "agent_update",
+        "agent_tool_approval",
+        (
+            ("step", "step"),
+            ("tool_call_id", "call_id"),
+            ("tool_name", "name"),
+            ("arguments", "arguments"),
+            ("expires_at", "expires_at"),
+        ),
+    ),
+    "approval_timed_out": _Shape(
+        "agent_update",
+        "agent_tool_approval_timeout",
+        (("step", "step"), ("tool_call_id", "call_id")),
     ),
     "input_timed_out": _Shape("agent_update", "agent_request_input_timeout", (("step", "step"),)),
     "observe_delta": _Shape(

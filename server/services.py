@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.tools.catalog import ToolCatalog
 from server.auth import Authenticator
 from server.sessions import SessionHub
 from server.settings import Settings
@@ -18,3 +19,4 @@ class Services:
     store: Store
     hub: SessionHub
     auth: Authenticator
+    tools: ToolCatalog | None = None

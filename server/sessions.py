@@ -12,7 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,11 @@ import orjson
 from agent.budget import Budget
 from agent.chat import run_chat
 from agent.context import ContextWindow
-from agent.control import RunControl
+from agent.control import Decision, DecisionError, RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import (
     AgentEvent,
+    ApprovalRequested,
     ChatDelta,
     InputRequested,
     ObserveDelta,
@@ -74,6 +75,17 @@ class _RunSink:
             await self._live.publish(
                 [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
             )
+        elif isinstance(event, ApprovalRequested):
+            pending = {
+                "tool_name": event.name,
+                "arguments": event.arguments,
+                "tool_call_id": event.call_id,
+                "step": event.step,
+                "expires_at": event.expires_at,
+            }
+            await self._live.publish(
+                [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
+            )
         elif isinstance(event, (ReasonDelta, ObserveDelta, ChatDelta)):
             await self._live.publish_streamed([frame])  # in order; batched when fast
         else:
@@ -103,11 +115,18 @@ class SessionHub:
         context: ContextWindow | None = None,
         research: Search | None = None,
         run_lease_s: float = 30.0,
+        tools_for: Callable[[str], Sequence[str]] | None = None,
+        needs_approval: Callable[[str], bool] | None = None,
+        approval_timeout_s: float = 300.0,
     ) -> None:
         self._store = store
         self._model = model
         self._tools = tools
         self._tool_names = tuple(tool_names)
+        # The tools a tenant may use now (MCP servers come and go); default: tool_names.
+        self._tools_for = tools_for or (lambda tenant: self._tool_names)
+        self._needs_approval = needs_approval
+        self._approval_timeout_s = approval_timeout_s
         self._prompts = prompts
         self._settings = settings
         self._budget = budget or Budget()
@@ -192,7 +211,7 @@ class SessionHub:
 
     def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
-        request = self._validate(frame)
+        request = self._validate(frame, live.scope.tenant_id)
         if live.run is not None:
             raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
@@ -226,7 +245,20 @@ class SessionHub:
         run.control.answer(content)
         await live.publish([], status="running", run_id=run.run_id)
 
-    def _validate(self, frame: ChatFrame) -> _RunRequest:
+    async def decide(
+        self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None
+    ) -> None:
+        """Approve or deny the call waiting for approval; ProtocolError says what is wrong."""
+        run = live.run
+        if run is None:
+            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+        try:
+            run.control.decide(tool_call_id, Decision(approve, reason or ""))
+        except DecisionError as exc:
+            raise ProtocolError(exc.code, exc.message) from None  # type: ignore[arg-type]
+        await live.publish([], status="running", run_id=run.run_id)
+
+    def _validate(self, frame: ChatFrame, tenant_id: str) -> _RunRequest:
         limit = self._settings.max_steps_limit
         steps = frame.agent_max_steps or self._settings.default_max_steps
         if steps > limit:
@@ -234,11 +266,15 @@ class SessionHub:
                 "invalid_message", f"agent_max_steps: must be at most {limit} (got {steps})."
             )
         tools = None if frame.tools is None else tuple(frame.tools)
-        unknown = [t for t in tools or () if t not in self._tool_names]
+        available = self._tools_for(tenant_id)
+        unknown = [t for t in tools or () if t not in available]
         if unknown:
-            enabled = ", ".join(self._tool_names) or "none"
+            names = ", ".join(repr(t) for t in unknown)
+            enabled = ", ".join(available) or "none"
             raise ProtocolError(
-                "invalid_message", f"tools: unknown tool {unknown[0]!r} (enabled: {enabled})."
+                "invalid_message",
+                f"tools: unknown tool{'s' if len(unknown) > 1 else ''} {names} "
+                f"(enabled: {enabled}).",
             )
         mode = self._settings.default_mode if frame.agent_mode is None else frame.agent_mode
         return _RunRequest(
@@ -256,6 +292,7 @@ class SessionHub:
             style=request.style,
             control_retries=self._settings.control_retries,
             max_verifications=self._settings.max_verifications,
+            approval_timeout_s=self._approval_timeout_s,
         )
         ctx = self._context(live, run, limits, request.tools)
         sink = ctx.sink
@@ -310,10 +347,11 @@ class SessionHub:
             transcript=sink,
             control=run.control,
             limits=limits,
-            tool_names=tools if tools is not None else self._tool_names,
+            tool_names=tools if tools is not None else self._tools_for(live.scope.tenant_id),
             metrics=self._tenant_metrics[live.scope.tenant_id],
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,
+            needs_approval=self._needs_approval,
         )
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:

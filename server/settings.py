@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from agent.tools.config import ToolsConfig
+from agent.tools.config import McpServerConfig, ToolsConfig
 
 __all__ = [
     "AgentSettings",
@@ -237,6 +237,24 @@ def load_settings(
     return _resolve(settings, base, env)
 
 
+def _mcp_servers(
+    servers: dict[str, McpServerConfig], base: Path, env: Mapping[str, str]
+) -> dict[str, McpServerConfig]:
+    """Header secrets from the environment, relative `cwd`s against the config folder."""
+    resolved = {}
+    for name, server in servers.items():
+        missing = [var for var in server.headers_env.values() if var not in env]
+        if missing:
+            raise ConfigError(
+                f"tools.mcp.{name}.headers_env: environment variable(s) not set: "
+                + ", ".join(missing)
+            )
+        headers = {h: SecretStr(env[var]) for h, var in server.headers_env.items()}
+        cwd = server.cwd if server.cwd is None or server.cwd.is_absolute() else base / server.cwd
+        resolved[name] = server.model_copy(update={"headers": headers, "cwd": cwd})
+    return resolved
+
+
 def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings:
     llm = settings.llm
     search = settings.tools.web_search
@@ -256,7 +274,9 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
                 update={
                     "web_search": search.model_copy(
                         update={"api_key": SecretStr(env.get(search.api_key_env, ""))}
-                    )
+                    ),
+                    "mcp": _mcp_servers(settings.tools.mcp, base, env),
+                    "modules_dir": settings.tools.modules_dir or base,
                 }
             ),
         }

@@ -258,6 +258,10 @@ class Printer:
             self.line(f"  {s.ask('? the agent asks:')} {_clean(str(f.get('question')))}")
         elif kind == "agent_request_input_timeout":
             self.line("  " + s.bad("⌛ no answer in time"))
+        elif kind == "agent_tool_approval":
+            self.line(f"  {s.ask('? approve this call:')} {_approval(f)}")
+        elif kind == "agent_tool_approval_timeout":
+            self.line("  " + s.bad("⌛ no decision in time"))
         elif kind == "agent_observe_delta":
             self.stream((run, "observe", step), observing, str(f.get("delta", "")))
         elif kind == "agent_observe":
@@ -303,7 +307,8 @@ class TerminalChat:
         self.session_id: str | None = None
         self.last_seq = 0
         self.history_until = 0  # frames up to the session frame's last_seq are replayed history
-        self.status = "idle"  # idle | running | awaiting_input
+        self.status = "idle"  # idle | running | awaiting_input | awaiting_approval
+        self.approval: Frame | None = None  # the tool call waiting for approval
         self.question: Frame | None = None  # the question waiting for an answer
         self.question_shown = False
         self.stopping = False
@@ -367,7 +372,7 @@ class TerminalChat:
                 if self.status == "running":
                     self.p.line(self.s.dim("(input ended: waiting for the run to finish)"))
                     continue
-                if self.status == "awaiting_input":
+                if self.status in ("awaiting_input", "awaiting_approval"):
                     self.p.line(self.s.dim("(input ended: the question stays open)"))
                 self.p.line()
                 return 0
@@ -450,6 +455,11 @@ class TerminalChat:
         )
         self.question = pending if isinstance(pending, dict) else None
         self.question_shown = same and self.question_shown
+        approval = frame.get("pending_approval")
+        was = (self.approval or {}).get("tool_call_id")
+        self.approval = approval if isinstance(approval, dict) else None
+        if self.approval is not None and self.approval.get("tool_call_id") != was:
+            self.p.line(f"  {self.s.ask('? approve this call:')} {_approval(self.approval)}")
         if reconnected:
             self.p.line(self.s.dim("… reconnected"))
             return
@@ -482,13 +492,17 @@ class TerminalChat:
             if live or (self.question or {}).get("tool_call_id") == f.get("tool_call_id"):
                 self.question, self.question_shown = f, True
                 self.status = "awaiting_input"
+        elif kind == "agent_tool_approval":
+            if live or (self.approval or {}).get("tool_call_id") == f.get("tool_call_id"):
+                self.approval, self.status = f, "awaiting_approval"
         elif not live:
             return  # history: the session frame said what state the session is in
         elif kind == "response_complete":
             self.status, self.question, self.stopping = "idle", None, False
+            self.approval = None
             self.remember()
         else:
-            self.status, self.question = "running", None
+            self.status, self.question, self.approval = "running", None, None
 
     def on_client_error(self, f: Frame) -> None:
         self.p.line(self.s.bad(f"! {_clean(str(f.get('message')))} ({f.get('code')})"))
@@ -499,16 +513,37 @@ class TerminalChat:
             self.status = "running"
         elif code == "not_awaiting_input":
             self.status, self.question = "running", None
+        elif code in ("not_awaiting_approval", "unknown_tool_call", "already_decided"):
+            self.status, self.approval = "running", None
 
     async def on_line(self, line: str) -> None:
         text = line.rstrip("\r")
-        if self.status == "awaiting_input" and self.question is not None:
+        if self.status == "awaiting_approval" and self.approval is not None:
+            await self.decide(text)
+        elif self.status == "awaiting_input" and self.question is not None:
             if await self.send({"type": "agent_user_input", "content": text}):
                 self.status, self.question = "running", None
         elif self.status != "idle":
             self.p.line(self.s.dim("(a run is in progress: Ctrl-C stops it)"))
         elif text.strip() and await self.send({"type": "chat", "content": text}):
             self.status = "running"
+
+    async def decide(self, text: str) -> None:
+        """`y` approves the pending call; `n` denies it (`n <reason>` says why)."""
+        answer, _, reason = text.strip().partition(" ")
+        if answer.lower() not in ("y", "yes", "n", "no"):
+            self.p.line(self.s.dim("(answer y to run the call, or n [reason] to decline it)"))
+            return
+        approve = answer.lower() in ("y", "yes")
+        frame: Frame = {
+            "type": "agent_tool_decision",
+            "tool_call_id": (self.approval or {}).get("tool_call_id"),
+            "approve": approve,
+        }
+        if not approve and reason.strip():
+            frame["reason"] = reason.strip()
+        if await self.send(frame):
+            self.status, self.approval = "running", None
 
     async def on_interrupt(self) -> bool:
         """Ctrl-C: stop the run; quit if none is running or a stop was already sent."""
@@ -544,7 +579,14 @@ class TerminalChat:
                 self.p.line(f"  {self.s.ask('? the agent asks:')} {question}")
                 self.question_shown = True
             self.p.prompt(self.s.ask("answer> "))
+        elif self.status == "awaiting_approval" and self.approval is not None:
+            self.p.prompt(self.s.ask("approve? [y/n reason] "))
 
     def remember(self) -> None:
         if self.session_id is not None:
             self.seen.put(self.session_id, self.last_seq)
+
+
+def _approval(f: Frame) -> str:
+    arguments = json.dumps(f.get("arguments") or {}, ensure_ascii=False)
+    return _clean(f"{f.get('tool_name')} {_short(arguments)}")

@@ -24,6 +24,7 @@ from server.protocol import (
     AgentControlFrame,
     ChatFrame,
     ProtocolError,
+    ToolDecisionFrame,
     error_frame,
     parse_client_frame,
     whole_number,
@@ -202,6 +203,8 @@ async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
         services.hub.start_run(live, frame)
     elif isinstance(frame, AgentControlFrame):
         services.hub.stop(live)
+    elif isinstance(frame, ToolDecisionFrame):
+        await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
     else:
         await services.hub.answer(live, frame.content)
 

@@ -6,13 +6,23 @@ settings layer embeds them (TOML, env, flags) and fills the secrets from the env
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from agent.tools.ssrf import parse_allow_entry
 
-__all__ = ["MemoryConfig", "ToolsConfig", "WebFetchConfig", "WebSearchConfig"]
+__all__ = [
+    "McpServerConfig",
+    "MemoryConfig",
+    "ToolsConfig",
+    "WebFetchConfig",
+    "WebSearchConfig",
+]
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,23}$")
 
 
 class _Config(BaseModel):
@@ -83,10 +93,62 @@ class MemoryConfig(_Config):
     context_ttl_days: float = Field(30, gt=0)
 
 
+class McpServerConfig(_Config):
+    """`[tools.mcp.<name>]`: one MCP server, started over stdio (`command`) or reached over
+    streamable HTTP (`url`). Header values come from environment variables (`headers_env`),
+    never from the file."""
+
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: Path | None = None
+    url: str = ""
+    headers_env: dict[str, str] = Field(
+        default_factory=dict, description="HTTP header name -> environment variable with its value"
+    )
+    # Filled by the settings layer from headers_env; never in TOML.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    tenants: tuple[str, ...] = Field((), description="Tenants that may use it; empty: all.")
+    approval: Literal["never", "destructive", "always"] = "destructive"
+    start_timeout_s: float = Field(20.0, gt=0)
+    health_interval_s: float = Field(10.0, gt=0)
+    restart_backoff_s: float = Field(1.0, gt=0)
+    restart_backoff_max_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https:// (got {self.url!r})")
+        if self.command and self.headers_env:
+            raise ValueError("headers_env needs url: stdio servers take env instead")
+        return self
+
+
 class ToolsConfig(_Config):
     """`[tools]`: the names offered to the model, and each configurable tool's table."""
 
     enabled: tuple[str, ...] = ("get_current_time",)
+    modules: tuple[str, ...] = Field(
+        (), description="Python modules whose @tool functions become tools (docs/tools.md)."
+    )
+    # Filled by the settings layer: the config file's folder, searched first for modules.
+    modules_dir: Path | None = None
+    approval: tuple[str, ...] = Field((), description="Tools that need the user's approval.")
+    approval_timeout_s: float = Field(300.0, gt=0)
+    mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     web_search: WebSearchConfig = WebSearchConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()
     memory: MemoryConfig = MemoryConfig()
+
+    @field_validator("mcp")
+    @classmethod
+    def _server_names(cls, value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        for name in value:
+            if not _SERVER_NAME.match(name) or "__" in name:
+                raise ValueError(
+                    f"MCP server name {name!r}: use 1-24 letters, digits, '-' or single '_' "
+                    "(its tools are named <server>__<tool>)"
+                )
+        return value

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
+from agent.tools.python import make_tool
 from agent.tools.relative_time import RelativeTimeError, apply_shift, parse_relative
 
 __all__ = ["CurrentTimeArgs", "current_time_tool", "make_current_time_tool"]
@@ -70,14 +71,13 @@ def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
             return described[0]
         return {"times": described}
 
-    return Tool(
-        name="get_current_time",
+    # The same mechanism as a Python tool of a config module (agent/tools/python.py).
+    return make_tool(
+        get_current_time,
         description=(
             "Get the current date and time in one or more time zones (IANA names, default "
             "UTC), or the date and time of a relative expression such as 'in 3 days'."
         ),
-        arguments=CurrentTimeArgs,
-        run=get_current_time,
     )
 
 

@@ -37,6 +37,7 @@ from agent.tools.memory_policy import (
     rank,
     tokens,
 )
+from agent.tools.python import make_tool
 from agent.tools.secret_scan import find_secret
 
 __all__ = [
@@ -200,23 +201,19 @@ def build_memory_tools(
         return {"memories": [_public(r) for r in found], "count": len(found)}
 
     return [
-        Tool(
-            name="memory_save",
+        make_tool(
+            memory_save,
             description=(
                 "Remember one lasting fact about the user for future conversations (a near-"
                 "identical memory is updated instead of duplicated). Never save secrets."
             ),
-            arguments=MemorySaveArgs,
-            run=memory_save,
         ),
-        Tool(
-            name="memory_retrieve",
+        make_tool(
+            memory_retrieve,
             description=(
                 "Recall what you remember about the user: memories matching the query and "
                 "categories, most relevant first."
             ),
-            arguments=MemoryRetrieveArgs,
-            run=memory_retrieve,
         ),
     ]
 

@@ -34,6 +34,7 @@ from agent.ports import ToolContext
 from agent.tools.base import Tool
 from agent.tools.config import WebFetchConfig
 from agent.tools.extractor import ExtractionFailed, ExtractorPool
+from agent.tools.python import make_tool
 from agent.tools.ssrf import AddressGuard, Refused
 
 __all__ = ["MAX_URLS", "WebFetchArgs", "build_web_fetch"]
@@ -283,12 +284,10 @@ def build_web_fetch(
             raise ToolError(f"No page could be fetched. {detail}")
         return {"results": results}
 
-    return Tool(
-        name="web_fetch",
+    return make_tool(
+        web_fetch,
         description=(
             f"Read up to {MAX_URLS} web pages (http/https) and return their main text. "
             "Each result is {url, final_url, status, title, text, truncated} or {url, error}."
         ),
-        arguments=WebFetchArgs,
-        run=web_fetch,
     )

@@ -26,6 +26,7 @@ from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
 from agent.tools.config import WebSearchConfig
+from agent.tools.python import make_tool
 from agent.tools.search_sources import SourceCategory, host_matches, searxng_category
 
 __all__ = [
@@ -305,12 +306,10 @@ def build_web_search(
                 answer["note"] = f"No results from curated {category} sources; try without it."
         return answer
 
-    return Tool(
-        name="web_search",
+    return make_tool(
+        web_search,
         description=(
             "Search the web. Returns a list of {title, url, snippet}. Use web_fetch to read "
             "a page. Set source_category to keep only reliable sources of one kind."
         ),
-        arguments=WebSearchArgs,
-        run=web_search,
     )

@@ -2,6 +2,7 @@
 
 import { Connection, HttpError, api, loadSaved } from "./connection.js";
 import { Conversation, el } from "./view.js";
+import { ApprovalPrompt, ToolsPanel } from "./tools.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -23,6 +24,11 @@ const state = {
   sessionLastSeq: 0, // last_seq of the latest `session` frame: frames up to it are history
 };
 const conn = new Connection({ token, onFrame, onState });
+const toolsPanel = new ToolsPanel({ token, container: document.querySelector(".controls") });
+const approval = new ApprovalPrompt({
+  before: ui.composer, send: (frame) => conn.send(frame), announce: (text) => announce(text),
+});
+toolsPanel.load();
 
 // -- the token: ?token= in the page URL, kept for this tab, removed from the address bar ------
 
@@ -54,12 +60,14 @@ function onSession(frame) {
   const pending = frame.pending_input;
   if (pending) ask({ ...pending, run_id: null });
   else hideAsk();
+  approval.sync(frame.pending_approval);
   refreshSessions();
 }
 
 /** Page state that follows live events (replayed history only renders). */
 function follow(frame) {
   const kind = frame.update_type ?? frame.type;
+  approval.follow(frame);
   if (state.pending && kind !== "agent_request_input") hideAsk(); // answered, maybe elsewhere
   switch (kind) {
     case "agent_start":
@@ -96,6 +104,7 @@ function follow(frame) {
 
 function onClientError(frame) {
   if (frame.code === "session_not_found") return; // the close that follows handles it
+  approval.onError(frame);
   const text = `${frame.message} (${frame.code})`;
   if (["run_in_progress", "too_many_runs", "invalid_message"].includes(frame.code) &&
       view.rejectPending(`Not sent: ${text}`)) {
@@ -141,6 +150,8 @@ function sendMessage() {
   const content = ui.message.value.trim();
   if (!content || state.running) return;
   const frame = { type: "chat", content, agent_mode: ui.agentMode.checked };
+  const tools = toolsPanel.selected();
+  if (tools) frame.tools = tools;
   if (ui.agentMode.checked && ui.maxSteps.dataset.touched) {
     const steps = Number(ui.maxSteps.value);
     if (!Number.isInteger(steps) || steps < 1) {

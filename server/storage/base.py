@@ -23,7 +23,7 @@ __all__ = [
     "message_to_api",
 ]
 
-SessionStatus = Literal["idle", "running", "awaiting_input"]
+SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
 
 
 @dataclass(frozen=True, slots=True)

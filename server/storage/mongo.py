@@ -404,7 +404,7 @@ class MongoStore:
         return len(docs)
 
 
-_ACTIVE = ["running", "awaiting_input"]
+_ACTIVE = ["running", "awaiting_input", "awaiting_approval"]
 
 
 def _owner(scope: Scope) -> Doc:

@@ -301,7 +301,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> None:
             conn.executemany(
                 "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
-                "AND status IN ('running', 'awaiting_input')",
+                "AND status IN ('running', 'awaiting_input', 'awaiting_approval')",
                 [(lease_until, i) for i in ids],
             )
 
@@ -312,7 +312,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
-                "AND status IN ('running', 'awaiting_input') "
+                "AND status IN ('running', 'awaiting_input', 'awaiting_approval') "
                 "AND (lease_until IS NULL OR lease_until < ?)",
                 (lease_until, item.session_id, now),
             )
@@ -325,7 +325,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> list[UnfinishedRun]:
             rows = conn.execute(
                 "SELECT tenant_id, user_id, session_id, active_run_id FROM sessions "
-                "WHERE status IN ('running', 'awaiting_input') "
+                "WHERE status IN ('running', 'awaiting_input', 'awaiting_approval') "
                 "AND (? IS NULL OR lease_until IS NULL OR lease_until < ?)",
                 (now, now),
             ).fetchall()

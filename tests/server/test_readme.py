@@ -42,3 +42,19 @@ async def test_the_readme_tour_runs_as_written(server, fake_llm: FakeLLM):
                     for m in r.body["messages"] if m["role"] == "tool"]
     assert {"role": "tool", "content": "Friday, 4 people",
             "tool_call_id": tool_results[-1]["tool_call_id"]} in tool_results
+
+
+async def test_the_readme_mcp_server_in_three_lines_works(server_factory):
+    import tomllib
+
+    import httpx
+
+    text = README.read_text(encoding="utf-8")
+    snippet = re.search(r"```toml\n(\[tools\.mcp\.time\].*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    assert len(snippet.strip().splitlines()) == 3
+    server = tomllib.loads(snippet)["tools"]["mcp"]["time"]
+    server["command"] = sys.executable  # "python" as written may not be on the test's PATH
+    async with server_factory(tools={"mcp": {"time": server}}) as s:
+        async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+            names = [t["name"] for t in (await http.get("/api/tools")).json()["tools"]]
+    assert {"time__get_current_time", "time__convert_time"} <= set(names)

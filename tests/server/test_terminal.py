@@ -298,3 +298,29 @@ async def test_an_open_question_can_be_answered_after_resuming(
     again.type("Lyon\r")
     await again.expect(r"answer \(finished in 1 step\):\nLyon it is\.\n")
     await again.expect(r"you> ")
+
+
+async def test_a_call_that_needs_approval_is_asked_y_or_n(
+    server_factory: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    fake_llm.script(
+        "act",
+        act(FakeToolCall("get_current_time", {"timezone": "UTC"})),
+        act(FakeToolCall("get_current_time", {"timezone": "Asia/Tokyo"})),
+    )
+    fake_llm.script("observe", observe("Got UTC."), observe("Declined.", final="No time for you."))
+    async with server_factory(tools={"approval": ["get_current_time"]}) as s:
+        term = await terminals(ws_url(s))
+        await term.expect(r"you> ")
+        term.type("What time is it?\r")
+        await term.expect(r'\? approve this call: get_current_time \{"timezone": "UTC"\}\n')
+        await term.expect(r"approve\? \[y/n reason\] ")
+        term.type("maybe\r")
+        await term.expect(r"\(answer y to run the call, or n \[reason\] to decline it\)")
+        term.type("y\r")
+        await term.expect(r'✓ result \(\d+ ms\): \{"timezone": "UTC"')
+        await term.expect(r'\? approve this call: get_current_time \{"timezone": "Asia/Tokyo"\}')
+        term.type("n not Tokyo\r")
+        await term.expect(r"✗ error: The user declined: not Tokyo\.")
+        await term.expect(r"answer \(finished in 2 steps\):\nNo time for you\.\n")
+        await term.expect(r"you> ")

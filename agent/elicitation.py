@@ -1,0 +1,41 @@
+"""A tool asking the person mid-call (MCP elicitation) goes through the `request_input` pause:
+the same `agent_request_input` event (with the call's id), the same `agent_user_input` answer,
+the same timeout, the same stop. The call's own time limit is suspended while it waits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from agent.control import PendingQuestion
+from agent.events import InputRequested, InputTimedOut
+from agent.messages import ToolCall
+from agent.run import RunContext
+
+__all__ = ["make_ask"]
+
+
+def make_ask(
+    ctx: RunContext, step: int, call: ToolCall, deadline: asyncio.Timeout
+) -> Callable[[str], Awaitable[str | None]]:
+    """The `ask` of one tool call's ToolContext.extra (agent.tools.mcp.Ask): put `question`
+    to the person; None when they did not answer in time (the run is then ending)."""
+
+    async def ask(question: str) -> str | None:
+        loop = asyncio.get_running_loop()
+        when = deadline.when()
+        remaining = None if when is None else when - loop.time()
+        deadline.reschedule(None)  # the person's time does not count against the tool
+        timeout = ctx.limits.request_input_timeout_s
+        pending = PendingQuestion(question, call.id, step, ctx.now_ms() + int(timeout * 1000))
+        await ctx.sink.emit(InputRequested(step, question, call.id, pending.expires_at))
+        answer = await ctx.control.ask(pending, timeout)
+        if answer is None:
+            await ctx.sink.emit(InputTimedOut(step))
+            ctx.control.request_stop("input_timeout")  # ends the run as an unanswered question
+            return None
+        if remaining is not None:
+            deadline.reschedule(loop.time() + max(remaining, 0.0))
+        return answer
+
+    return ask

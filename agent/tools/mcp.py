@@ -1,0 +1,306 @@
+"""MCP servers as a source of tools, through the official `mcp` SDK.
+
+Each configured server lives in its own long-lived task (the SDK's context managers must be
+entered and left in one task): it connects (stdio or streamable HTTP) within
+`start_timeout_s`, lists the server's tools, then watches the connection (a call that finds it
+closed, or a failing periodic `tools/list`) and reconnects with exponential backoff. While a
+server is down its tools are gone from new runs and a call to it is a ToolError at once.
+
+Tools are offered to the model as `<server>__<tool>`: server names may not contain `__`, so
+the split is unambiguous; characters a model API refuses in a name become `_`.
+
+Results: text blocks and `structuredContent` become the result; images, audio and resources
+are described (type, size, URI) instead of dropped; `isError` results raise ToolError.
+Cancelling a call (a stop) abandons the request, and the SDK sends MCP's
+`notifications/cancelled` for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from contextlib import AsyncExitStack
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx2
+import mcp_types as types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.session import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+
+from agent.errors import ToolError
+from agent.ports import ToolSpec
+from agent.tools.config import McpServerConfig
+from agent.tools.mcp_content import Ask, describe_result, elicit
+
+__all__ = ["McpServer", "McpTool", "exposed_name", "mcp_ask"]
+
+log = logging.getLogger(__name__)
+SEPARATOR = "__"
+_BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+
+mcp_ask: ContextVar[Ask | None] = ContextVar("mcp_ask", default=None)
+"""Set by the caller for the duration of a call: how an elicitation reaches the person."""
+
+State = Literal["starting", "up", "down", "stopped"]
+
+
+def exposed_name(server: str, tool: str) -> str:
+    """The name the model sees: `<server>__<tool>`, limited to what model APIs accept."""
+    return (server + SEPARATOR + _BAD_NAME_CHARS.sub("_", tool))[:64]
+
+
+@dataclass(frozen=True, slots=True)
+class McpTool:
+    """One tool of a running server."""
+
+    server: str
+    name: str  # the server's own name for it
+    spec: ToolSpec  # as offered to the model
+    destructive: bool  # the server's annotations say destructiveHint: true
+
+
+class McpServer:
+    """One configured MCP server: its connection task, its tools and its health."""
+
+    def __init__(self, name: str, config: McpServerConfig) -> None:
+        self.name = name
+        self.config = config
+        self.state: State = "starting"
+        self.error: str | None = None
+        self.restarts = 0
+        self.tools: dict[str, McpTool] = {}  # by exposed name; empty unless up
+        self.seen: set[str] = set()  # every exposed name it ever listed (valid in chat.tools)
+        self._client: Client | None = None
+        self._attempted = asyncio.Event()  # the first connection attempt has ended
+        self._up = asyncio.Event()
+        self._dead = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._asks: dict[int, Ask] = {}  # in-flight calls that can ask the person
+        self._next_call = 0
+
+    def visible_to(self, tenant_id: str) -> bool:
+        return not self.config.tenants or tenant_id in self.config.tenants
+
+    def needs_approval(self, tool: McpTool) -> bool:
+        mode = self.config.approval
+        return mode == "always" or (mode == "destructive" and tool.destructive)
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "tools": len(self.tools),
+            "restarts": self.restarts,
+            **({"error": self.error} if self.error else {}),
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run_forever(), name=f"mcp-{self.name}")
+
+    async def wait_up(self) -> None:
+        """Return once the server is up (at once if it is)."""
+        await self._up.wait()
+
+    async def wait_started(self) -> None:
+        """Return once the first connection attempt succeeded or failed."""
+        await self._attempted.wait()
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        self._stopping.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(task)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.state = "stopped"
+
+    async def _run_forever(self) -> None:
+        delay = self.config.restart_backoff_s
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                await self._serve_once()
+            except Exception as exc:  # noqa: BLE001 - a broken server must never end the app
+                self._down(_describe_failure(exc))
+            finally:
+                self._attempted.set()
+            if self._stopping.is_set():
+                break
+            if time.monotonic() - started > 4 * delay:
+                delay = self.config.restart_backoff_s  # it ran for a while: start over
+            log.warning(
+                "MCP server %s is down (%s); restarting in %.1f s", self.name, self.error, delay
+            )
+            try:
+                async with asyncio.timeout(delay):  # backoff timer, ended early by a stop
+                    await self._stopping.wait()
+            except TimeoutError:
+                pass
+            delay = min(delay * 2, self.config.restart_backoff_max_s)
+            self.restarts += 1
+
+    async def _serve_once(self) -> None:
+        self._dead.clear()
+        self.state = "starting"
+        async with AsyncExitStack() as stack:
+            async with asyncio.timeout(self.config.start_timeout_s):
+                client = await stack.enter_async_context(self._new_client(stack))
+                tools = await self._list_tools(client)
+            self._client, self.tools = client, tools
+            self.seen.update(tools)
+            self.state, self.error = "up", None
+            self._up.set()
+            self._attempted.set()
+            log.info("MCP server %s is up with %d tool(s)", self.name, len(tools))
+            try:
+                await self._watch(client)
+            finally:
+                self._client, self.tools = None, {}
+        if not self._stopping.is_set():
+            self._down(self.error or "the connection closed")
+
+    def _new_client(self, stack: AsyncExitStack) -> Client:
+        config = self.config
+        if config.url:
+            headers = {k: v.get_secret_value() for k, v in config.headers.items()}
+            # The SDK's recommended timeouts: a response stream may stay open for minutes.
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+            stack.push_async_callback(http.aclose)
+            server: Any = streamable_http_client(config.url, http_client=http)
+        else:
+            server = StdioServerParameters(
+                command=config.command,
+                args=list(config.args),
+                env=dict(config.env) or None,
+                cwd=config.cwd,
+            )
+        return Client(server, elicitation_callback=self._elicit, cache=None)
+
+    async def _watch(self, client: Client) -> None:
+        """Return when the connection dies or the server is stopped."""
+        interval = self.config.health_interval_s
+        while not self._stopping.is_set() and not self._dead.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._stopping, self._dead)]
+            try:
+                await asyncio.wait(waits, timeout=interval, return_when="FIRST_COMPLETED")
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+            if self._stopping.is_set() or self._dead.is_set():
+                return
+            try:
+                async with asyncio.timeout(min(interval, self.config.start_timeout_s)):
+                    self.tools = await self._list_tools(client)
+            except Exception as exc:  # noqa: BLE001 - any failure means the server is gone
+                self._mark_dead(f"health check failed: {_describe_failure(exc)}")
+
+    async def _list_tools(self, client: Client) -> dict[str, McpTool]:
+        tools: dict[str, McpTool] = {}
+        cursor: str | None = None
+        for _ in range(100):
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            for tool in page.tools:
+                exposed = exposed_name(self.name, tool.name)
+                spec = ToolSpec(
+                    exposed, tool.description or tool.title or tool.name, dict(tool.input_schema)
+                )
+                hint = tool.annotations.destructive_hint if tool.annotations else None
+                tools[exposed] = McpTool(self.name, tool.name, spec, hint is True)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    def _down(self, error: str) -> None:
+        self.state, self.error, self.tools, self._client = "down", error, {}, None
+        self._up.clear()
+
+    def _mark_dead(self, error: str) -> None:
+        if self.state == "up":
+            self.error = error
+            self.state = "down"
+            self.tools = {}
+            self._up.clear()
+        self._dead.set()
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def call(self, tool: McpTool, arguments: dict[str, Any], ask: Ask | None) -> Any:
+        """Call `tool`; return its result as a JSON value. Raise ToolError when it fails."""
+        client = self._client
+        if client is None or self.state != "up":
+            raise ToolError(
+                f"The MCP server {self.name!r} is not running ({self.error or 'starting'}); "
+                "its tools are unavailable for now."
+            )
+        token = mcp_ask.set(ask)
+        call_id = self._next_call = self._next_call + 1
+        if ask is not None:
+            self._asks[call_id] = ask
+        try:
+            result = await client.call_tool(tool.name, arguments)
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                self._mark_dead("the connection closed during a call")
+                raise ToolError(f"The MCP server {self.name!r} stopped during the call.") from None
+            raise ToolError(f"{tool.spec.name} failed: {exc.error.message}") from None
+        except (OSError, EOFError, httpx2.HTTPError) as exc:
+            self._mark_dead(_describe_failure(exc))
+            raise ToolError(f"The MCP server {self.name!r} failed during the call.") from None
+        except Exception as exc:
+            if _closed_stream(exc):
+                self._mark_dead("the connection closed during a call")
+                raise ToolError(f"The MCP server {self.name!r} stopped during the call.") from None
+            raise
+        finally:
+            mcp_ask.reset(token)
+            self._asks.pop(call_id, None)
+        value = describe_result(result)
+        if result.is_error:
+            text = value if isinstance(value, str) else str(value)
+            raise ToolError(text or f"{tool.spec.name} reported an error.")
+        return value
+
+    async def _elicit(
+        self, context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        """A server asks the person something mid-call: the run's request_input pause answers.
+
+        On 2026 connections the request comes within the call (the context variable knows
+        the run); on older ones it arrives on the connection's own task, so it goes to the
+        server's one in-flight call that can ask, and is declined when there are several.
+        """
+        ask = mcp_ask.get()
+        if ask is None and len(set(self._asks.values())) == 1:
+            ask = next(iter(self._asks.values()))
+        return await elicit(ask, params)
+
+
+def _closed_stream(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return name in ("ClosedResourceError", "BrokenResourceError", "EndOfStream")
+
+
+def _describe_failure(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return "did not start in time"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, MCPError):
+        return exc.error.message
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,71 @@
+"""McpServer against server-everything: every kind of result block becomes something the model
+can read; errors are ToolErrors; names and elicitation answers are mapped as documented."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.errors import ToolError
+from agent.tools.catalog import _missing
+from agent.tools.config import McpServerConfig
+from agent.tools.mcp import McpServer, exposed_name
+from agent.tools.mcp_content import fill_form
+from tests.fakes.mcp_servers import npm_server
+
+
+async def test_results_of_every_kind_are_described_not_dropped():
+    server = McpServer("ev", McpServerConfig(**npm_server("everything")))
+    server.start()
+    try:
+        await server.wait_started()
+        assert server.state == "up", server.error
+        tools = server.tools
+
+        async def call(name: str, arguments: dict) -> object:
+            return await server.call(tools[exposed_name("ev", name)], arguments, None)
+
+        assert await call("echo", {"message": "hi"}) == "Echo: hi"
+        image = await call("get-tiny-image", {})
+        assert isinstance(image, dict)
+        [described] = [a for a in image["attachments"] if a["type"] == "image"]
+        assert described["mime_type"] == "image/png" and described["bytes"] > 100
+        resource = await call("get-resource-reference", {"resourceType": "Text", "resourceId": 1})
+        assert isinstance(resource, dict)
+        assert resource["attachments"][0]["type"] == "resource"
+        assert resource["attachments"][0]["uri"].startswith("demo://")
+        links = await call("get-resource-links", {"count": 2})
+        assert isinstance(links, dict)
+        assert [a["type"] for a in links["attachments"]] == ["resource_link", "resource_link"]
+        structured = await call("get-structured-content", {"location": "New York"})
+        assert isinstance(structured, dict) and "temperature" in str(structured["structured"])
+        with pytest.raises(ToolError):
+            await call("get-sum", {"a": "not a number", "b": 1})
+    finally:
+        await server.stop()
+    assert server.state == "stopped" and server.tools == {}
+
+
+async def test_a_call_to_a_server_that_is_not_running_fails_at_once():
+    server = McpServer("gone", McpServerConfig(command="/nonexistent/server"))
+    server.start()
+    try:
+        await server.wait_started()
+        assert server.state == "down" and "/nonexistent/server" in (server.error or "")
+        with pytest.raises(ToolError, match="'gone' is not running"):
+            await server.call(_missing(server, "gone__x"), {}, None)
+    finally:
+        await server.stop()
+
+
+def test_names_and_elicitation_answers():
+    assert exposed_name("fs", "write_file") == "fs__write_file"
+    assert exposed_name("s", "a.b c") == "s__a_b_c"
+    assert len(exposed_name("s", "x" * 100)) == 64
+    schema = {
+        "properties": {"check": {"type": "boolean"}, "name": {"type": "string"}},
+        "required": ["name"],
+    }
+    assert fill_form(schema, "Ada") == {"name": "Ada"}
+    assert fill_form(schema, '{"name": "Ada", "check": true}') == {"name": "Ada", "check": True}
+    assert fill_form({"properties": {"ok": {"type": "boolean"}}}, "yes") == {"ok": True}
+    assert fill_form({}, "whatever") == {}
