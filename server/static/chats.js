@@ -83,7 +83,7 @@ export class ChatList {
     if (session.title) {
       li.append(
         button("session-rename", "✎", () => this.rename(li, session), `Rename “${title}”`),
-        button("session-delete", "🗑", () => this.remove(session), `Delete “${title}”`),
+        button("session-delete", "✕", () => this.remove(session), `Delete “${title}”`),
       );
     }
     return li;

@@ -127,11 +127,13 @@ export class Conversation {
     } else if (run.outcome === "max_steps") {
       bar.append(button("action primary", "Continue", handlers.resume));
     }
-    if (run.userText != null) {
+    // a run started by Continue or Retry has no message of its own: use the last one written
+    const text = [...this.runs.values()].reverse().find((r) => r.userText != null)?.userText;
+    if (text != null) {
       if (run.outcome === "finished" || run.outcome === "max_steps" || run.outcome === "budget") {
-        bar.append(button("action", "Regenerate", () => handlers.regenerate(run.userText)));
+        bar.append(button("action", "Regenerate", () => handlers.regenerate(text)));
       }
-      bar.append(button("action", "Edit message", () => handlers.edit(run.userText)));
+      bar.append(button("action", "Edit message", () => handlers.edit(text)));
     }
     if (run.answerNode) bar.append(copyButton(() => run.answerNode.textContent, "Copy answer"));
     if (bar.childElementCount) this.append(bar);
