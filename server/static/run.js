@@ -243,7 +243,7 @@ export class Run {
     }
     const stepCount = [...this.steps.keys()].filter((n) => n > 0).length;
     if (stepCount) parts.push(plural(stepCount, "step"));
-    parts.push(plural(this.tools.size, "tool"));
+    if (this.tools.size) parts.push(plural(this.tools.size, "tool"));
     this.work.querySelector(".work-summary").textContent = parts.join(" · ");
     if (this.answerNode) this.work.open = false;
   }

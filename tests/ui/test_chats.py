@@ -34,6 +34,7 @@ async def test_rename_search_and_delete_chats(
     await expect(items).to_have_count(2)
     await expect(page.locator(".session-group")).to_have_text(["Today"])
     rome = items.filter(has_text="Plan a trip to Rome")
+    await rome.hover()  # on a desktop Rename and Delete show on hover or focus
     await rome.get_by_role("button", name=re.compile("^Rename")).click()
     rename = page.locator(".rename-input")
     await expect(rename).to_be_focused()
@@ -57,7 +58,11 @@ async def test_rename_search_and_delete_chats(
     # delete the open chat: the page moves to a new one without a warning
     page.once("dialog", lambda dialog: dialog.accept())
     sourdough = items.filter(has_text="Explain sourdough starters")
-    await sourdough.get_by_role("button", name=re.compile("^Delete")).click()
+    await sourdough.locator(".session").focus()  # the keyboard way: focus shows the buttons
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Tab")
+    await expect(sourdough.get_by_role("button", name=re.compile("^Delete"))).to_be_focused()
+    await page.keyboard.press("Enter")
     await expect(page.locator("#sessions-status")).to_have_text(
         "Deleted “Explain sourdough starters”.")
     await expect(items.filter(has_text="sourdough")).to_have_count(0)
@@ -89,6 +94,7 @@ async def test_a_long_running_title_keeps_its_marker_and_delete_waits_for_the_ru
     await snap("running-marker")
 
     page.once("dialog", lambda dialog: dialog.accept())
+    await item.hover()
     await item.get_by_role("button", name=re.compile("^Delete")).click()
     await expect(page.locator("#sessions-status")).to_have_text(
         "This chat is still running. Stop it first, then delete it.")
