@@ -140,6 +140,8 @@ async def test_a_dead_server_shows_as_disconnected_and_queued_input_waits(
     queued = page.locator("article.run.queued")
     await expect(queued.locator(".bubble.user")).to_have_text("Second question")
     await expect(page.locator("#composer-note")).to_contain_text("waits")
+    assert "Waiting for the connection" in await queued.locator(".run-body").evaluate(
+        "(n) => getComputedStyle(n, '::after').content")
     await snap("disconnected-queued")
     assert [f["content"] for f in fake.sent if f["type"] == "chat"] == ["First question"]
 
