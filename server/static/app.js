@@ -3,6 +3,7 @@
 // and answers the agent's question while one is pending.
 
 import { ChatList } from "./chats.js";
+import { Composer } from "./composer.js";
 import { Connection, HttpError, api, loadSaved } from "./connection.js";
 import { Drawer } from "./drawer.js";
 import { plainError } from "./errors.js";
@@ -11,16 +12,9 @@ import { Conversation } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  conversation: $("conversation"), message: $("message"), composer: $("composer"),
-  send: $("send"), agentMode: $("agent-mode"), maxSteps: $("max-steps"), conn: $("conn"),
-  note: $("composer-note"), welcome: $("welcome"), welcomeModel: $("welcome-model"),
-  jump: $("jump"), announcer: $("announcer"), messageLabel: $("message-label"),
-};
-const PREFS = "agent-chat:prefs";
-const DEFAULT_MAX_STEPS = 10;
-const PLACEHOLDER = {
-  send: "Message the agent… (Enter to send, Shift+Enter for a new line, Esc to stop)",
-  answer: "Answer the agent's question… (Enter to send)",
+  conversation: $("conversation"), message: $("message"), form: $("composer"), conn: $("conn"),
+  welcome: $("welcome"), welcomeModel: $("welcome-model"), jump: $("jump"),
+  announcer: $("announcer"),
 };
 
 const token = takeToken();
@@ -33,8 +27,12 @@ const state = {
   lastAnswer: null, // the answer just sent, put back if the server refuses it
   deleting: null, // the session being deleted from the chat list
   sessionLastSeq: 0, // last_seq of the latest `session` frame: frames up to it are history
-  defaults: null, // the session frame's `defaults`, when the server sends them
 };
+const composer = new Composer({
+  box: ui.message, label: $("message-label"), button: $("send"), note: $("composer-note"),
+  agentMode: $("agent-mode"), maxSteps: $("max-steps"),
+});
+const note = (text, kind) => composer.note(text, kind);
 const view = new Conversation(ui.conversation, { onScrollState: (atEnd) => (ui.jump.hidden = atEnd) });
 const banner = new QuestionBanner({ banner: $("ask"), question: $("ask-question"), expiry: $("ask-expiry") });
 const conn = new Connection({ token, onFrame, onState });
@@ -78,8 +76,7 @@ function onFrame(frame) {
 
 function onSession(frame) {
   state.sessionLastSeq = frame.last_seq;
-  if (frame.defaults) state.defaults = frame.defaults;
-  applyDefaults();
+  composer.setDefaults(frame.defaults);
   ui.welcomeModel.hidden = !frame.model;
   ui.welcomeModel.textContent = frame.model ? `Model: ${frame.model}` : "";
   setRunning(frame.status !== "idle");
@@ -197,44 +194,18 @@ function setRunning(running) {
 }
 
 function updateControls() {
-  const current = mode();
-  const labels = { send: "Send", answer: "Answer", stop: state.stopping ? "Stopping…" : "Stop" };
-  ui.send.textContent = labels[current];
-  ui.send.classList.toggle("stop", current === "stop");
-  ui.send.disabled = current === "stop" && state.stopping;
-  ui.send.setAttribute("aria-label",
-    { send: "Send (Enter)", answer: "Send the answer (Enter)", stop: "Stop the run (Esc)" }[current]);
-  ui.message.placeholder = PLACEHOLDER[current === "answer" ? "answer" : "send"];
-  ui.messageLabel.textContent = current === "answer" ? "Your answer to the agent's question" : "Message";
+  composer.show(mode(), state.stopping);
   document.body.classList.toggle("running", state.running && state.online);
   document.body.classList.toggle("offline", !state.online);
-  if (state.online && state.queued === null && ui.note.dataset.kind === "waiting") note(null);
-}
-
-function note(text, kind = "info") {
-  ui.note.hidden = !text;
-  ui.note.textContent = text ?? "";
-  ui.note.dataset.kind = text ? kind : "";
-}
-
-function readMaxSteps(frame) {
-  if (!ui.agentMode.checked || !ui.maxSteps.dataset.touched) return true;
-  const steps = Number(ui.maxSteps.value);
-  if (!Number.isInteger(steps) || steps < 1) {
-    note("Max steps must be a whole number of at least 1.", "error");
-    ui.maxSteps.focus();
-    return false;
-  }
-  frame.agent_max_steps = steps;
-  return true;
+  if (state.online && state.queued === null && composer.noteKind === "waiting") note(null);
 }
 
 function sendMessage(text = ui.message.value) {
   const content = text.trim();
   if (!content || state.queued) return;
   if (state.running && state.online) return; // Stop is the button; the text waits in the box
-  const frame = { type: "chat", content, agent_mode: ui.agentMode.checked };
-  if (!readMaxSteps(frame)) return;
+  const frame = composer.chatFrame(content);
+  if (!frame) return;
   note(null);
   view.hideActions();
   const run = view.expect(content);
@@ -288,7 +259,7 @@ function stopRun() {
 /** Retry after an error or a stop, or continue after the step limit. */
 function control(action) {
   const frame = { type: "agent_control", action };
-  if (action === "continue" && !readMaxSteps(frame)) return;
+  if (action === "continue" && !composer.addMaxSteps(frame)) return;
   if (!conn.send(frame)) {
     note("Not connected: try again when the connection is back.", "error");
     return;
@@ -305,15 +276,11 @@ function refreshActions() {
     retry: () => control("retry"),
     resume: () => control("continue"),
     regenerate: (text) => sendMessage(text),
-    edit: (text) => {
-      ui.message.value = text;
-      ui.message.focus();
-      ui.message.setSelectionRange(text.length, text.length);
-    },
+    edit: (text) => composer.fill(text),
   });
 }
 
-ui.composer.addEventListener("submit", (event) => {
+ui.form.addEventListener("submit", (event) => {
   event.preventDefault();
   const current = mode();
   if (current === "answer") sendAnswer();
@@ -333,34 +300,9 @@ document.addEventListener("keydown", (event) => {
   event.preventDefault();
   stopRun();
 });
-ui.agentMode.addEventListener("change", () => {
-  ui.maxSteps.disabled = !ui.agentMode.checked;
-  localStorage.setItem(PREFS, JSON.stringify({ agentMode: ui.agentMode.checked }));
-});
-ui.maxSteps.addEventListener("change", () => (ui.maxSteps.dataset.touched = "1"));
 ui.jump.addEventListener("click", () => view.scrollToEnd());
 for (const example of document.querySelectorAll(".example")) {
-  example.addEventListener("click", () => {
-    ui.message.value = example.textContent;
-    ui.message.focus();
-  });
-}
-
-function restorePrefs() {
-  try {
-    const prefs = JSON.parse(localStorage.getItem(PREFS) ?? "{}") ?? {};
-    if (typeof prefs.agentMode === "boolean") ui.agentMode.checked = prefs.agentMode;
-  } catch {
-    localStorage.removeItem(PREFS);
-  }
-  ui.maxSteps.disabled = !ui.agentMode.checked;
-}
-
-/** Max steps belongs to one chat: untouched, it shows the server's default. */
-function applyDefaults() {
-  const defaults = state.defaults ?? {};
-  if (defaults.max_steps_limit) ui.maxSteps.max = defaults.max_steps_limit;
-  if (!ui.maxSteps.dataset.touched) ui.maxSteps.value = defaults.max_steps ?? DEFAULT_MAX_STEPS;
+  example.addEventListener("click", () => composer.fill(example.textContent));
 }
 
 function updateWelcome() {
@@ -423,8 +365,7 @@ function resetPage() {
   state.controlSent = false;
   setRunning(false);
   state.sessionLastSeq = 0;
-  delete ui.maxSteps.dataset.touched; // max steps resets per chat
-  applyDefaults();
+  composer.resetMaxSteps(); // max steps belongs to one chat
   updateWelcome();
 }
 
@@ -450,8 +391,6 @@ async function resume(saved) {
   conn.open(saved.sessionId, saved.lastSeq);
 }
 
-restorePrefs();
-applyDefaults();
 setRunning(false);
 updateWelcome();
 const saved = loadSaved();

@@ -99,7 +99,6 @@ export class Run {
   }
 
   apply(f, answers) {
-    this.answered = answers;
     this.setBusy(true);
     if (typeof f.ts === "number") {
       this.firstTs ??= f.ts;

@@ -47,6 +47,7 @@ export class ToolCard {
   }
 
   tick() {
+    if (!this.card.isConnected) return clearInterval(this.ticker); // its chat was closed
     const elapsed = Math.max(0, Date.now() - this.started);
     this.status.textContent = `running ${Math.round(elapsed / 1000)} s…`;
   }
