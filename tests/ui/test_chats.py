@@ -208,3 +208,16 @@ async def test_max_steps_resets_for_each_chat(ui_server: Any, page: Any, viewpor
     await page.reload()
     await expect(page.locator("#conn")).to_have_attribute("data-state", "connected")
     await expect(steps).to_have_value("6")
+
+
+async def test_date_groups(ui_server: Any, page: Any) -> None:
+    await page.goto(ui_server.url)
+    groups = await page.evaluate("""async () => {
+        const { dateGroup } = await import("./static/chats.js");
+        const now = new Date(2026, 10, 23, 15, 0).getTime();
+        const at = (d, h) => new Date(2026, 10, d, h, 0).getTime();
+        return [at(23, 1), at(22, 23), at(22, 0), at(17, 12), at(16, 12), at(1, 12),
+                new Date(2026, 9, 1).getTime()].map((ts) => dateGroup(ts, now));
+    }""")
+    assert groups == ["Today", "Yesterday", "Yesterday", "Previous 7 days", "Previous 7 days",
+                      "Previous 30 days", "Older"]

@@ -183,3 +183,34 @@ async def test_a_refused_message_stays_in_the_composer_with_a_plain_reason(
         "The agent is still working on this chat. Wait for it, or stop it, then send again.")
     await expect(page.locator("#message")).to_have_value("Do a lot")
     assert not ERROR_CODES.search(await note.inner_text())
+
+
+async def test_every_server_error_reads_as_plain_words(ui_server: Any, page: Any) -> None:
+    cases = [
+        ("run_in_progress", "A run is already active in this session; stop it first."),
+        ("too_many_runs", "Your organization already has 20 active runs, the limit; wait."),
+        ("invalid_message", "tools: unknown tool 'x' (enabled: get_current_time)."),
+        ("invalid_message", "agent_max_steps: must be at most 50 (got 60)."),
+        ("no_active_run", "There is no active run to stop."),
+        ("not_awaiting_input", "No question is waiting for an answer."),
+        ("nothing_to_retry", "The last run finished; there is nothing to retry."),
+        ("unknown_type", "type: expected one of chat, agent_control, agent_user_input."),
+        ("invalid_json", "The frame is not a JSON object."),
+        ("llm_error", "The language model answered with an error (HTTP 429)."),
+        ("llm_error", "The language model could not be reached (ConnectError)."),
+        ("llm_error", "The language model's reply broke off or could not be read (ReadError)."),
+        ("storage_error", "SQLite write failed: disk I/O error"),
+        ("internal_error", "The run took longer than its time limit (600 s)."),
+        ("some_new_code", "Something new went wrong."),
+    ]
+    await page.goto(ui_server.url)
+    texts = await page.evaluate("""async (cases) => {
+        const { plainError } = await import("./static/errors.js");
+        return cases.map(([code, message]) => plainError(code, message));
+    }""", cases)
+    for (code, _), text in zip(cases, texts, strict=True):
+        assert text and text[0].isupper() and text.endswith((".", "…")), (code, text)
+        assert not ERROR_CODES.search(text), (code, text)
+        assert "_" not in text and "SQLite" not in text and "Error" not in text, (code, text)
+    assert texts[9] == "The model could not answer: the model service is overloaded right now."
+    assert texts[-1] == "Something new went wrong."
