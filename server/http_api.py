@@ -103,9 +103,11 @@ async def latest_session(request: Request) -> Response:
 
 
 async def _title_from_body(request: Request) -> str:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
+    raw = bytearray()
+    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

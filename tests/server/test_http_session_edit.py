@@ -28,6 +28,9 @@ async def test_rename_then_delete_a_session(server, fake_llm: FakeLLM):
             assert response.json()["code"] == "invalid_body"
         response = await http.patch(f"/api/sessions/{sid}", content=b"{not json")
         assert response.status_code == 400
+        huge = b'{"title": "' + b"x" * 100_000 + b'"}'
+        response = await http.patch(f"/api/sessions/{sid}", content=huge)
+        assert response.status_code == 400 and response.json()["code"] == "invalid_body"
         assert (await http.patch(f"/api/sessions/{sid}", json={"title": "x" * 200})).is_success
 
         assert (await http.delete(f"/api/sessions/{sid}")).status_code == 204
