@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test test-deps lint bench clean
+.PHONY: install serve test test-deps lint bench screenshots clean
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ lint: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# The web UI screenshots in docs/ (not part of `make test`).
+screenshots: install test-deps
+	$(BIN)/python scripts/ui_screenshots.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

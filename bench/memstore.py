@@ -84,6 +84,19 @@ class NullStore:
             changes["title"] = title
         self._sessions[session_id] = replace(record, **changes)
 
+    async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
+        record = self._get(scope, session_id)
+        if record is not None:
+            self._sessions[session_id] = replace(record, title=title)
+        return record is not None
+
+    async def delete_session(self, scope: Scope, session_id: str) -> bool:
+        if self._get(scope, session_id) is None:
+            return False
+        del self._sessions[session_id]
+        self._messages.pop(session_id, None)
+        return True
+
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
     ) -> list[bytes]:

@@ -1,6 +1,6 @@
 """The HTTP API of PROTOCOL.md: /healthz and /api/sessions/…, all scoped by the caller.
 
-Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404 or 503.
+Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 409 or 503.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from server.storage.base import Scope
 __all__ = ["routes"]
 
 MAX_LIMIT = 500
+MAX_TITLE = 200
+MAX_BODY_BYTES = 8192
+CLOSE_SESSION_NOT_FOUND = 4404
 
 
 class _ApiError(Exception):
@@ -119,6 +122,54 @@ async def latest_session(request: Request) -> Response:
     return _json(records[0].to_api())
 
 
+async def _title_from_body(request: Request) -> str:
+    raw = bytearray()
+    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
+        raw += chunk
+        if len(raw) > MAX_BODY_BYTES:
+            raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _ApiError(400, "invalid_body", "The body must be a JSON object.") from None
+    title = body.get("title") if isinstance(body, dict) else None
+    if not isinstance(title, str):
+        raise _ApiError(400, "invalid_body", 'Expected {"title": "..."} with a text title.')
+    title = " ".join(title.split())
+    if not 1 <= len(title) <= MAX_TITLE:
+        raise _ApiError(
+            400, "invalid_body", f"title: expected 1 to {MAX_TITLE} characters (got {len(title)})."
+        )
+    return title
+
+
+@_handler
+async def session_item(request: Request) -> Response:
+    """PATCH renames a session; DELETE removes it with its events and messages."""
+    scope = _scope(request)
+    session_id = str(request.path_params["session_id"])
+    services = _services(request)
+    record = await services.store.get_session(scope, session_id)
+    if record is None:
+        raise _ApiError(404, "not_found", "There is no such session.")
+    if request.method == "PATCH":
+        title = await _title_from_body(request)
+        if not await services.store.rename_session(scope, session_id, title):
+            raise _ApiError(404, "not_found", "There is no such session.")
+        record = await services.store.get_session(scope, session_id)
+        if record is None:  # deleted in between
+            raise _ApiError(404, "not_found", "There is no such session.")
+        return _json(record.to_api())
+    if services.hub.run_active(session_id) or record.status != "idle":
+        raise _ApiError(
+            409, "run_in_progress", "This conversation is still running; stop it, then delete it."
+        )
+    if not await services.store.delete_session(scope, session_id):
+        raise _ApiError(404, "not_found", "There is no such session.")
+    services.hub.close_watchers(session_id, CLOSE_SESSION_NOT_FOUND)
+    return Response(status_code=204)
+
+
 @_handler
 async def session_messages(request: Request) -> Response:
     scope = _scope(request)
@@ -190,6 +241,7 @@ routes = [
     Route("/api/tools", list_tools),
     Route("/api/sessions", list_sessions),
     Route("/api/sessions/latest", latest_session),
+    Route("/api/sessions/{session_id}", session_item, methods=["PATCH", "DELETE"]),
     Route("/api/sessions/{session_id}/messages", session_messages),
     Route("/api/sessions/{session_id}/events", session_events),
     Route("/api/sessions/{session_id}/usage", session_usage),

@@ -179,6 +179,17 @@ class SessionHub:
         """Runs currently working, of one tenant or (None) across tenants."""
         return sum(self._active.values()) if tenant is None else self._active[tenant]
 
+    def run_active(self, session_id: str) -> bool:
+        """True while a run of this session is working in this process."""
+        live = self._live.get(session_id)
+        return live is not None and live.run is not None
+
+    def close_watchers(self, session_id: str, code: int) -> None:
+        """Close every connection watching the session (e.g. it was deleted) with `code`."""
+        live = self._live.get(session_id)
+        for subscriber in list(live.subscribers if live is not None else ()):
+            subscriber.finish(code)
+
     def live_count(self, tenant: str | None = None) -> int:
         """Sessions held in memory (watched or running), of one tenant or (None) of all."""
         if tenant is None:

@@ -1,34 +1,58 @@
-// The chat page: wires the controls, the connection, the conversation view and the sidebar.
+// The chat page: wires the connection, the composer, the conversation view, the question
+// banner and the chat list together. The composer is the one text box: it sends messages,
+// and answers the agent's question while one is pending.
 
+import { ChatList } from "./chats.js";
+import { Composer } from "./composer.js";
 import { Connection, HttpError, api, loadSaved } from "./connection.js";
-import { Conversation, el } from "./view.js";
+import { Drawer } from "./drawer.js";
+import { plainError } from "./errors.js";
+import { QuestionBanner } from "./question.js";
+import { Conversation } from "./view.js";
 import { ApprovalPrompt, ToolsPanel } from "./tools.js";
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  conversation: $("conversation"), message: $("message"), composer: $("composer"),
-  send: $("send"), agentMode: $("agent-mode"), maxSteps: $("max-steps"), conn: $("conn"),
-  sessions: $("sessions"), newChat: $("new-chat"), ask: $("ask"), askForm: $("ask-form"),
-  askQuestion: $("ask-question"), askAnswer: $("ask-answer"), askExpiry: $("ask-expiry"),
+  conversation: $("conversation"), message: $("message"), form: $("composer"), conn: $("conn"),
+  welcome: $("welcome"), welcomeModel: $("welcome-model"), jump: $("jump"),
   announcer: $("announcer"),
 };
-const BASE_TITLE = document.title;
-const PREFS = "agent-chat:prefs";
 
 const token = takeToken();
-const view = new Conversation(ui.conversation);
 const state = {
+  online: false, // the socket is open and its `session` frame arrived
   running: false, // a run of this session is running or awaiting input
   stopping: false,
-  pending: null, // the question waiting for an answer: {question, tool_call_id, step, run_id}
+  controlSent: false, // a retry/continue was sent and its run has not started yet
+  queued: null, // a chat frame waiting for the connection: {frame, run}
+  lastAnswer: null, // the answer just sent, put back if the server refuses it
+  deleting: null, // the session being deleted from the chat list
   sessionLastSeq: 0, // last_seq of the latest `session` frame: frames up to it are history
 };
+const composer = new Composer({
+  box: ui.message, label: $("message-label"), button: $("send"), note: $("composer-note"),
+  agentMode: $("agent-mode"), maxSteps: $("max-steps"),
+});
+const note = (text, kind) => composer.note(text, kind);
+const view = new Conversation(ui.conversation, { onScrollState: (atEnd) => (ui.jump.hidden = atEnd) });
+const banner = new QuestionBanner({ banner: $("ask"), question: $("ask-question"), expiry: $("ask-expiry") });
 const conn = new Connection({ token, onFrame, onState });
 const toolsPanel = new ToolsPanel({ token, container: document.querySelector(".controls") });
 const approval = new ApprovalPrompt({
-  before: ui.composer, send: (frame) => conn.send(frame), announce: (text) => announce(text),
+  before: ui.form, send: (frame) => conn.send(frame), announce: (text) => announce(text),
 });
 toolsPanel.load();
+const chats = new ChatList({
+  list: $("sessions"), search: $("chat-search"), status: $("sessions-status"), token,
+  current: () => conn.sessionId,
+  onOpen: (id) => { drawer.close(false); openSession(id); },
+  willDelete: (id) => (state.deleting = id),
+  onDelete: (id) => id === conn.sessionId && startNewChat(),
+});
+const drawer = new Drawer({
+  drawer: $("drawer"), toggle: $("menu"), scrim: $("scrim"), main: $("main"),
+  focusFirst: $("chat-search"),
+});
 
 // -- the token: ?token= in the page URL, kept for this tab, removed from the address bar ------
 
@@ -52,34 +76,45 @@ function onFrame(frame) {
   if (frame.type === "error" && !frame.run_id) return onClientError(frame);
   if (frame.run_id) view.apply(frame);
   if (live) follow(frame);
+  else if (frame.seq === state.sessionLastSeq) refreshActions(); // the history is complete
+  updateWelcome();
 }
 
 function onSession(frame) {
   state.sessionLastSeq = frame.last_seq;
+  composer.setDefaults(frame.defaults);
+  ui.welcomeModel.hidden = !frame.model;
+  ui.welcomeModel.textContent = frame.model ? `Model: ${frame.model}` : "";
   setRunning(frame.status !== "idle");
-  const pending = frame.pending_input;
-  if (pending) ask({ ...pending, run_id: null });
+  if (frame.pending_input) ask({ ...frame.pending_input, run_id: null });
   else hideAsk();
   approval.sync(frame.pending_approval);
-  refreshSessions();
+  chats.refresh();
+  refreshActions();
+  updateWelcome();
+  flushQueue();
 }
 
 /** Page state that follows live events (replayed history only renders). */
 function follow(frame) {
   const kind = frame.update_type ?? frame.type;
   approval.follow(frame);
-  if (state.pending && kind !== "agent_request_input") hideAsk(); // answered, maybe elsewhere
+  // any event after a question means it was answered, maybe in another tab
+  if (banner.current && kind !== "agent_request_input") hideAsk();
   switch (kind) {
+    case "agent_user_message":
     case "agent_start":
-      setRunning(true);
-      if (!ui.maxSteps.dataset.touched) ui.maxSteps.value = frame.max_steps;
-      refreshSessions();
-      break;
     case "chat_delta":
+      state.controlSent = false;
       setRunning(true);
+      view.hideActions();
+      if (kind !== "chat_delta") chats.refresh();
       break;
     case "agent_request_input":
       ask(frame);
+      break;
+    case "agent_llm_retry":
+      announce(`The model did not answer; retrying (${frame.attempt}/${frame.max_attempts}).`);
       break;
     case "agent_request_input_timeout":
       announce("The question timed out.");
@@ -93,9 +128,15 @@ function follow(frame) {
     case "chat_response":
       announce(`Answer: ${frame.content}`);
       break;
+    case "error":
+      announce(plainError(frame.code, frame.message));
+      break;
     case "response_complete":
+      state.controlSent = false;
       setRunning(false);
-      refreshSessions();
+      chats.refresh();
+      refreshActions();
+      flushQueue();
       break;
     default:
       break;
@@ -105,184 +146,195 @@ function follow(frame) {
 function onClientError(frame) {
   if (frame.code === "session_not_found") return; // the close that follows handles it
   approval.onError(frame);
-  const text = `${frame.message} (${frame.code})`;
-  if (["run_in_progress", "too_many_runs", "invalid_message"].includes(frame.code) &&
-      view.rejectPending(`Not sent: ${text}`)) {
+  let text = plainError(frame.code, frame.message);
+  const rejected = ["run_in_progress", "too_many_runs", "invalid_message"].includes(frame.code)
+    ? view.rejectPending() : null;
+  if (rejected != null) {
+    if (!ui.message.value.trim()) ui.message.value = rejected; // the text stays to send again
     if (frame.code !== "run_in_progress") setRunning(false);
-  } else {
-    view.notice(text, "error");
+  } else if (state.controlSent) {
+    state.controlSent = false;
+    if (frame.code === "invalid_message" || frame.code === "unknown_type") {
+      text = "This server cannot retry or continue runs yet. Edit and resend the message instead.";
+    }
+    setRunning(false);
+    refreshActions();
   }
-  if (frame.code === "no_active_run" || frame.code === "not_awaiting_input") {
-    state.stopping = false;
-    if (frame.code === "not_awaiting_input") hideAsk();
-    else setRunning(false);
+  if (frame.code === "no_active_run") setRunning(false);
+  if (frame.code === "not_awaiting_input") {
+    hideAsk();
+    if (state.lastAnswer && !ui.message.value.trim()) ui.message.value = state.lastAnswer;
   }
-  announce(frame.message);
+  note(text, "error");
+  announce(text);
 }
 
 function onState(connState) {
   const labels = {
-    connecting: "Connecting…", connected: "Connected", reconnecting: "Reconnecting…",
+    connecting: "Connecting…", connected: "Connected", reconnecting: "Disconnected · reconnecting…",
     gone: "Conversation not found", unauthorized: "Not authorized",
   };
   ui.conn.dataset.state = connState;
   ui.conn.textContent = labels[connState] ?? connState;
+  state.online = connState === "connected";
+  updateControls();
   if (connState === "gone") {
-    view.notice("That conversation no longer exists; a new one was started.", "warning");
+    const deleted = state.deleting && state.deleting === conn.sessionId;
+    state.deleting = null;
     startNewChat();
+    if (!deleted) view.notice("That conversation no longer exists; a new one was started.", "warning");
   }
   if (connState === "unauthorized") view.notice("The server refused this page's token.", "error");
 }
 
-// -- the run controls --------------------------------------------------------------------------
+// -- the composer ------------------------------------------------------------------------------
+
+/** What the button and Enter do now: "send", "answer" (a question is pending) or "stop". */
+function mode() {
+  if (banner.current) return "answer";
+  if (!state.online) return "send"; // queued until the connection is back: no dead Stop button
+  return state.running ? "stop" : "send";
+}
 
 function setRunning(running) {
   state.running = running;
   if (!running) state.stopping = false;
-  ui.send.textContent = running ? (state.stopping ? "Stopping…" : "Stop") : "Send";
-  ui.send.classList.toggle("stop", running);
-  ui.send.disabled = running && state.stopping;
-  ui.send.setAttribute("aria-label", running ? "Stop the run (Esc)" : "Send (Enter)");
-  document.body.classList.toggle("running", running);
+  updateControls();
 }
 
-function sendMessage() {
-  const content = ui.message.value.trim();
-  if (!content || state.running) return;
-  const frame = { type: "chat", content, agent_mode: ui.agentMode.checked };
+function updateControls() {
+  composer.show(mode(), state.stopping);
+  document.body.classList.toggle("running", state.running && state.online);
+  document.body.classList.toggle("offline", !state.online);
+  if (state.online && state.queued === null && composer.noteKind === "waiting") note(null);
+}
+
+function sendMessage(text = ui.message.value) {
+  const content = text.trim();
+  if (!content || state.queued) return;
+  if (state.running && state.online) return; // Stop is the button; the text waits in the box
+  const frame = composer.chatFrame(content);
+  if (!frame) return;
   const tools = toolsPanel.selected();
   if (tools) frame.tools = tools;
-  if (ui.agentMode.checked && ui.maxSteps.dataset.touched) {
-    const steps = Number(ui.maxSteps.value);
-    if (!Number.isInteger(steps) || steps < 1) {
-      view.notice("Max steps must be a whole number of at least 1.", "error");
-      ui.maxSteps.focus();
-      return;
-    }
-    frame.agent_max_steps = steps;
+  note(null);
+  view.hideActions();
+  const run = view.expect(content);
+  if (text === ui.message.value) ui.message.value = "";
+  if (!state.online || !conn.send(frame)) {
+    state.queued = { frame, run };
+    run.article.classList.add("queued");
+    note("Not connected. Your message waits and is sent when the connection is back.", "waiting");
+  } else {
+    setRunning(true);
   }
-  if (!conn.send(frame)) {
-    view.notice("Not connected: the message was not sent. It is still in the box.", "error");
+  updateWelcome();
+}
+
+/** Send the message that waited for the connection, once the session is idle. */
+function flushQueue() {
+  const queued = state.queued;
+  if (!queued || !state.online || state.running) return;
+  if (!conn.send(queued.frame)) return;
+  state.queued = null;
+  queued.run.article.classList.remove("queued");
+  note(null);
+  setRunning(true);
+}
+
+function sendAnswer() {
+  const content = ui.message.value;
+  const pending = banner.current;
+  if (!pending || !content.trim()) return;
+  if (!conn.send({ type: "agent_user_input", content })) {
+    note("Not connected: the answer was not sent. It is still in the box.", "error");
     return;
   }
-  view.expect(content);
-  view.scrollToEnd();
+  view.noteAnswer(pending.run_id, pending.step, pending.tool_call_id, content);
+  state.lastAnswer = content;
   ui.message.value = "";
-  setRunning(true);
+  note(null);
+  hideAsk();
 }
 
 function stopRun() {
   if (!state.running || state.stopping) return;
   if (!conn.send({ type: "agent_control", action: "stop" })) {
-    view.notice("Not connected: the stop could not be sent.", "error");
+    note("Not connected: the stop could not be sent.", "error");
     return;
   }
   state.stopping = true;
+  updateControls();
+}
+
+/** Retry after an error or a stop, or continue after the step limit. */
+function control(action) {
+  const frame = { type: "agent_control", action };
+  if (action === "continue" && !composer.addMaxSteps(frame)) return;
+  if (!conn.send(frame)) {
+    note("Not connected: try again when the connection is back.", "error");
+    return;
+  }
+  note(null);
+  state.controlSent = true;
+  view.hideActions();
   setRunning(true);
 }
 
-ui.composer.addEventListener("submit", (event) => {
+function refreshActions() {
+  if (state.running || banner.current || state.queued) return view.hideActions();
+  view.showActions({
+    retry: () => control("retry"),
+    resume: () => control("continue"),
+    regenerate: (text) => sendMessage(text),
+    edit: (text) => composer.fill(text),
+  });
+}
+
+ui.form.addEventListener("submit", (event) => {
   event.preventDefault();
-  if (state.running) stopRun();
+  const current = mode();
+  if (current === "answer") sendAnswer();
+  else if (current === "stop") stopRun();
   else sendMessage();
 });
 ui.message.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
     event.preventDefault();
-    sendMessage();
+    if (mode() === "answer") sendAnswer();
+    else sendMessage();
   }
 });
 document.addEventListener("keydown", (event) => {
-  if (event.key === "Escape" && state.running) {
-    event.preventDefault();
-    stopRun();
-  }
+  if (event.key !== "Escape" || !state.running || event.defaultPrevented) return;
+  if (banner.current && event.target === ui.message) return; // Esc while answering: never a stop
+  event.preventDefault();
+  stopRun();
 });
-for (const input of [ui.agentMode, ui.maxSteps]) {
-  input.addEventListener("change", () => {
-    if (input === ui.maxSteps) ui.maxSteps.dataset.touched = "1";
-    ui.maxSteps.disabled = !ui.agentMode.checked;
-    localStorage.setItem(PREFS, JSON.stringify({
-      agentMode: ui.agentMode.checked,
-      maxSteps: ui.maxSteps.dataset.touched ? ui.maxSteps.value : null,
-    }));
-  });
+ui.jump.addEventListener("click", () => view.scrollToEnd());
+for (const example of document.querySelectorAll(".example")) {
+  example.addEventListener("click", () => composer.fill(example.textContent));
 }
 
-function restorePrefs() {
-  try {
-    const prefs = JSON.parse(localStorage.getItem(PREFS) ?? "{}") ?? {};
-    if (typeof prefs.agentMode === "boolean") ui.agentMode.checked = prefs.agentMode;
-    if (prefs.maxSteps) {
-      ui.maxSteps.value = prefs.maxSteps;
-      ui.maxSteps.dataset.touched = "1";
-    }
-  } catch {
-    localStorage.removeItem(PREFS);
-  }
-  ui.maxSteps.disabled = !ui.agentMode.checked;
+function updateWelcome() {
+  ui.welcome.hidden = !view.isEmpty || state.running;
 }
 
 // -- questions from the agent (request_input) ---------------------------------------------------
 
-let flashTimer = null;
-let expiryTimer = null;
-
 function ask(question) {
-  state.pending = question;
-  ui.askQuestion.textContent = question.question;
-  ui.ask.hidden = false;
-  document.body.classList.add("awaiting");
-  ui.askAnswer.focus();
+  banner.show(question);
+  view.hideActions();
+  updateControls();
+  ui.message.focus();
   announce(`The agent asks: ${question.question}`);
-  clearInterval(flashTimer);
-  let on = false;
-  const flash = () => {
-    on = !on;
-    document.title = on ? `❓ Input needed — ${BASE_TITLE}` : BASE_TITLE;
-  };
-  flash();
-  flashTimer = setInterval(flash, 1000); // timers keep running, throttled, in background tabs
-  clearInterval(expiryTimer);
-  const showExpiry = () => {
-    const left = Math.max(0, Math.round((question.expires_at - Date.now()) / 1000));
-    ui.askExpiry.textContent = question.expires_at
-      ? `Answer within ${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}` : "";
-  };
-  showExpiry();
-  expiryTimer = setInterval(showExpiry, 1000);
 }
 
 function hideAsk() {
-  state.pending = null;
-  ui.ask.hidden = true;
-  document.body.classList.remove("awaiting");
-  clearInterval(flashTimer);
-  clearInterval(expiryTimer);
-  document.title = BASE_TITLE;
+  if (!banner.current) return;
+  banner.hide();
+  updateControls();
 }
-
-ui.askForm.addEventListener("submit", (event) => {
-  event.preventDefault();
-  const content = ui.askAnswer.value;
-  const pending = state.pending;
-  if (!pending || !content.trim()) return;
-  if (!conn.send({ type: "agent_user_input", content })) {
-    view.notice("Not connected: the answer was not sent.", "error");
-    return;
-  }
-  const runId = pending.run_id ?? ui.conversation.querySelector("article.run:last-of-type")?.dataset.runId;
-  view.noteAnswer(runId, pending.step, content);
-  ui.askAnswer.value = "";
-  hideAsk();
-  ui.message.focus();
-});
-ui.askAnswer.addEventListener("keydown", (event) => {
-  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
-    event.preventDefault();
-    ui.askForm.requestSubmit();
-  }
-});
 
 function announce(text) {
   ui.announcer.textContent = text.length > 300 ? `${text.slice(0, 300)}…` : text;
@@ -290,36 +342,11 @@ function announce(text) {
 
 // -- sessions ----------------------------------------------------------------------------------
 
-async function refreshSessions() {
-  let sessions;
-  try {
-    sessions = (await api("api/sessions?limit=50", token)).sessions;
-  } catch {
-    return; // the list is a convenience: the conversation works without it
-  }
-  const items = sessions
-    .filter((s) => s.title || s.session_id === conn.sessionId)
-    .map((s) => {
-      const button = el("button", "session", null);
-      button.type = "button";
-      button.append(el("span", "session-title", s.title || "New chat"),
-        el("span", "session-time", new Date(s.updated_at).toLocaleString()));
-      button.dataset.sessionId = s.session_id;
-      button.dataset.status = s.status;
-      if (s.session_id === conn.sessionId) button.setAttribute("aria-current", "true");
-      button.addEventListener("click", () => openSession(s.session_id));
-      const li = el("li");
-      li.append(button);
-      return li;
-    });
-  ui.sessions.replaceChildren(...items);
-}
-
 async function loadMessages(sessionId) {
   try {
     view.setHistory((await api(`api/sessions/${encodeURIComponent(sessionId)}/messages?limit=500`, token)).messages);
   } catch {
-    // without it a replay shows the runs but not what the user wrote
+    // without it a replay shows the runs but not what the user wrote (unless events carry it)
   }
 }
 
@@ -329,23 +356,32 @@ async function openSession(sessionId) {
   resetPage();
   await loadMessages(sessionId);
   conn.open(sessionId, 0);
+  chats.render();
   ui.message.focus();
 }
 
 function startNewChat() {
   resetPage();
   conn.open(null);
+  chats.render();
+  drawer.close(false);
   ui.message.focus();
 }
 
 function resetPage() {
   view.clear();
   hideAsk();
+  note(null);
+  state.queued = null;
+  state.controlSent = false;
   setRunning(false);
   state.sessionLastSeq = 0;
+  composer.resetMaxSteps(); // max steps belongs to one chat
+  updateWelcome();
 }
 
-ui.newChat.addEventListener("click", startNewChat);
+$("new-chat").addEventListener("click", startNewChat);
+$("new-chat-top").addEventListener("click", startNewChat);
 
 /** After a reload: show what this tab had seen (up to its last seq), then resume after it. */
 async function resume(saved) {
@@ -362,11 +398,12 @@ async function resume(saved) {
       return conn.open(saved.sessionId, 0); // no history by HTTP: replay it all over the socket
     }
   }
+  updateWelcome();
   conn.open(saved.sessionId, saved.lastSeq);
 }
 
-restorePrefs();
 setRunning(false);
+updateWelcome();
 const saved = loadSaved();
 if (saved?.sessionId) resume(saved);
 else conn.open(null);

@@ -11,14 +11,20 @@ export class HttpError extends Error {
   constructor(status, body) {
     super(body?.message ?? `HTTP ${status}`);
     this.status = status;
+    this.code = body?.code ?? null;
   }
 }
 
-/** GET a path of the HTTP API (relative to the page), as JSON. */
-export async function api(path, token) {
+/** Call a path of the HTTP API (relative to the page); GET unless `method`; JSON both ways. */
+export async function api(path, token, { method = "GET", body: payload } = {}) {
   const headers = token ? { Authorization: `Bearer ${token}` } : {};
-  const response = await fetch(new URL(path, base), { headers });
-  const body = await response.json().catch(() => null);
+  const init = { method, headers };
+  if (payload !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(payload);
+  }
+  const response = await fetch(new URL(path, base), init);
+  const body = response.status === 204 ? null : await response.json().catch(() => null);
   if (!response.ok) throw new HttpError(response.status, body);
   return body;
 }

@@ -101,6 +101,17 @@ class Store(Protocol):
         written (None clears them) whenever `status` is given."""
         ...
 
+    async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
+        """Set the title (its place in the list, `updated_at`, stays); False if no such
+        session in the caller's scope."""
+        ...
+
+    async def delete_session(self, scope: Scope, session_id: str) -> bool:
+        """Delete the session with its events and messages; False if no such session in the
+        caller's scope (nothing of another scope is touched). The caller makes sure no run of
+        it is active."""
+        ...
+
     async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
         """Extend the lease of these sessions' active runs (their process is alive)."""
         ...

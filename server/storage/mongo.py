@@ -186,6 +186,27 @@ class MongoStore:
                 _session_filter(scope, session_id), {"$set": fields}
             )
 
+    async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
+        with _translated("rename session"):
+            result = await self._col("sessions").update_one(
+                _session_filter(scope, session_id), {"$set": {"title": title}}
+            )
+        return result.matched_count > 0
+
+    async def delete_session(self, scope: Scope, session_id: str) -> bool:
+        """The session document goes last, so a failure half way leaves a session that can
+        be deleted again rather than orphaned events."""
+        query = _session_filter(scope, session_id)
+        with _translated("delete session"):
+            if await self._col("sessions").find_one(query, {"_id": 1}) is None:
+                return False
+            await self._col("events").delete_many(query)
+            await self._col("messages").delete_many(query)
+            await self._col("sessions").delete_one(query)
+        for name in ("events", "messages"):
+            self._hints.pop((name, session_id), None)
+        return True
+
     # -- events ------------------------------------------------------------------------------
 
     async def append_events(

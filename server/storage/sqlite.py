@@ -196,6 +196,31 @@ class SQLiteStore:
         args += [session_id, scope.tenant_id, scope.user_id]
         await self._write(lambda conn: conn.execute(sql, args))
 
+    async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE sessions SET title = ? WHERE session_id = ? AND tenant_id = ? "
+                "AND user_id = ?",
+                (title, session_id, scope.tenant_id, scope.user_id),
+            )
+            return cursor.rowcount > 0
+
+        return bool(await self._write(op))
+
+    async def delete_session(self, scope: Scope, session_id: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "DELETE FROM sessions WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
+                (session_id, scope.tenant_id, scope.user_id),
+            )
+            if cursor.rowcount == 0:
+                return False  # events of a foreign session id must stay
+            conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            return True
+
+        return bool(await self._write(op))
+
     # -- events ------------------------------------------------------------------------------
 
     async def append_events(

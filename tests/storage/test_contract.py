@@ -130,6 +130,45 @@ async def test_another_scope_can_neither_see_nor_change_a_session(
     assert [m.content for m in await store.load_history(ALICE, "s1")] == ["secret"]
 
 
+async def test_rename_session_keeps_its_place_and_is_scoped(store: Store) -> None:
+    await new_session(store, "s1", now=100)
+    await new_session(store, "s2", now=200)
+
+    assert await store.rename_session(ALICE, "s1", "Trip to Rome") is True
+    assert await store.rename_session(BOB, "s1", "stolen") is False
+    assert await store.rename_session(MALLORY, "s1", "stolen") is False
+    assert await store.rename_session(ALICE, "missing", "x") is False
+
+    listed = await store.list_sessions(ALICE, 10)
+    assert [(s.session_id, s.title, s.updated_at) for s in listed] == [
+        ("s2", "", 200),
+        ("s1", "Trip to Rome", 100),
+    ]
+
+
+async def test_delete_session_removes_its_events_and_messages_only(store: Store) -> None:
+    for sid in ("s1", "s2"):
+        await new_session(store, sid)
+        await store.append_events(ALICE, sid, [frame(1), frame(2)], 200)
+        await store.append_messages(ALICE, sid, [Message("user", f"hi {sid}")], 200)
+
+    assert await store.delete_session(BOB, "s1") is False
+    assert await store.delete_session(MALLORY, "s1") is False
+    assert seqs(await store.read_events(ALICE, "s1", 0)) == [1, 2]
+    assert await store.delete_session(ALICE, "s1") is True
+
+    assert await store.get_session(ALICE, "s1") is None
+    assert [s.session_id for s in await store.list_sessions(ALICE, 10)] == ["s2"]
+    assert await store.read_events(ALICE, "s1", 0) == []
+    assert await store.read_messages(ALICE, "s1", 10, None) == ([], 0)
+    assert await store.load_history(ALICE, "s1") == []
+    assert await store.delete_session(ALICE, "s1") is False
+    assert seqs(await store.read_events(ALICE, "s2", 0)) == [1, 2]
+    assert [m.content for m in await store.load_history(ALICE, "s2")] == ["hi s2"]
+    with pytest.raises(StorageError):  # a deleted session takes no more writes
+        await store.append_events(ALICE, "s1", [frame(3)], 300)
+
+
 async def test_update_session_sets_status_run_and_pending_input_together(store: Store) -> None:
     await new_session(store)
     await new_session(store, "other-tenant", MALLORY)

@@ -4,10 +4,12 @@ module when it or Chromium is missing."""
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,24 @@ CHROMIUM_ARGS = [
 ]
 
 
+VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+
+
+@pytest.fixture(scope="session")
+def ui_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots go: $UI_ARTIFACTS, else pytest's temporary folder (never the repo)."""
+    configured = os.environ.get("UI_ARTIFACTS")
+    folder = Path(configured) if configured else tmp_path_factory.getbasetemp() / "ui-artifacts"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def viewport(request: pytest.FixtureRequest) -> str:
+    """Run the test once on a desktop (1280×800) and once on a phone (390×844) viewport."""
+    return str(request.param)
+
+
 @dataclass
 class UIServer:
     url: str  # http://127.0.0.1:PORT/
@@ -41,6 +61,7 @@ class UIServer:
 
 
 UIServerFactory = Callable[..., AbstractAsyncContextManager[UIServer]]
+Snap = Callable[[str], Awaitable[None]]
 
 
 @pytest.fixture
@@ -76,8 +97,13 @@ async def browser() -> AsyncIterator[Any]:
 
 @pytest.fixture
 async def page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """A fresh page; uncaught script errors on it fail the test."""
-    context = await browser.new_context(viewport={"width": 1100, "height": 760})
+    """A fresh page (the `viewport` parameter's size when the test uses it, else desktop);
+    uncaught script errors on it fail the test."""
+    name = request.getfixturevalue("viewport") if "viewport" in request.fixturenames else "desktop"
+    phone = name == "phone"
+    context = await browser.new_context(
+        viewport=VIEWPORTS[name], is_mobile=phone, has_touch=phone, device_scale_factor=1
+    )
     context.set_default_timeout(10_000)
     page = await context.new_page()
     errors: list[str] = []
@@ -87,3 +113,14 @@ async def page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[An
     finally:
         await context.close()
     assert not errors, f"uncaught errors in the page: {errors}"
+
+
+@pytest.fixture
+def snap(page: Any, ui_artifacts: Path, request: pytest.FixtureRequest) -> Snap:
+    """`await snap("name")`: a screenshot of the page, kept as a test artifact."""
+    suffix = f"-{request.getfixturevalue('viewport')}" if "viewport" in request.fixturenames else ""
+
+    async def take(name: str) -> None:
+        await page.screenshot(path=str(ui_artifacts / f"{name}{suffix}.png"))
+
+    return take

@@ -1,13 +1,12 @@
 """The bundled web UI in a real Chromium, against the real server and the scripted fake LLM.
 
-Every state a test reaches is saved as a screenshot in test-artifacts/ui/. Set
-UPDATE_SCREENSHOT=1 to refresh docs/screenshot.png (written anyway when it is missing).
+Every state a test reaches is saved as a screenshot under pytest's temporary folder (or
+$UI_ARTIFACTS; see conftest.py). The screenshots in docs/ come from scripts/ui_screenshots.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -37,14 +36,6 @@ from tests.fakes.openai_server import (  # noqa: E402
 expect = pw.expect
 expect.set_options(timeout=10_000)
 
-ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts" / "ui"
-DOCS_SCREENSHOT = ROOT / "docs" / "screenshot.png"
-
-
-async def snap(page: Any, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
 class Wire:
@@ -96,7 +87,7 @@ def clock_answer(now: dict[str, Any]) -> str:
 
 
 async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
-    ui_server: Any, page: Any, fake_llm: FakeLLM
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     script_time_run(fake_llm, clock_answer)
     wire = Wire(page)
@@ -121,6 +112,13 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
     card = run.locator("details.tool")
     await expect(card.locator(".tool-name")).to_have_text("get_current_time")
     await expect(card.locator(".tool-status")).to_have_text(re.compile(r"✓ \d+ ms"))
+    # the steps folded into one line when the run ended; it opens again
+    work = run.locator("details.work")
+    await expect(work).not_to_have_attribute("open", "")
+    await expect(work.locator(".work-summary")).to_have_text(
+        re.compile(r"^Worked for \d+ s · 2 steps · 1 tool$"))
+    await expect(card).to_be_hidden()
+    await work.locator(".work-summary").click()
     await card.locator("summary").click()
     await expect(card).to_have_attribute("open", "")
     await expect(card.locator("pre").first).to_contain_text('"timezone": "UTC"')
@@ -135,16 +133,11 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
         "What time is it in UTC?")
     sent = [f for f in wire.sent if f["type"] == "chat"]
     assert sent == [{"type": "chat", "content": "What time is it in UTC?", "agent_mode": True}]
-    await snap(page, "full-run")
-    if not DOCS_SCREENSHOT.exists() or os.environ.get("UPDATE_SCREENSHOT"):
-        await page.set_viewport_size({"width": 1100, "height": 1080})  # the whole run
-        await page.locator("#message").blur()
-        await page.screenshot(path=str(DOCS_SCREENSHOT))
-        await page.set_viewport_size({"width": 1100, "height": 760})
+    await snap("full-run")
     light = await page.evaluate("() => getComputedStyle(document.body).backgroundColor")
     await page.emulate_media(color_scheme="dark")
     assert await page.evaluate("() => getComputedStyle(document.body).backgroundColor") != light
-    await snap(page, "full-run-dark")
+    await snap("full-run-dark")
     await page.emulate_media(color_scheme="light")
 
     # New chat, then reopen the first one from the sidebar: its history is replayed.
@@ -159,10 +152,12 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
     await expect(run.locator(".step")).to_have_count(2)
     assert "session_id=" not in first_session
     assert re.search(r"session_id=\w+&after_seq=0\b", wire.urls[-1]), wire.urls
-    await snap(page, "history-replayed")
+    await snap("history-replayed")
 
 
-async def test_stop_while_the_model_streams(ui_server: Any, page: Any, fake_llm: FakeLLM) -> None:
+async def test_stop_while_the_model_streams(
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
+) -> None:
     fake_llm.script("reason", Reply(chunks=["Thinking hard", " about this", " forever"],
                                     hang_after=2))
     wire = Wire(page)
@@ -172,14 +167,14 @@ async def test_stop_while_the_model_streams(ui_server: Any, page: Any, fake_llm:
     await expect(page.locator(".step .reason")).to_have_text("Thinking hard about this")
     await expect(page.locator("#send")).to_have_text("Stop")
     await expect(page.locator(".step .phase")).to_have_text("thinking")
-    await snap(page, "streaming")
+    await snap("streaming")
     await page.keyboard.press("Escape")
 
     await expect(page.locator(".notice.warning")).to_have_text("Stopped by you at step 1.")
     await expect(page.locator("article.run")).to_have_class(re.compile(r"\bcomplete\b"))
     await expect(page.locator("#send")).to_have_text("Send")
     assert {"type": "agent_control", "action": "stop"} in wire.sent
-    await snap(page, "stopped")
+    await snap("stopped")
 
     # The session stays usable: the next message runs to the end.
     await send(page, "Now answer quickly")
@@ -188,7 +183,7 @@ async def test_stop_while_the_model_streams(ui_server: Any, page: Any, fake_llm:
 
 
 async def test_answering_a_question_from_the_agent(
-    ui_server: Any, page: Any, fake_llm: FakeLLM
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     fake_llm.script("reason", reason("I need to know the city first."))
     fake_llm.script("act", act(FakeToolCall("request_input",
@@ -201,19 +196,20 @@ async def test_answering_a_question_from_the_agent(
     banner = page.locator("#ask")
     await expect(banner).to_be_visible()
     await expect(page.locator("#ask-question")).to_have_text("Which city should I use?")
-    await expect(page.locator("#ask-answer")).to_be_focused()
+    await expect(page.locator("#message")).to_be_focused()  # one composer: it answers
+    await expect(page.locator("#send")).to_have_text("Answer")
     await expect(page.locator("body")).to_have_class(re.compile(r"\bawaiting\b"))
     await page.wait_for_function("() => document.title.includes('Input needed')")
     # The title alternates: back to the plain one, the flash goes on.
     await page.wait_for_function(f"() => document.title === {json.dumps(base_title)}")
     await expect(page.locator(".note.question")).to_have_text("Asked you: Which city should I use?")
     await expect(banner).to_have_css("animation-name", "glow")
-    await snap(page, "request-input")
+    await snap("request-input")
     await page.emulate_media(reduced_motion="reduce")
     await expect(banner).to_have_css("animation-name", "none")
 
-    await page.locator("#ask-answer").fill("Paris")
-    await page.locator("#ask-answer").press("Enter")
+    await page.locator("#message").fill("Paris")
+    await page.locator("#message").press("Enter")
     await expect(banner).to_be_hidden()
     await expect(page.locator(".answer strong")).to_have_text("12:00")
     await expect(page.locator(".note.answer")).to_have_text("You answered: Paris")
@@ -222,11 +218,11 @@ async def test_answering_a_question_from_the_agent(
     observed = await fake_llm.wait_for("observe")
     tool_results = [m for m in observed.body["messages"] if m.get("role") == "tool"]
     assert tool_results and tool_results[-1]["content"] == "Paris"
-    await snap(page, "request-input-answered")
+    await snap("request-input-answered")
 
 
 async def test_a_reload_mid_run_resumes_and_shows_the_run_finish(
-    ui_server: Any, page: Any, fake_llm: FakeLLM
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     words = ["Reading", " the", " tool", " result", " slowly", " and", " carefully", " now."]
     block = json.dumps({"observation": "ok", "should_continue": False,
@@ -240,7 +236,7 @@ async def test_a_reload_mid_run_resumes_and_shows_the_run_finish(
 
     await expect(page.locator(".step .observe")).to_contain_text("Reading the")
     await expect(page.locator("article.run")).not_to_have_class(re.compile(r"\bcomplete\b"))
-    await snap(page, "before-reload")
+    await snap("before-reload")
     await page.reload()
 
     run = page.locator("article.run")
@@ -254,11 +250,11 @@ async def test_a_reload_mid_run_resumes_and_shows_the_run_finish(
     await expect(run.locator("details.tool")).to_have_count(1)
     resumed = re.search(r"after_seq=(\d+)", wire.urls[-1])
     assert resumed and int(resumed.group(1)) > 0, wire.urls  # it resumed after what it had seen
-    await snap(page, "after-reload")
+    await snap("after-reload")
 
 
 async def test_a_dropped_connection_reconnects_and_misses_nothing(
-    ui_server: Any, page: Any, fake_llm: FakeLLM
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     words = ["Streaming", " through", " a", " network", " failure", " without", " a", " gap."]
     block = json.dumps({"observation": "ok", "should_continue": False, "final_answer": "Intact."})
@@ -283,7 +279,7 @@ async def test_a_dropped_connection_reconnects_and_misses_nothing(
     assert len(wire.urls) == 2
     resumed = re.search(r"after_seq=(\d+)", wire.urls[1])
     assert resumed and int(resumed.group(1)) > 0, wire.urls
-    await snap(page, "reconnected")
+    await snap("reconnected")
 
 
 INJECT_IMG = "<img src=x onerror=\"window.__pwned='img'\">"
@@ -291,7 +287,7 @@ INJECT_SCRIPT = "<script>window.__pwned='script'</script>"
 
 
 async def test_model_and_tool_text_cannot_inject_markup(
-    ui_server: Any, page: Any, fake_llm: FakeLLM
+    ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     fake_llm.script("reason", reason(f"Thinking {INJECT_SCRIPT} about {INJECT_IMG}"))
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": INJECT_IMG})))
@@ -324,11 +320,11 @@ async def test_model_and_tool_text_cannot_inject_markup(
     await expect(answer.locator("a")).to_have_attribute("href", "https://example.com/docs")
     await expect(answer.locator("pre code")).to_have_text("<b>not bold</b>")
     assert await page.evaluate("window.__pwned") is None
-    await snap(page, "injection-as-text")
+    await snap("injection-as-text")
 
 
 async def test_chat_mode_with_a_token_from_the_page_url(
-    ui_server_factory: Any, page: Any, fake_llm: FakeLLM
+    ui_server_factory: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     token = "ui-test-token-0123456789"
     fake_llm.script("chat", text("Hello ", "from ", "**chat mode**", delay_s=0.05))
@@ -348,7 +344,7 @@ async def test_chat_mode_with_a_token_from_the_page_url(
         await expect(page.locator(".session[aria-current=true]")).to_contain_text("hi there")
         assert "token" not in wire.urls[0]  # sent as a subprotocol, never in a URL
         assert {"type": "chat", "content": "hi there", "agent_mode": False} in wire.sent
-        await snap(page, "chat-mode")
+        await snap("chat-mode")
         await page.close()  # before the server goes, so the page does not try to reconnect
 
 
@@ -420,7 +416,7 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
 
 
 async def test_verify_and_plan_events_are_shown_as_plain_notes(
-    ui_server_factory: Any, page: Any, fake_llm: FakeLLM
+    ui_server_factory: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     block = {"plan": "x", "tools_to_consider": [], "finish": False,
              "plan_steps": ["Check the clock", "Tell you the time"]}
@@ -441,4 +437,4 @@ async def test_verify_and_plan_events_are_shown_as_plain_notes(
         await expect(run.locator(".note.warning", has_text="Not finished yet")).to_have_text(
             "Not finished yet: The clock call failed.")
         await expect(run.locator(".answer")).to_have_text("I could not read the clock.")
-        await snap(page, "verify-and-plan")
+        await snap("verify-and-plan")

@@ -1,0 +1,152 @@
+// The chat list: the caller's sessions from GET /api/sessions, grouped by date and filtered
+// by the search box, each with a running marker and Rename / Delete.
+
+import { api } from "./connection.js";
+import { button, el } from "./dom.js";
+
+const DAY_MS = 86_400_000;
+const GROUPS = [
+  ["Today", 0],
+  ["Yesterday", 1],
+  ["Previous 7 days", 7],
+  ["Previous 30 days", 30],
+  ["Older", Infinity],
+];
+const STATUS_LABEL = { running: "running", awaiting_input: "waiting for your answer" };
+
+/** Which date group a time falls in, counted in whole calendar days back from today. */
+export function dateGroup(ts, now = Date.now()) {
+  const midnight = new Date(now);
+  midnight.setHours(0, 0, 0, 0);
+  const daysBack = Math.max(0, Math.ceil((midnight.getTime() - ts) / DAY_MS));
+  return GROUPS.find(([, days]) => daysBack <= days)[0];
+}
+
+export class ChatList {
+  /** `current()`: the open session id; `onOpen(id)`; `willDelete(id)` just before a delete
+   *  (the server then closes connections watching it), `onDelete(id)` once it is gone. */
+  constructor({ list, search, status, token, current, onOpen, willDelete, onDelete }) {
+    Object.assign(this, { list, search, status, token, current, onOpen, willDelete, onDelete });
+    this.sessions = [];
+    search.addEventListener("input", () => this.render());
+    search.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && search.value) {
+        event.stopPropagation(); // clears the search; does not stop a run or close the drawer
+        search.value = "";
+        this.render();
+      }
+    });
+  }
+
+  async refresh() {
+    try {
+      this.sessions = (await api("api/sessions?limit=100", this.token)).sessions;
+    } catch {
+      return; // the list is a convenience: the conversation works without it
+    }
+    if (!this.list.querySelector(".rename-input")) this.render(); // never under the user's typing
+  }
+
+  render() {
+    const query = this.search.value.trim().toLocaleLowerCase();
+    const current = this.current();
+    const shown = this.sessions
+      .filter((s) => s.title || s.session_id === current)
+      .filter((s) => !query || (s.title || "New chat").toLocaleLowerCase().includes(query));
+    const nodes = [];
+    let group = null;
+    for (const session of shown) {
+      const name = dateGroup(session.updated_at);
+      if (name !== group) {
+        group = name;
+        nodes.push(el("li", "session-group", name));
+      }
+      nodes.push(this.item(session, session.session_id === current));
+    }
+    if (!shown.length && query) nodes.push(el("li", "sessions-empty", "No chats match your search."));
+    this.list.replaceChildren(...nodes);
+  }
+
+  item(session, isCurrent) {
+    const title = session.title || "New chat";
+    const li = el("li", "session-item");
+    li.dataset.sessionId = session.session_id;
+    li.dataset.status = session.status;
+    const open = button("session", null, () => this.onOpen(session.session_id));
+    const marker = el("span", "session-marker");
+    marker.setAttribute("aria-hidden", "true");
+    open.append(marker, el("span", "session-title", title));
+    if (STATUS_LABEL[session.status]) open.append(el("span", "sr-only", ` (${STATUS_LABEL[session.status]})`));
+    open.title = `${title}\n${new Date(session.updated_at).toLocaleString()}`;
+    if (isCurrent) open.setAttribute("aria-current", "true");
+    li.append(open);
+    if (session.title) {
+      li.append(
+        button("session-rename", "✎", () => this.rename(li, session), `Rename “${title}”`),
+        button("session-delete", "✕", () => this.remove(session), `Delete “${title}”`),
+      );
+    }
+    return li;
+  }
+
+  rename(li, session) {
+    const input = el("input", "rename-input");
+    input.value = session.title;
+    input.maxLength = 200;
+    input.setAttribute("aria-label", "New name for the chat");
+    li.replaceChildren(input);
+    input.focus();
+    input.select();
+    let done = false;
+    const finish = async (save) => {
+      if (done) return;
+      done = true;
+      const title = input.value.trim();
+      if (save && title && title !== session.title) {
+        try {
+          const path = `api/sessions/${encodeURIComponent(session.session_id)}`;
+          Object.assign(session, await api(path, this.token, { method: "PATCH", body: { title } }));
+        } catch {
+          this.say("The chat could not be renamed. Try again.");
+        }
+      }
+      this.render();
+      this.list.querySelector(`[data-session-id="${session.session_id}"] .session`)?.focus();
+    };
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        finish(true);
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation(); // cancels the rename only
+        finish(false);
+      }
+    });
+    input.addEventListener("blur", () => finish(true));
+  }
+
+  async remove(session) {
+    if (!confirm(`Delete “${session.title}”? This cannot be undone.`)) return;
+    const path = `api/sessions/${encodeURIComponent(session.session_id)}`;
+    const wasCurrent = session.session_id === this.current();
+    this.willDelete(session.session_id);
+    try {
+      await api(path, this.token, { method: "DELETE" });
+    } catch (error) {
+      this.willDelete(null);
+      this.say(error.code === "run_in_progress"
+        ? "This chat is still running. Stop it first, then delete it."
+        : "The chat could not be deleted. Try again.");
+      return;
+    }
+    this.say(`Deleted “${session.title}”.`);
+    if (wasCurrent) this.onDelete(session.session_id);
+    this.sessions = this.sessions.filter((s) => s !== session);
+    this.render();
+  }
+
+  say(text) {
+    this.status.textContent = text;
+  }
+}

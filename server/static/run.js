@@ -1,0 +1,314 @@
+// One run as DOM: the user's message, its steps (folded into one line when the run ends),
+// tool cards, and the answer, which is what stays in view. Model and tool text only ever
+// reaches the page as text nodes or through renderMarkdown, which builds nodes too.
+
+import { decorateCode } from "./code.js";
+import { el } from "./dom.js";
+import { plainError } from "./errors.js";
+import { renderMarkdown } from "./markdown.js";
+import { ToolCard } from "./toolcard.js";
+
+const STOP_REASONS = {
+  user: "Stopped by you",
+  input_timeout: "Stopped: the question was not answered in time",
+  shutdown: "Stopped: the server was shutting down",
+  interrupted: "Interrupted: the server restarted during this run",
+  run_timeout: "Stopped: the run took longer than its time limit",
+};
+const COMPLETION = {
+  finished: (n) => `Finished in ${plural(n, "step")}`,
+  max_steps: (n) => `Step limit reached after ${plural(n, "step")}`,
+  budget: (n) => `Budget ran out after ${plural(n, "step")}`,
+};
+
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+export function duration(ms) {
+  const s = Math.max(1, Math.round(ms / 1000));
+  return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min${s % 60 ? ` ${s % 60} s` : ""}`;
+}
+
+function contextNote(f) {
+  const parts = [];
+  if (f.compressed.length) parts.push(`shortened ${f.compressed.length} long result(s)`);
+  if (f.dropped_messages) parts.push(`left out ${f.dropped_messages} older message(s)`);
+  if (f.collapsed_steps) parts.push(`summarized ${f.collapsed_steps} earlier step(s)`);
+  return `To fit the model's memory, the agent ${parts.join(", ")}.`;
+}
+
+export class Run {
+  constructor(article, userText) {
+    this.article = article;
+    this.steps = new Map();
+    this.tools = new Map();
+    this.answerNode = null;
+    this.work = null; // <details> holding the steps, created with the first one
+    this.retryLine = null;
+    this.userText = null;
+    this.outcome = null; // how it ended: finished | max_steps | budget | stopped | error
+    this.firstTs = null;
+    this.lastTs = null;
+    this.body = article.appendChild(el("div", "run-body"));
+    if (userText != null) this.setUserText(userText);
+  }
+
+  setUserText(text) {
+    if (this.userText != null) return;
+    this.userText = text;
+    this.article.prepend(el("div", "bubble user", text));
+  }
+
+  setBusy(busy) {
+    this.article.classList.toggle("active", busy);
+  }
+
+  get complete() {
+    return this.article.classList.contains("complete");
+  }
+
+  notice(text, kind = "info") {
+    this.body.append(el("p", `notice ${kind}`, text));
+  }
+
+  step(n) {
+    let step = this.steps.get(n);
+    if (!step) {
+      if (!this.work) this.createWork();
+      step = new Step(this.work.querySelector(".steps"), n);
+      this.steps.set(n, step);
+    }
+    return step;
+  }
+
+  createWork() {
+    this.work = el("details", "work");
+    this.work.open = true;
+    this.work.append(el("summary", "work-summary", "Working…"), el("div", "steps"));
+    // the steps go above anything already shown below them (an answer, notices)
+    const after = this.body.querySelector(":scope > .answer, :scope > .notice");
+    this.body.insertBefore(this.work, after);
+  }
+
+  tool(frame) {
+    let card = this.tools.get(frame.tool_call_id);
+    if (!card) {
+      card = new ToolCard(this.step(frame.step).tools, frame);
+      this.tools.set(frame.tool_call_id, card);
+    }
+    return card;
+  }
+
+  apply(f, answers) {
+    this.setBusy(true);
+    if (typeof f.ts === "number") {
+      this.firstTs ??= f.ts;
+      this.lastTs = f.ts;
+    }
+    const kind = f.update_type ?? f.type;
+    if (kind !== "agent_llm_retry") this.clearRetry();
+    switch (kind) {
+      case "agent_user_message":
+        this.setUserText(f.content);
+        break;
+      case "agent_start":
+        this.body.prepend(el("p", "run-meta", `Agent run · up to ${f.max_steps} steps`));
+        break;
+      case "agent_turn_start":
+        this.step(f.step).phase("thinking");
+        break;
+      case "agent_reasoning_delta":
+        if (f.step) this.step(f.step).stream("thinking", f.delta);
+        break;
+      case "agent_reason_delta":
+        this.step(f.step).stream("reason", f.delta);
+        break;
+      case "agent_reason":
+        this.step(f.step).finish("reason", f.content).phase("acting");
+        break;
+      case "agent_llm_retry":
+        this.retrying(f.attempt, f.max_attempts);
+        break;
+      case "tool_start":
+        this.tool(f);
+        break;
+      case "tool_complete":
+        this.tool(f).complete(f.result, f.duration_ms);
+        break;
+      case "tool_error":
+        this.tool(f).fail(f.error);
+        break;
+      case "agent_request_input": {
+        const step = this.step(f.step).phase("waiting for you");
+        step.note(`Asked you: ${f.question}`, "question");
+        if (answers.has(f.tool_call_id)) step.answer(f.tool_call_id, answers.get(f.tool_call_id));
+        break;
+      }
+      case "agent_user_answer":
+        this.step(f.step).answer(f.tool_call_id, f.content).phase("acting");
+        break;
+      case "agent_request_input_timeout":
+        this.step(f.step).note("No answer arrived in time.", "warning");
+        break;
+      case "agent_observe_delta":
+        this.step(f.step).phase("observing").stream("observe", f.delta);
+        break;
+      case "agent_observe":
+        this.step(f.step).finish("observe", f.content).phase("done");
+        break;
+      case "agent_plan":
+        this.step(f.step).note(`Plan: ${f.plan.map((item, i) => `${i + 1}. ${item}`).join("  ")}`, "plan");
+        break;
+      case "agent_verify":
+        this.step(f.step).note(
+          f.done ? `Checked: ${f.reason}` : `Not finished yet: ${f.reason}`,
+          f.done ? "checked" : "warning",
+        );
+        break;
+      case "agent_research":
+        this.notice(`Looked up background first (${f.sources.length} sources).`);
+        break;
+      case "agent_context":
+        this.step(f.step || 1).note(contextNote(f), "context");
+        for (const cut of f.compressed ?? []) {
+          this.tools.get(cut.result_id)?.cut(cut.kept_tokens, cut.tokens);
+        }
+        break;
+      case "agent_stopped":
+        this.outcome = "stopped";
+        this.notice(`${STOP_REASONS[f.reason] ?? "Stopped"}${f.step ? ` at step ${f.step}` : ""}.`, "warning");
+        break;
+      case "agent_answer_delta":
+      case "chat_delta":
+        this.answerStream().append(f.delta);
+        break;
+      case "agent_completion":
+        this.outcome = f.stop_reason in COMPLETION ? f.stop_reason : "finished";
+        this.answer(f.final_answer, completionMeta(f));
+        break;
+      case "chat_response":
+        this.outcome = "finished";
+        this.answer(f.content, null);
+        break;
+      case "error":
+        this.outcome = "error";
+        this.notice(plainError(f.code, f.message), "error");
+        break;
+      case "response_complete":
+        this.end();
+        break;
+      default:
+        break; // an event this page does not know yet: ignore it, as the protocol may grow
+    }
+  }
+
+  retrying(attempt, max) {
+    this.retryLine ??= this.body.appendChild(el("p", "retrying"));
+    this.retryLine.textContent = `The model did not answer; retrying (${attempt}/${max})…`;
+  }
+
+  clearRetry() {
+    this.retryLine?.remove();
+    this.retryLine = null;
+  }
+
+  answerStream() {
+    if (!this.answerNode) {
+      this.answerNode = this.body.appendChild(el("div", "answer streaming"));
+      this.answerNode.setAttribute("aria-busy", "true");
+    }
+    return this.answerNode;
+  }
+
+  answer(markdown, meta) {
+    const node = this.answerNode ?? this.body.appendChild(el("div"));
+    node.className = "answer markdown";
+    node.removeAttribute("aria-busy");
+    node.replaceChildren(renderMarkdown(markdown));
+    decorateCode(node);
+    this.answerNode = node;
+    if (meta) this.body.append(el("p", "run-meta", meta));
+  }
+
+  /** The run is over: settle its steps and, when it has an answer, fold them to one line. */
+  end() {
+    this.setBusy(false);
+    this.clearRetry();
+    for (const step of this.steps.values()) step.settle();
+    this.article.classList.add("complete");
+    if (!this.work) return;
+    const parts = [];
+    if (this.firstTs != null && this.lastTs > this.firstTs) {
+      parts.push(`Worked for ${duration(this.lastTs - this.firstTs)}`);
+    }
+    const stepCount = [...this.steps.keys()].filter((n) => n > 0).length;
+    if (stepCount) parts.push(plural(stepCount, "step"));
+    if (this.tools.size) parts.push(plural(this.tools.size, "tool"));
+    this.work.querySelector(".work-summary").textContent = parts.join(" · ");
+    if (this.answerNode) this.work.open = false;
+  }
+}
+
+function completionMeta(f) {
+  const parts = [(COMPLETION[f.stop_reason] ?? COMPLETION.finished)(f.steps)];
+  const usage = f.usage ?? {};
+  const total = usage.total_tokens ?? ((usage.prompt_tokens ?? 0) + (usage.completion_tokens ?? 0));
+  if (total) parts.push(`${total.toLocaleString()} tokens`);
+  return parts.join(" · ");
+}
+
+class Step {
+  constructor(parent, n) {
+    this.section = parent.appendChild(el("section", "step"));
+    this.section.dataset.step = n;
+    const head = this.section.appendChild(el("header", "step-head"));
+    head.append(el("span", "badge", n ? `Step ${n}` : "Tools"));
+    this.phaseLabel = head.appendChild(el("span", "phase"));
+    this.thinking = this.section.appendChild(el("div", "thinking"));
+    this.reason = this.section.appendChild(el("div", "reason"));
+    this.tools = this.section.appendChild(el("div", "tools"));
+    this.notes = this.section.appendChild(el("div", "notes"));
+    this.observe = this.section.appendChild(el("div", "observe"));
+    this.answers = new Set(); // tool_call_ids whose answer is shown
+  }
+
+  phase(name) {
+    this.phaseLabel.textContent = name;
+    this.section.dataset.phase = name;
+    return this;
+  }
+
+  /** Grow a block token by token; `finish` replaces it with the full content. */
+  stream(part, delta) {
+    const node = this[part];
+    node.setAttribute("aria-busy", "true");
+    node.append(delta);
+    return this;
+  }
+
+  finish(part, content) {
+    const node = this[part];
+    node.removeAttribute("aria-busy");
+    node.textContent = content;
+    this.thinking.removeAttribute("aria-busy");
+    return this;
+  }
+
+  note(text, kind) {
+    this.notes.append(el("p", `note ${kind}`, text));
+    return this;
+  }
+
+  /** Show the user's answer to a question once, whoever reports it first. */
+  answer(toolCallId, text) {
+    if (!this.answers.has(toolCallId)) {
+      this.answers.add(toolCallId);
+      this.note(`You answered: ${text}`, "answer");
+    }
+    return this;
+  }
+
+  settle() {
+    if (this.section.dataset.phase !== "done") this.phase("");
+    for (const node of [this.thinking, this.reason, this.observe]) node.removeAttribute("aria-busy");
+  }
+}

@@ -1,0 +1,47 @@
+"""Shared pieces of the browser tests: skip without Playwright or Chromium, open the page,
+send a message, and read what the page shows."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pw = pytest.importorskip(
+    "playwright.async_api",
+    reason="the playwright package is missing (scripts/test-deps.sh installs it into .venv)",
+)
+if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
+    pytest.skip("Debian's chromium is missing (scripts/test-deps.sh installs it)",
+                allow_module_level=True)
+
+expect = pw.expect
+expect.set_options(timeout=10_000)
+
+
+async def open_page(page: Any, url: str) -> None:
+    await page.goto(url)
+    await expect(page.locator("#conn")).to_have_attribute("data-state", "connected")
+
+
+async def send(page: Any, message: str) -> None:
+    await page.locator("#message").fill(message)
+    await page.locator("#message").press("Enter")
+
+
+async def open_chats(page: Any, viewport: str) -> None:
+    """Make the chat list reachable: on a phone it is in the drawer behind the menu button."""
+    if viewport == "phone" and not await page.locator("body.drawer-open").count():
+        await page.locator("#menu").click()
+    await expect(page.locator("#sessions")).to_be_in_viewport()
+
+
+async def clipboard(page: Any) -> str:
+    text: str = await page.evaluate("() => navigator.clipboard.readText()")
+    return text
+
+
+async def allow_clipboard(page: Any, url: str) -> None:
+    await page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=url)
