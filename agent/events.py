@@ -211,6 +211,7 @@ class UserMessage:
 
     content: str
     agent_mode: bool
+    origin: Literal["chat", "retry", "continue"] = "chat"
     client_id: str | None = None
     kind: Literal["user_message"] = "user_message"
 

@@ -244,6 +244,7 @@ def create_app(
         approval_timeout_s=settings.tools.approval_timeout_s,
         prompts=prompts or FilePromptProvider(),
         settings=settings.agent,
+        model_name=settings.llm.model,
     )
     services = Services(
         settings=settings,

@@ -41,6 +41,7 @@ ErrorCode = Literal[
     "unknown_tool_call",
     "already_decided",
     "session_not_found",
+    "nothing_to_retry",
     "llm_error",
     "storage_error",
     "internal_error",
@@ -65,16 +66,26 @@ RUN_TIMEOUT_MESSAGE = "The run took longer than its time limit and was ended."
 
 
 class ProtocolError(Exception):
-    """A client frame that cannot be served; becomes an `error` frame."""
+    """A client frame that cannot be served; becomes an `error` frame that echoes the
+    frame's `id` when it had one."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str, frame_id: str | None = None) -> None:
         super().__init__(message)
         self.code: ErrorCode = code
         self.message = message
+        self.frame_id = frame_id
+
+    def frame(self) -> dict[str, Any]:
+        return error_frame(self.code, self.message, self.frame_id)
+
+
+FrameId = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 
 
 class _Frame(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    id: FrameId | None = None  # echoed on the error that answers this frame
 
 
 class ChatFrame(_Frame):
@@ -87,8 +98,12 @@ class ChatFrame(_Frame):
 
 
 class AgentControlFrame(_Frame):
+    """`stop`; or `retry` (run the last user message again) and `continue` (go on after
+    the step limit), which start a run like `chat` does."""
+
     type: Literal["agent_control"]
-    action: Literal["stop"]
+    action: Literal["stop", "retry", "continue"]
+    agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
 class UserInputFrame(_Frame):
@@ -128,12 +143,16 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
         expected = ", ".join(_FRAMES)
         got = "no type" if "type" not in data else f"type {kind!r}"
         raise ProtocolError("unknown_type", f"Expected a type of {expected}; got {got}.")
+    given = data.get("id")
+    frame_id = given if isinstance(given, str) and 0 < len(given) <= 128 else None
     try:
         frame = model.model_validate(data)
     except ValidationError as exc:
-        raise ProtocolError("invalid_message", _describe(exc)) from None
+        raise ProtocolError("invalid_message", _describe(exc), frame_id) from None
     if isinstance(frame, ChatFrame) and not frame.content.strip():
-        raise ProtocolError("invalid_message", "content: must not be empty or only white space.")
+        raise ProtocolError(
+            "invalid_message", "content: must not be empty or only white space.", frame_id
+        )
     return frame  # type: ignore[return-value]
 
 
@@ -159,8 +178,11 @@ def _json_type(value: Any) -> str:
     return "a number"
 
 
-def error_frame(code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"type": "error", "code": code, "message": message}
+def error_frame(code: ErrorCode, message: str, frame_id: str | None = None) -> dict[str, Any]:
+    frame: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if frame_id is not None:
+        frame["id"] = frame_id
+    return frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,7 +303,9 @@ _SHAPES: dict[str, _Shape] = {
     "chat_delta": _Shape("chat_delta", None, (("delta", "delta"),)),
     "chat_done": _Shape("chat_response", None, (("content", "content"),)),
     "user_message": _Shape(
-        "agent_update", "agent_user_message", (("content", "content"), ("agent_mode", "agent_mode"))
+        "agent_update",
+        "agent_user_message",
+        (("content", "content"), ("agent_mode", "agent_mode"), ("origin", "origin")),
     ),
     "user_answered": _Shape(
         "agent_update",

@@ -9,12 +9,13 @@ failed), the hub sends exactly one `response_complete` as its last event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -25,19 +26,29 @@ from agent.control import Decision, DecisionError, RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import (
     AgentEvent,
+    AnswerDelta,
     ApprovalRequested,
     ChatDelta,
     InputRequested,
     ObserveDelta,
     ReasonDelta,
     RunStopped,
+    ThinkingDelta,
+    UserMessage,
 )
 from agent.loop import run_agent
 from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
 from server.live import ActiveRun, LiveSession, now_ms, shielded
-from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
+from server.protocol import (
+    AgentControlFrame,
+    ChatFrame,
+    ProtocolError,
+    error_frame,
+    event_frame,
+    run_frame,
+)
 from server.settings import AgentSettings
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
@@ -47,6 +58,11 @@ log = logging.getLogger(__name__)
 GOING_AWAY = 1001
 
 
+_STREAMED = (ReasonDelta, ObserveDelta, ChatDelta, AnswerDelta, ThinkingDelta)  # batched writes
+_TAIL_EVENTS = 400  # how far back `retry`/`continue` look for the last run's message
+_CONTINUE = "Please continue the task from where you stopped."
+
+
 @dataclass(frozen=True, slots=True)
 class _RunRequest:
     content: str
@@ -54,6 +70,8 @@ class _RunRequest:
     max_steps: int
     tools: tuple[str, ...] | None
     style: Style
+    client_id: str | None = None
+    origin: Literal["chat", "retry", "continue"] = "chat"
 
 
 class _RunSink:
@@ -86,7 +104,7 @@ class _RunSink:
             await self._live.publish(
                 [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
             )
-        elif isinstance(event, (ReasonDelta, ObserveDelta, ChatDelta)):
+        elif isinstance(event, _STREAMED):
             await self._live.publish_streamed([frame])  # in order; batched when fast
         else:
             await self._live.publish([frame])
@@ -118,8 +136,18 @@ class SessionHub:
         tools_for: Callable[[str], Sequence[str]] | None = None,
         needs_approval: Callable[[str], bool] | None = None,
         approval_timeout_s: float = 300.0,
+        model_name: str = "",
     ) -> None:
         self._store = store
+        self.session_defaults: dict[str, Any] = {  # in every `session` frame
+            "model": model_name,
+            "defaults": {
+                "agent_mode": settings.default_mode,
+                "max_steps": settings.default_max_steps,
+                "max_steps_limit": settings.max_steps_limit,
+                "style": settings.style,
+            },
+        }
         self._model = model
         self._tools = tools
         self._tool_names = tuple(tool_names)
@@ -220,9 +248,16 @@ class SessionHub:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
+    def start_run(
+        self,
+        live: LiveSession,
+        frame: ChatFrame,
+        origin: Literal["chat", "retry", "continue"] = "chat",
+    ) -> str:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
-        request = self._validate(frame, live.scope.tenant_id)
+        request = dataclasses.replace(
+            self._validate(frame, live.scope.tenant_id), client_id=frame.id, origin=origin
+        )
         if live.run is not None:
             raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
@@ -243,6 +278,54 @@ class SessionHub:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
+
+    async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
+        """`retry`: run the session's last user message again (after an error, a stop, or to
+        regenerate an answer); `continue`: go on after a run that hit its step limit or budget.
+        """
+        if live.run is not None:
+            raise ProtocolError(
+                "run_in_progress", "A run is already active in this session; stop it first."
+            )
+        last = await self._last_run(live)
+        if last is None:
+            raise ProtocolError("nothing_to_retry", "This session has no earlier message to run.")
+        content, agent_mode, ending = last
+        if frame.action == "continue":
+            if ending not in ("max_steps", "budget"):
+                raise ProtocolError(
+                    "nothing_to_retry",
+                    "Only a run that stopped at its step limit or budget can be continued.",
+                )
+            content, agent_mode = _CONTINUE, True
+        chat = ChatFrame(
+            type="chat",
+            content=content,
+            agent_mode=agent_mode,
+            agent_max_steps=frame.agent_max_steps,
+            id=frame.id,
+        )
+        return self.start_run(live, chat, "retry" if frame.action == "retry" else "continue")
+
+    async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
+        """(the last run's user message, its mode, how it ended), from the stored events;
+        older sessions without `agent_user_message` events fall back to the messages."""
+        tail = await self._store.read_events(
+            live.scope, live.session_id, max(0, live.last_seq - _TAIL_EVENTS)
+        )
+        frames = [orjson.loads(raw) for raw in tail]
+        ending = ""
+        for frame in reversed(frames):
+            kind = frame.get("update_type") or frame.get("type")
+            if not ending and kind in ("agent_completion", "agent_stopped", "error"):
+                ending = str(frame.get("stop_reason") or frame.get("reason") or kind)
+            if kind == "agent_user_message":
+                return str(frame["content"]), bool(frame.get("agent_mode", True)), ending
+        history = await self._store.load_history(live.scope, live.session_id)
+        for message in reversed(history):
+            if message.role == "user" and message.run_id:
+                return message.content, self._settings.default_mode, ending
+        return None
 
     def stop(self, live: LiveSession) -> None:
         if live.run is None:
@@ -316,6 +399,9 @@ class SessionHub:
             if repair is not None:  # the last run's end was never stored: close it first
                 await self._repair(repair)
             await self._begin(live, run, request)
+            await sink.emit(
+                UserMessage(request.content, request.agent_mode, request.origin, request.client_id)
+            )
             history = await self._store.load_history(live.scope, live.session_id)
             runner = run_agent if request.agent_mode else run_chat
             await runner(ctx, history)

@@ -112,7 +112,12 @@ async def _attach(
     """
     conn.hold()
     live.subscribers.add(conn)
-    first = {"type": "session", "session_id": live.session_id, "resumed": resumed}
+    first = {
+        "type": "session",
+        "session_id": live.session_id,
+        "resumed": resumed,
+        **services.hub.session_defaults,
+    }
     await websocket.send_text(_dumps({**first, **live.snapshot()}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
@@ -192,21 +197,28 @@ async def _read(
         try:
             await _dispatch(services, live, text)
         except ProtocolError as exc:
-            conn.send(_dumps(error_frame(exc.code, exc.message)))
+            conn.send(_dumps(exc.frame()))
         except StorageError:
             conn.send(_dumps(error_frame("storage_error", "The change could not be saved.")))
 
 
 async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
     frame = parse_client_frame(text)
-    if isinstance(frame, ChatFrame):
-        services.hub.start_run(live, frame)
-    elif isinstance(frame, AgentControlFrame):
-        services.hub.stop(live)
-    elif isinstance(frame, ToolDecisionFrame):
-        await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
-    else:
-        await services.hub.answer(live, frame.content)
+    try:
+        if isinstance(frame, ChatFrame):
+            services.hub.start_run(live, frame)
+        elif isinstance(frame, AgentControlFrame):
+            if frame.action == "stop":
+                services.hub.stop(live)
+            else:
+                await services.hub.rerun(live, frame)
+        elif isinstance(frame, ToolDecisionFrame):
+            await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
+        else:
+            await services.hub.answer(live, frame.content)
+    except ProtocolError as exc:
+        exc.frame_id = frame.id
+        raise
 
 
 class InboundRate:

@@ -3,6 +3,11 @@
 Replies are scripted per phase (the `X-Agent-Phase` header) and consumed in order; a phase
 with nothing scripted gets a sensible default, so a test scripts only what it is about.
 Every request is recorded (headers and body), and tests can wait for one to arrive.
+
+Like llama.cpp's server with a strict chat template, it refuses (HTTP 400) a conversation in
+which a system message is not first, two messages of one role follow each other, a tool result
+does not answer a call of the assistant message before it, or the last message is the
+assistant's (a prefill): a request shape that only lenient servers accept fails here at once.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ class Reply:
     raw: bytes | None = None  # send these bytes as the whole response body instead
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    cached_tokens: int | None = None  # reported as usage.prompt_tokens_details.cached_tokens
+    reasoning: list[str] = field(default_factory=list)  # `reasoning_content` deltas first
 
 
 def text(*chunks: str, **kw: Any) -> Reply:
@@ -86,6 +93,7 @@ class FakeLLM:
             defaultdict(deque)
         )
         self.requests: list[Recorded] = []
+        self.refusals: list[str] = []  # why requests were refused as a strict server would
         self.disconnects = 0
         self._disconnected = asyncio.Condition()
         self._arrived = asyncio.Condition()
@@ -126,6 +134,13 @@ class FakeLLM:
             async with self._arrived:
                 self.requests.append(Recorded(phase, dict(request.headers), body))
                 self._arrived.notify_all()
+        refusal = conversation_problem(body.get("messages"))
+        if refusal is not None:
+            self.refusals.append(refusal)
+            return JSONResponse(
+                {"error": {"code": 400, "message": refusal, "type": "invalid_request_error"}},
+                status_code=400,
+            )
         queue = self.scripts.get(phase)
         scripted = queue.popleft() if queue else self.default(phase)
         reply = scripted(body) if callable(scripted) else scripted
@@ -156,6 +171,8 @@ class FakeLLM:
 
         try:
             yield chunk({"role": "assistant", "content": ""})
+            for thought in reply.reasoning:
+                yield chunk({"reasoning_content": thought})
             for i, piece in enumerate(reply.chunks):
                 if reply.hang_after is not None and i >= reply.hang_after:
                     await asyncio.Event().wait()
@@ -186,20 +203,49 @@ class FakeLLM:
             finish = "tool_calls" if reply.tool_calls else "stop"
             yield chunk({}, finish)
             if (body.get("stream_options") or {}).get("include_usage"):
-                yield chunk(
-                    {},
-                    usage={
-                        "prompt_tokens": reply.prompt_tokens,
-                        "completion_tokens": reply.completion_tokens,
-                        "total_tokens": reply.prompt_tokens + reply.completion_tokens,
-                    },
-                )
+                usage: dict[str, Any] = {
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                }
+                if reply.cached_tokens is not None:
+                    usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+                yield chunk({}, usage=usage)
             yield b"data: [DONE]\n\n"
         except asyncio.CancelledError:
             self.disconnects += 1
             async with self._disconnected:
                 self._disconnected.notify_all()
             raise
+
+
+def conversation_problem(messages: Any) -> str | None:
+    """Why a strict chat template (llama.cpp `--jinja`, vLLM, Anthropic gateways) refuses
+    `messages`, or None when it is accepted."""
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list"
+    roles = [m.get("role") for m in messages]
+    if "system" in roles[1:]:
+        return "System message must be at the beginning."
+    open_calls: set[str] = set()
+    previous = None
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in open_calls:
+                return f"Tool result {call_id!r} does not follow its call."
+            open_calls.discard(call_id)
+        else:
+            if open_calls:
+                return "Every tool call needs its result before the next message."
+            if role == previous and role in ("user", "assistant"):
+                return f"Cannot have 2 or more {role} messages in a row."
+            open_calls = {c.get("id") for c in message.get("tool_calls") or ()}
+        previous = role
+    if roles[-1] == "assistant":
+        return "Cannot have 2 or more assistant messages at the end of the list."
+    return None
 
 
 def _default(phase: str) -> Reply:

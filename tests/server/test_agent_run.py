@@ -23,6 +23,7 @@ async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_
         frames = await c.run("What time is it in Paris?", agent_max_steps=3)
 
     assert kinds(frames) == [
+        "agent_user_message",  # the run's first event: a replay alone rebuilds the chat
         "agent_start",
         "agent_turn_start",
         "agent_reason_delta",
@@ -44,8 +45,10 @@ async def test_a_run_streams_every_phase_in_order_with_tool_events(server, fake_
         assert f["session_id"] == session["session_id"]
         assert f["run_id"] == run_id
         assert isinstance(f["ts"], int) and f["ts"] > 1_600_000_000_000
-    assert frames[0]["max_steps"] == 3
-    assert frames[1]["step"] == 1
+    assert frames[0]["content"] == "What time is it in Paris?" and frames[0]["agent_mode"]
+    assert frames[0]["origin"] == "chat" and "id" not in frames[0]
+    assert frames[1]["max_steps"] == 3
+    assert frames[2]["step"] == 1
     reason_deltas = "".join(f["delta"] for f in frames if kind(f) == "agent_reason_delta")
     reason_done = next(f for f in frames if kind(f) == "agent_reason")
     assert reason_done["content"] == "I'll check the time in Paris."
@@ -211,6 +214,7 @@ async def test_chat_mode_streams_plain_chat_and_can_use_tools(server, fake_llm: 
         await c.recv()
         frames = await c.run("time?", agent_mode=False)
     assert kinds(frames) == [
+        "agent_user_message",
         "chat_delta",
         "tool_start",
         "tool_complete",
@@ -219,7 +223,8 @@ async def test_chat_mode_streams_plain_chat_and_can_use_tools(server, fake_llm: 
         "chat_response",
         "response_complete",
     ]
-    assert frames[1]["step"] == 0
+    assert frames[0]["agent_mode"] is False
+    assert frames[2]["step"] == 0
     assert frames[-2]["content"] == "Let me check. It is noon."
     assert fake_llm.phases() == ["chat", "chat"]
     assert all(r.headers["x-agent-step"] == "0" for r in fake_llm.requests)

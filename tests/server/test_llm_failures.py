@@ -30,15 +30,16 @@ async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm
         session = (await c.recv())["session_id"]
         frames = await c.run("hi")
         assert [kind(f) for f in frames] == [
+            "agent_user_message",
             "agent_start",
             "agent_turn_start",
             "agent_llm_retry",
             "error",
             "response_complete",
         ]
-        error = frames[3]
+        error = frames[4]
         assert error["code"] == "llm_error" and "500" in error["message"]
-        assert error["session_id"] == session and error["seq"] == 4
+        assert error["session_id"] == session and error["seq"] == 5
         assert fake_llm.phases() == ["reason", "reason"]  # max_retries = 1 in tests
         again = await c.run("and now?")
         assert again[-2]["type"] == "agent_update"

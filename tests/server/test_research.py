@@ -54,7 +54,7 @@ async def test_the_first_task_is_researched_once_and_the_summary_stays(
     research = [f for f in first if kind(f) == "agent_research"]
     assert len(research) == 1 and research[0]["sources"] == ["https://example.org/lyon"]
     assert "Trains to Lyon leave hourly." in research[0]["summary"]
-    assert kind(first[0]) == "agent_start" and kind(first[1]) == "agent_research"
+    assert [kind(f) for f in first[:3]] == ["agent_user_message", "agent_start", "agent_research"]
     assert queries == ["How do I get to Lyon?"]  # only the session's first task
     reasons = [r for r in fake_llm.requests if r.phase == "reason"]
     for request in reasons:  # every Reason of the session sees the background
