@@ -45,6 +45,7 @@ class Reply:
     tool_calls: list[FakeToolCall] = field(default_factory=list)
     delay_s: float = 0.0  # before each chunk
     status: int | None = None  # answer with this HTTP error instead
+    error: dict[str, Any] | None = None  # the error object sent with `status`
     hang_after: int | None = None  # stop sending after this many chunks, until disconnected
     drop_after: int | None = None  # break the stream after this many chunks
     raw: bytes | None = None  # send these bytes as the whole response body instead
@@ -145,10 +146,8 @@ class FakeLLM:
         scripted = queue.popleft() if queue else self.default(phase)
         reply = scripted(body) if callable(scripted) else scripted
         if reply.status is not None:
-            return JSONResponse(
-                {"error": {"message": f"scripted {reply.status}", "type": "server_error"}},
-                status_code=reply.status,
-            )
+            error = reply.error or {"message": f"scripted {reply.status}", "type": "server_error"}
+            return JSONResponse({"error": error}, status_code=reply.status)
         if reply.raw is not None:
             return Response(reply.raw, media_type="text/event-stream")
         return StreamingResponse(self._stream(reply, body), media_type="text/event-stream")
