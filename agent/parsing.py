@@ -324,8 +324,6 @@ def read_loose_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, 
     (the text without those parts, the block) or (text, None)."""
     pattern = re.compile(r'["\']?\b(' + "|".join(sorted(keys)) + r')\b["\']?\s*[:=]\s*')
     matches = list(pattern.finditer(text))
-    if not any(m.group(1) in _YES_NO_KEYS for m in matches):
-        return text, None
     block: dict[str, Any] = {}
     for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following is not None else len(text)
@@ -333,6 +331,8 @@ def read_loose_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, 
         if line_end != -1:
             end = min(end, line_end)
         block[match.group(1)] = _loose_value(text[match.end() : end])
+    if not any(isinstance(block.get(key), bool) for key in _YES_NO_KEYS):
+        return text, None  # "I will finish: the report" is prose, not a block
     first = matches[0].start()
     last_line = text.find("\n", matches[-1].end())
     rest = text[:first] + (text[last_line:] if last_line != -1 else "")

@@ -268,11 +268,15 @@ class ThinkSplitter:
         self._buffer = ""
         self._inside = False
         self._decided = False  # visible text was seen, or the block closed
+        self._trim = False  # drop the white space right after a closed block
 
     def feed(self, chunk: str) -> list[tuple[bool, str]]:
         """Return (is_thinking, text) pieces that are safe to pass on now."""
         if self._decided and not self._inside:
-            return [(False, chunk)]
+            if self._trim:
+                chunk = chunk.lstrip()
+                self._trim = not chunk
+            return [(False, chunk)] if chunk else []
         self._buffer += chunk
         out: list[tuple[bool, str]] = []
         while self._buffer:
@@ -295,6 +299,7 @@ class ThinkSplitter:
                 self._buffer = self._buffer[end + len(tag) :].lstrip()
                 self._inside = False
                 self._decided = True
+                self._trim = not self._buffer
                 if self._buffer:
                     out.append((False, self._buffer))
                     self._buffer = ""

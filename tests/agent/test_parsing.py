@@ -88,3 +88,24 @@ def test_thinking_and_action_tags():
         '<action>```json\n{"finish": false}\n```</action>', REASON_KEYS
     )
     assert content == "" and control == {"finish": False}
+
+
+def test_a_key_value_block_is_read_only_with_a_yes_no_value():
+    from agent.parsing import read_loose_control
+
+    reply = "Noted.\nobservation: It is noon. should_continue: false"
+    text, block = read_loose_control(reply, OBSERVE_KEYS)
+    assert text == "Noted." and block == {"observation": "It is noon.", "should_continue": False}
+    prose = "I will finish: the report today."
+    assert read_loose_control(prose, REASON_KEYS) == (prose, None)
+
+
+def test_a_fence_inside_the_blocks_strings_does_not_end_it():
+    answer = "Run:\n```python\nprint('```')\n```"
+    block = {"observation": "o", "should_continue": False, "final_answer": answer}
+    reply = "Found it.\n```json\n" + __import__("json").dumps(block) + "\n```"
+    for size in (1, 4, len(reply)):
+        chunks = [reply[i : i + size] for i in range(0, len(reply), size)]
+        shown, s = stream(chunks, OBSERVE_KEYS)
+        assert "".join(shown).strip() == "Found it."
+        assert s.control is not None and s.control["final_answer"] == answer

@@ -1,0 +1,69 @@
+"""Tool calls written as text: recognised for offered tools only, never evaluated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.adapters.openai_chat import ThinkSplitter
+from agent.textcalls import read_text_tool_calls
+
+OFFERED = {"get_current_time"}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}',
+        'Sure.\n```json\n{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
+        "\n```",
+        '<tool_call>\n{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}\n'
+        "</tool_call>",
+        '[{"type": "function", "function": {"name": "get_current_time", '
+        '"arguments": "{\\"timezone\\": \\"Asia/Tokyo\\"}"}}]',
+        'get_current_time(timezone="Asia/Tokyo")',
+        '[get_current_time(timezone="Asia/Tokyo")]',
+    ],
+)
+def test_every_written_form_becomes_a_call(reply):
+    calls, rest = read_text_tool_calls(reply, OFFERED)
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_current_time", {"timezone": "Asia/Tokyo"})
+    ]
+    assert "{" not in rest and "```" not in rest and "tool_call" not in rest
+    assert calls[0].id.startswith("call_")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"name": "delete_everything", "arguments": {}}',
+        "Use get_current_time to check.",
+        '__import__("os").system("true")',
+        "get_current_time(*args)",
+        '{"a": 1}',
+    ],
+)
+def test_anything_else_stays_text(reply):
+    assert read_text_tool_calls(reply, OFFERED) == ((), reply)
+
+
+def test_a_repeated_call_runs_once():
+    call = '{"name": "get_current_time", "arguments": {}}'
+    calls, _ = read_text_tool_calls(f"{call}\n{call}\n{call}", OFFERED)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 100])
+def test_a_leading_think_block_is_split_out_across_chunks(size):
+    text = "  <think>plan it</think>\nThe answer. <think>not thinking</think>"
+    splitter = ThinkSplitter()
+    pieces = []
+    for i in range(0, len(text), size):
+        pieces += splitter.feed(text[i : i + size])
+    pieces += splitter.finish()
+    thinking = "".join(p for is_thinking, p in pieces if is_thinking)
+    shown = "".join(p for is_thinking, p in pieces if not is_thinking)
+    assert thinking == "plan it"
+    assert shown == "The answer. <think>not thinking</think>"
