@@ -25,7 +25,7 @@ _TIMEOUT = 240.0  # a whole run on CPU: several calls of a 0.5B model
 
 @pytest.fixture(scope="module")
 def llama() -> Iterator[LlamaServer]:
-    with LlamaServer(qwen_model(), ctx_size=8192) as server:
+    with LlamaServer(qwen_model(), ctx_size=4096) as server:  # llama.cpp's usual small window
         yield server
 
 
@@ -40,10 +40,20 @@ async def real(server_factory: ServerFactory, llama: LlamaServer) -> AsyncIterat
             "temperature": 0,
             "max_tokens": 200,  # a small model can loop: bound every call
         },
-        context={"window_tokens": 8192, "reserve_tokens": 1024},
+        context={"window_tokens": 4096, "reserve_tokens": 1024},
         agent={"request_input_timeout_s": 120, "style": "tool_first", "control_retries": 1},
     ) as running:
         yield running
+
+
+async def test_a_message_too_long_for_the_window_gets_a_clear_error(real: Running):
+    long_message = "Summarize this: " + "the quick brown fox jumps over the lazy dog " * 700
+    async with await real.client() as c:
+        await c.recv()
+        frames = await c.run(long_message, agent_max_steps=1, timeout=_TIMEOUT)
+    errors = _errors(frames)
+    assert [e["code"] for e in errors] == ["llm_error"]
+    assert "context window" in errors[0]["message"] and "--ctx-size" in errors[0]["message"]
 
 
 def _refused(llama: LlamaServer) -> list[str]:
