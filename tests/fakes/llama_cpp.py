@@ -171,6 +171,7 @@ class LlamaServer:
         ]
         self._process: subprocess.Popen[bytes] | None = None
         self._log = tempfile.TemporaryFile()
+        self.mark = 0  # a position in log(): tests look at what came after it
 
     def start(self, timeout: float = 120.0) -> None:
         self._process = subprocess.Popen(self._args, stdout=self._log, stderr=subprocess.STDOUT)
