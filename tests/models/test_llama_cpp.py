@@ -68,7 +68,7 @@ async def test_an_agent_run_calls_a_real_tool_and_completes(real: Running, llama
             agent_max_steps=3,
             timeout=_TIMEOUT,
         )
-    assert _errors(frames) == [], _errors(frames)
+    assert _errors(frames) == [], [e["message"] for e in _errors(frames)]
     calls = [f for f in frames if f["type"] == "tool_start"]
     assert calls and calls[0]["tool_name"] == "get_current_time"
     assert any(f["type"] == "tool_complete" for f in frames)
@@ -111,7 +111,7 @@ async def test_a_question_is_asked_and_answered(real: Running, llama: LlamaServe
         assert kind(asked[-1]) == "agent_request_input", [kind(f) for f in asked]
         await c.send({"type": "agent_user_input", "content": "Paris"})
         rest = await c.until("response_complete", _TIMEOUT)
-    assert _errors(asked + rest) == []
+    assert _errors(asked + rest) == [], [e["message"] for e in _errors(asked + rest)]
     answered = [f for f in rest if kind(f) == "agent_user_answer"]
     assert answered and answered[0]["content"] == "Paris"
     assert any(kind(f) == "agent_completion" for f in rest)
