@@ -143,17 +143,28 @@ class SessionHub:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def open(self, scope: Scope, session_id: str | None) -> tuple[LiveSession, bool]:
-        """Return (live session, resumed). A new session is made when `session_id` is None.
+    async def open(
+        self, scope: Scope, session_id: str | None, *, create: bool = False
+    ) -> tuple[LiveSession, bool]:
+        """Return (live session, resumed). A new session is made when `session_id` is None,
+        or (`create`, for AG-UI's client-chosen thread ids) when no session of the caller has
+        that id; the caller must then `ensure_stored` it, which fails on another's id.
 
         A new session is stored with its first `chat`; until then it lives only while a
         connection holds it, so page loads that never chat leave nothing behind.
         Raise ProtocolError("session_not_found") for an unknown or foreign id.
         """
-        if session_id is None:
+        if session_id is None or (create and await self._unknown(scope, session_id)):
             now = now_ms()
             record = SessionRecord(
-                uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle", "", now, now, 0
+                session_id or uuid.uuid4().hex,
+                scope.tenant_id,
+                scope.user_id,
+                "idle",
+                "",
+                now,
+                now,
+                0,
             )
             live = self._live[record.session_id] = self._new_live(record, stored=False)
             self._emptied.clear()
@@ -171,6 +182,13 @@ class SessionHub:
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
+
+    async def _unknown(self, scope: Scope, session_id: str) -> bool:
+        if session_id in self._live:
+            return False
+        return await self._store.get_session(scope, session_id) is None and (
+            session_id not in self._live  # another request may have made it meanwhile
+        )
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)

@@ -1,0 +1,229 @@
+"""POST /agui against the real server, decoded and validated with the official
+`ag-ui-protocol` types: any event the SDK's models reject fails the test."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
+from pydantic import TypeAdapter
+
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason, text
+
+EVENT = TypeAdapter(Event)
+
+
+def run_input(thread_id: str, content: str = "hello", **extra: Any) -> dict[str, Any]:
+    body = RunAgentInput(
+        thread_id=thread_id,
+        run_id=uuid.uuid4().hex,
+        messages=[UserMessage(id=uuid.uuid4().hex, content=content)],
+        tools=[],
+        context=[],
+        **extra,
+    )
+    return json.loads(body.model_dump_json(by_alias=True))
+
+
+async def post(address: str, body: dict[str, Any], **headers: str) -> list[Any]:
+    """POST /agui and return every event of the SSE stream, validated by the SDK's models."""
+    events = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", f"http://{address}/agui", json=body, headers=headers) as r:
+            assert r.status_code == 200, await r.aread()
+            assert r.headers["content-type"].startswith("text/event-stream")
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(EVENT.validate_json(line[6:]))
+    return events
+
+
+def types(events: list[Any]) -> list[str]:
+    return [e.type.value for e in events]
+
+
+def check_sequence(events: list[Any]) -> None:
+    """The lifecycle rules of AG-UI's verifier: opened things close before RUN_FINISHED."""
+    assert events[0].type == EventType.RUN_STARTED
+    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    open_steps: set[str] = set()
+    open_messages: set[str] = set()
+    for e in events[1:-1]:
+        assert e.type not in (EventType.RUN_STARTED, EventType.RUN_FINISHED)
+        if e.type == EventType.STEP_STARTED:
+            assert e.step_name not in open_steps
+            open_steps.add(e.step_name)
+        elif e.type == EventType.STEP_FINISHED:
+            open_steps.remove(e.step_name)
+        elif e.type in (EventType.TEXT_MESSAGE_START, EventType.REASONING_MESSAGE_START):
+            assert e.message_id not in open_messages
+            open_messages.add(e.message_id)
+        elif e.type in (EventType.TEXT_MESSAGE_END, EventType.REASONING_MESSAGE_END):
+            open_messages.remove(e.message_id)
+        elif e.type in (EventType.TEXT_MESSAGE_CONTENT, EventType.REASONING_MESSAGE_CONTENT):
+            assert e.message_id in open_messages
+    if events[-1].type == EventType.RUN_FINISHED:
+        assert not open_steps and not open_messages
+
+
+async def test_a_run_maps_onto_ag_ui_events_and_keeps_every_seq(server, fake_llm: FakeLLM):
+    call = FakeToolCall("get_current_time", {"timezone": "Europe/Paris"})
+    fake_llm.script("reason", reason("I'll check the time in Paris."))
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("It is daytime there.", final="It is **noon** in Paris."))
+    thread = uuid.uuid4().hex
+    events = await post(server.address, run_input(thread, "What time is it in Paris?"))
+
+    check_sequence(events)
+    started, finished = events[0], events[-1]
+    assert started.thread_id == thread and finished.thread_id == thread
+    assert finished.type == EventType.RUN_FINISHED and finished.outcome.type == "success"
+    assert finished.result["final_answer"] == "It is **noon** in Paris."
+    run_id = started.run_id
+    assert finished.run_id == run_id
+    kinds = types(events)
+    assert kinds.index("STEP_STARTED") < kinds.index("REASONING_START")
+    assert kinds.index("REASONING_MESSAGE_CONTENT") < kinds.index("TOOL_CALL_START")
+    tool = [e for e in events if e.type.value.startswith("TOOL_CALL")]
+    assert types(tool) == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    assert tool[0].tool_call_id == call.id and tool[0].tool_call_name == "get_current_time"
+    assert json.loads(tool[1].delta) == {"timezone": "Europe/Paris"}
+    assert json.loads(tool[3].content)["timezone"] == "Europe/Paris"
+    answer = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert answer == "It is **noon** in Paris."
+    reasoning = "".join(e.delta for e in events if e.type == EventType.REASONING_MESSAGE_CONTENT)
+    assert "I'll check the time in Paris." in reasoning and "```" not in reasoning
+    # Our frames ride along as rawEvent: the seqs the store gave them, none lost.
+    seqs = sorted({e.raw_event["seq"] for e in events if e.raw_event})
+    async with httpx.AsyncClient() as http:
+        stored = (await http.get(f"http://{server.address}/api/sessions/{thread}/events")).json()
+    run_seqs = [f["seq"] for f in stored["events"] if f.get("run_id") == run_id]
+    assert seqs == run_seqs
+    assert any(e.type == EventType.CUSTOM and e.name == "agent_completion" for e in events)
+
+
+async def test_a_question_is_an_interrupt_and_the_resume_answers_the_same_run(
+    server, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("reason", reason("I need to know the city."))
+    fake_llm.script("act", act(ask))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("Got it.", final="Lisbon" if "Lisbon" in json.dumps(body) else "?"),
+    )
+    thread = uuid.uuid4().hex
+    first = await post(server.address, run_input(thread, "Plan my trip"))
+    check_sequence(first)
+    outcome = first[-1].outcome
+    assert outcome.type == "interrupt"
+    (interrupt,) = outcome.interrupts
+    assert interrupt.id == ask.id and interrupt.message == "Which city?"
+    assert interrupt.reason == "input_required" and interrupt.expires_at.endswith("Z")
+
+    # The run is paused, not over: /ws sees it awaiting input, on the same session.
+    async with await server.client(session_id=thread) as ws:
+        session = await ws.recv()
+        assert session["status"] == "awaiting_input"
+        assert session["pending_input"]["tool_call_id"] == ask.id
+
+        resume = run_input(thread, "Plan my trip")
+        resume["resume"] = [{"interruptId": ask.id, "status": "resolved", "payload": "Lisbon"}]
+        second = await post(server.address, resume)
+        frames = await ws.until("response_complete", timeout=10)
+
+    check_sequence(second)
+    assert second[0].run_id == first[0].run_id  # the same run, continued
+    assert second[1].type == EventType.STEP_STARTED and second[1].step_name == "step 1"
+    assert second[-1].outcome.type == "success"
+    assert "Lisbon" in second[-1].result["final_answer"]
+    answered = [e for e in second if e.type == EventType.CUSTOM and e.name == "agent_user_answer"]
+    assert answered and answered[0].value["content"] == "Lisbon"
+    assert frames[-1]["run_id"] == first[0].run_id  # /ws watched the AG-UI run to its end
+
+
+async def test_a_run_started_on_ws_is_refused_a_second_start_and_the_thread_continues(
+    server, fake_llm: FakeLLM
+):
+    fake_llm.script("reason", reason("Quick.", finish=True), reason("Again.", finish=True))
+    fake_llm.script("observe", observe("ok", final="first"), observe("ok", final="second"))
+    async with await server.client() as ws:
+        session = await ws.recv()
+        await ws.run("from the socket")
+    thread = session["session_id"]
+    events = await post(server.address, run_input(thread, "from AG-UI"))
+    assert events[-1].result["final_answer"] == "second"
+    history = fake_llm.requests[-1].body["messages"]
+    assert any("from the socket" in str(m.get("content")) for m in history)  # stored history
+
+
+async def test_context_items_reach_the_model(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", reason("Fine.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    body = run_input(uuid.uuid4().hex, "hi")
+    body["context"] = [{"description": "user's timezone", "value": "Asia/Tokyo"}]
+    await post(server.address, body)
+    sent = json.dumps(fake_llm.requests[0].body["messages"])
+    assert "user's timezone: Asia/Tokyo" in sent
+
+
+async def test_abort_does_not_stop_the_run_and_stop_does(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", text("thinking", hang_after=1))
+    thread = uuid.uuid4().hex
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream(
+            "POST", f"http://{server.address}/agui", json=run_input(thread, "long task")
+        ) as r:
+            async for line in r.aiter_lines():
+                if "REASONING_MESSAGE_CONTENT" in line:
+                    break  # the client leaves mid-run
+        async with await server.client(session_id=thread) as ws:
+            session = await ws.recv()
+            assert session["status"] == "running"  # the run outlived the request
+            stop = await http.post(f"http://{server.address}/agui/{thread}/stop")
+            assert stop.status_code == 202
+            frames = await ws.until("response_complete", timeout=5)
+        again = await http.post(f"http://{server.address}/agui/{thread}/stop")
+    stopped = next(f for f in frames if f.get("update_type") == "agent_stopped")
+    assert stopped["reason"] == "user"
+    assert again.status_code == 409 and again.json()["code"] == "no_active_run"
+
+
+async def test_refusals_follow_the_ws_rules(server_factory, fake_llm: FakeLLM):
+    tokens = {
+        "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "bob-token-0123456789": {"tenant": "acme", "user": "bob"},
+    }
+    fake_llm.script("reason", reason("Quick.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    async with server_factory(auth={"tokens": tokens}) as running:
+        url = f"http://{running.address}/agui"
+        thread = uuid.uuid4().hex
+        alice = {"Authorization": "Bearer alice-token-0123456789"}
+        events = await post(running.address, run_input(thread), **alice)
+        assert events[-1].outcome.type == "success"
+        async with httpx.AsyncClient(timeout=10) as http:
+            none = await http.post(url, json=run_input(thread))
+            bob = await http.post(
+                url,
+                json=run_input(thread),
+                headers={"Authorization": "Bearer bob-token-0123456789"},
+            )
+            origin = await http.post(
+                url, json=run_input(uuid.uuid4().hex), headers={**alice, "Origin": "http://evil"}
+            )
+            bad = await http.post(url, json={"threadId": "x"}, headers=alice)
+            not_user = run_input(thread)
+            not_user["messages"] = [{"id": "a", "role": "assistant", "content": "hi"}]
+            last = await http.post(url, json=not_user, headers=alice)
+            stop = await http.post(
+                f"{url}/{thread}/stop", headers={"Authorization": "Bearer bob-token-0123456789"}
+            )
+    assert none.status_code == 401
+    assert bob.status_code == 404 and bob.json()["code"] == "session_not_found"
+    assert origin.status_code == 403
+    assert bad.status_code == 400 and last.status_code == 400
+    assert stop.status_code == 404
