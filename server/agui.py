@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, UserMessage
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -25,6 +25,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from agent.errors import StorageError
+from agent.ports import ToolSpec
 from server.agui_events import Translator
 from server.live import LiveSession
 from server.protocol import ChatFrame, ProtocolError
@@ -154,6 +155,29 @@ def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
         raise _Refused(400, "invalid_message", f"forwardedProps: {exc}") from None
 
 
+def _client_tools(run_input: RunAgentInput) -> list[ToolSpec]:
+    empty = {"type": "object", "properties": {}}
+    return [
+        ToolSpec(t.name, t.description, t.parameters if isinstance(t.parameters, dict) else empty)
+        for t in run_input.tools or ()
+    ]
+
+
+async def _tool_result(services: Services, live: LiveSession, message: ToolMessage) -> None:
+    """The client's result of a frontend tool call the paused run waits for."""
+    pending = live.pending_input
+    if live.run is None or pending is None or pending["tool_call_id"] != message.tool_call_id:
+        raise _Refused(
+            409, "not_awaiting_input", "No call of an application tool waits for this result."
+        )
+    content = message.content
+    if not isinstance(content, str):
+        content = "\n".join(part.text for part in content if isinstance(part, TextPart))
+    if message.error:
+        content = f"Error: {message.error}"
+    await services.hub.answer(live, content)
+
+
 async def _resume(services: Services, live: LiveSession, run_input: RunAgentInput) -> None:
     """Deliver the resume entry that answers the paused run's question or approval."""
     run = live.run
@@ -191,16 +215,20 @@ async def agui_endpoint(request: Request) -> Response:
         live = await _open(services, scope, run_input.thread_id)
         stream = _Stream(services.settings.server.outbound_queue_size)
         live.subscribers.add(stream)
-        resuming = bool(run_input.resume)
-        if resuming:
+        last = run_input.messages[-1] if run_input.messages else None
+        if run_input.resume or isinstance(last, ToolMessage):
             pending = live.pending_approval or live.pending_input or {}
             step = int(pending.get("step") or 0)
-            await _resume(services, live, run_input)
+            if isinstance(last, ToolMessage) and not run_input.resume:
+                await _tool_result(services, live, last)
+            else:
+                await _resume(services, live, run_input)
             assert live.run is not None
             run_id = live.run.run_id
         else:
             step = 0
-            run_id = services.hub.start_run(live, _chat_frame(run_input))
+            frame = _chat_frame(run_input)
+            run_id = services.hub.start_run(live, frame, _client_tools(run_input))
     except (_Refused, ProtocolError, StorageError) as exc:
         if live is not None:
             if stream is not None:
@@ -211,7 +239,8 @@ async def agui_endpoint(request: Request) -> Response:
         elif isinstance(exc, StorageError):
             exc = _Refused(503, "storage_error", "The change could not be saved.")
         return _json({"code": exc.code, "message": exc.message}, exc.status)
-    translator = Translator(live.session_id, run_id)
+    names = frozenset(t.name for t in run_input.tools or ())
+    translator = Translator(live.session_id, run_id, names)
     body = _events(services, live, stream, translator, step)
     return StreamingResponse(body, media_type=EventEncoder().get_content_type())
 

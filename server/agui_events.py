@@ -12,6 +12,8 @@
 | tool_start                               | TOOL_CALL_START, TOOL_CALL_ARGS (JSON), _END      |
 | tool_complete / tool_error               | TOOL_CALL_RESULT (tool_error: "Error: ...")       |
 | agent_request_input / agent_tool_approval| CUSTOM, STEP_FINISHED, RUN_FINISHED "interrupt"   |
+| agent_request_input of a client tool call| CUSTOM, STEP_FINISHED, RUN_FINISHED "success" with|
+|                                          | pendingToolCallIds [the call] (frontend tools)    |
 | agent_verify (done: false)               | TEXT_MESSAGE_END (draft discarded), CUSTOM        |
 | agent_completion                         | TEXT_MESSAGE_END, CUSTOM "agent_completion"       |
 | agent_stopped                            | CUSTOM; then RUN_FINISHED "cancelled"             |
@@ -83,9 +85,13 @@ class Translator:
     """Turn one run's frames into AG-UI events, keeping what is open so every run closes
     cleanly. Call `start` first; the stream is over once `done` is True."""
 
-    def __init__(self, thread_id: str, run_id: str) -> None:
+    def __init__(
+        self, thread_id: str, run_id: str, client_tools: frozenset[str] = frozenset()
+    ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
+        self._client_tools = client_tools
+        self._client_calls: set[str] = set()  # calls of client tools, which the client runs
         self.done = False
         self._step: int | None = None
         self._reasoning: str | None = None  # the open reasoning message's id
@@ -212,6 +218,8 @@ class Translator:
 
     def _tool_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
         call_id = frame["tool_call_id"]
+        if frame["tool_name"] in self._client_tools:
+            self._client_calls.add(call_id)
         events = self._close_reasoning()
         events += [
             ToolCallStartEvent(tool_call_id=call_id, tool_call_name=frame["tool_name"]),
@@ -237,6 +245,9 @@ class Translator:
 
     def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
         step = frame.get("step")
+        if frame["tool_call_id"] in self._client_calls:  # AG-UI's frontend-tool flow
+            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=[frame["tool_call_id"]])
+            return self._custom(frame) + self._finish(outcome)
         if frame["update_type"] == "agent_request_input":
             interrupt = Interrupt(
                 id=frame["tool_call_id"],

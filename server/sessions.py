@@ -9,6 +9,7 @@ failed), the hub sends exactly one `response_complete` as its last event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections import Counter, defaultdict
@@ -34,8 +35,9 @@ from agent.events import (
 )
 from agent.loop import run_agent
 from agent.messages import Message, Usage
-from agent.ports import ChatModel, PromptProvider, Toolbox
+from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
+from server.client_tools import ClientToolbox
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
 from server.settings import AgentSettings
@@ -54,6 +56,7 @@ class _RunRequest:
     max_steps: int
     tools: tuple[str, ...] | None
     style: Style
+    client_tools: tuple[ToolSpec, ...] = ()
 
 
 class _RunSink:
@@ -238,9 +241,18 @@ class SessionHub:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
-        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
+    def start_run(
+        self, live: LiveSession, frame: ChatFrame, client_tools: Sequence[ToolSpec] = ()
+    ) -> str:
+        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
+        `client_tools` (AG-UI's frontend tools) are offered to the model with ours."""
         request = self._validate(frame, live.scope.tenant_id)
+        clash = [t.name for t in client_tools if t.name in self._tools_for(live.scope.tenant_id)]
+        if clash or any(t.name == "request_input" for t in client_tools):
+            raise ProtocolError(
+                "invalid_message", f"tools: names taken by the server's tools: {clash}."
+            )
+        request = dataclasses.replace(request, client_tools=tuple(client_tools))
         if live.run is not None:
             raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
@@ -323,7 +335,7 @@ class SessionHub:
             max_verifications=self._settings.max_verifications,
             approval_timeout_s=self._approval_timeout_s,
         )
-        ctx = self._context(live, run, limits, request.tools)
+        ctx = self._context(live, run, limits, request.tools, request.client_tools)
         sink = ctx.sink
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
@@ -362,21 +374,27 @@ class SessionHub:
         run: ActiveRun,
         limits: RunLimits,
         tools: tuple[str, ...] | None,
+        client_tools: tuple[ToolSpec, ...] = (),
     ) -> RunContext:
         sink = _RunSink(live, run.run_id)
+        names = tools if tools is not None else self._tools_for(live.scope.tenant_id)
+        toolbox: Toolbox = self._tools
+        if client_tools:
+            toolbox = ClientToolbox(self._tools, client_tools)
+            names = (*names, *(t.name for t in client_tools))
         return RunContext(
             session_id=live.session_id,
             run_id=run.run_id,
             tenant_id=live.scope.tenant_id,
             user_id=live.scope.user_id,
             model=self._model,
-            tools=self._tools,
+            tools=toolbox,
             prompts=self._prompts,
             sink=sink,
             transcript=sink,
             control=run.control,
             limits=limits,
-            tool_names=tools if tools is not None else self._tools_for(live.scope.tenant_id),
+            tool_names=names,
             metrics=self._tenant_metrics[live.scope.tenant_id],
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,

@@ -227,3 +227,58 @@ async def test_refusals_follow_the_ws_rules(server_factory, fake_llm: FakeLLM):
     assert origin.status_code == 403
     assert bad.status_code == 400 and last.status_code == 400
     assert stop.status_code == 404
+
+
+async def test_a_frontend_tool_call_ends_the_run_and_the_next_run_carries_its_result(
+    server, fake_llm: FakeLLM
+):
+    show = FakeToolCall("show_map", {"city": "Lisbon"})
+    fake_llm.script("reason", reason("I will show the map."))
+    fake_llm.script("act", act(show))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("Shown.", final="map ok" if "pinned 3" in json.dumps(body) else "?"),
+    )
+    thread = uuid.uuid4().hex
+    body = run_input(thread, "Show me Lisbon")
+    body["tools"] = [
+        {
+            "name": "show_map",
+            "description": "Show a city on the map in the page.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
+    first = await post(server.address, body)
+    check_sequence(first)
+    assert first[-1].outcome.type == "success"
+    assert first[-1].outcome.pending_tool_call_ids == [show.id]
+    start = next(e for e in first if e.type == EventType.TOOL_CALL_START)
+    assert start.tool_call_name == "show_map" and start.tool_call_id == show.id
+    assert not any(e.type == EventType.TOOL_CALL_RESULT for e in first)
+    offered = [t["function"]["name"] for t in fake_llm.requests[1].body["tools"]]
+    assert "show_map" in offered and "get_current_time" in offered
+
+    body["messages"] += [
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": show.id,
+                    "type": "function",
+                    "function": {"name": "show_map", "arguments": '{"city": "Lisbon"}'},
+                }
+            ],
+        },
+        {"id": "t1", "role": "tool", "toolCallId": show.id, "content": "pinned 3 places"},
+    ]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[0].run_id == first[0].run_id
+    result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == show.id and result.content == "pinned 3 places"
+    assert second[-1].result["final_answer"] == "map ok"
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        stale = await http.post(f"http://{server.address}/agui", json=body)
+    assert stale.status_code == 409 and stale.json()["code"] == "not_awaiting_input"
