@@ -282,3 +282,30 @@ async def test_a_frontend_tool_call_ends_the_run_and_the_next_run_carries_its_re
     async with httpx.AsyncClient(timeout=10) as http:
         stale = await http.post(f"http://{server.address}/agui", json=body)
     assert stale.status_code == 409 and stale.json()["code"] == "not_awaiting_input"
+
+
+async def test_a_tool_approval_is_an_interrupt_and_a_denial_resumes_the_run(
+    server_factory, fake_llm: FakeLLM
+):
+    call = FakeToolCall("get_current_time", {"timezone": "UTC"})
+    fake_llm.script("reason", reason("I'll check the clock."))
+    fake_llm.script("act", act(call))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("ok", final="declined" if "too early" in json.dumps(body) else "?"),
+    )
+    async with server_factory(tools={"approval": ["get_current_time"]}) as running:
+        thread = uuid.uuid4().hex
+        first = await post(running.address, run_input(thread, "What time is it?"))
+        check_sequence(first)
+        (interrupt,) = first[-1].outcome.interrupts
+        assert interrupt.reason == "tool_approval" and interrupt.tool_call_id == call.id
+        assert interrupt.metadata["tool_name"] == "get_current_time"
+        resume = run_input(thread, "What time is it?")
+        payload = {"approve": False, "reason": "too early"}
+        resume["resume"] = [{"interruptId": call.id, "status": "resolved", "payload": payload}]
+        second = await post(running.address, resume)
+    check_sequence(second)
+    result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
+    assert result.content.startswith("Error: The user declined: too early")
+    assert second[-1].result["final_answer"] == "declined"
