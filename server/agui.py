@@ -35,6 +35,7 @@ from server.storage.base import Scope
 __all__ = ["routes"]
 
 log = logging.getLogger(__name__)
+_SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _STATUS = {
     "invalid_message": 400,
@@ -66,6 +67,7 @@ class _Stream:
         self.queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._max = max_queued
         self.overflowed = False
+        self.close_code: int | None = None
         self._closed = asyncio.Event()
 
     def deliver(self, text: str, seq: int | None) -> None:
@@ -76,7 +78,15 @@ class _Stream:
         self.queue.put_nowait(text)
 
     def finish(self, code: int) -> None:
+        self.close_code = code
         self.queue.put_nowait(None)
+
+    def why(self) -> str:
+        if self.overflowed:
+            return "the client read too slowly; the run goes on"
+        if self.close_code == _SESSION_GONE:
+            return "the session was deleted"
+        return "the server is going away; the run is being stopped"
 
     def closed(self) -> None:
         self._closed.set()
@@ -258,8 +268,7 @@ async def _events(
         while not translator.done:
             text = await stream.queue.get()
             if text is None:
-                why = "too slow a reader" if stream.overflowed else "the server is going away"
-                message = f"The stream ended ({why}); the run goes on."
+                message = f"The stream ended: {stream.why()}."
                 yield encode([RunErrorEvent(message=message, code="stream_closed")])
                 return
             frame = orjson.loads(text)
