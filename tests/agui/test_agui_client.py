@@ -19,7 +19,9 @@ NPM_DIR = Path(os.environ.get("AGENT_SERVER_NPM_CACHE", Path.home() / ".cache/ag
 SCRIPT = Path(__file__).with_name("client.mjs")
 
 
-async def run_client(url: str, thread: str, question: str, answer: str) -> dict:
+async def run_client(
+    url: str, thread: str, question: str, answer: str, tools: list | None = None
+) -> dict:
     node = shutil.which("node")
     if node is None or not (NPM_DIR / "node_modules/@ag-ui/client").is_dir():
         pytest.skip("node or @ag-ui/client is missing: run scripts/test-deps.sh")
@@ -31,6 +33,7 @@ async def run_client(url: str, thread: str, question: str, answer: str) -> dict:
         thread,
         question,
         answer,
+        json.dumps(tools or []),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -74,3 +77,35 @@ async def test_httpagent_runs_a_task_and_resumes_an_interrupt(server, fake_llm: 
     assert assistant[-1]["content"] == "Lisbon it is"
     tools = [m for m in report["messages"] if m["role"] == "tool"]
     assert any(m["toolCallId"] == clock.id for m in tools)
+
+
+async def test_httpagent_runs_a_frontend_tool_and_sends_its_result(server, fake_llm: FakeLLM):
+    show = FakeToolCall("show_map", {"city": "Lisbon"})
+    fake_llm.script("reason", reason("I will show the map."))
+    fake_llm.script("act", act(show))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("Shown.", final="on the map" if "pinned" in json.dumps(body) else "?"),
+    )
+    tool = {
+        "name": "show_map",
+        "description": "Show a city on the map in the page.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    thread = uuid.uuid4().hex
+    report = await run_client(
+        f"http://{server.address}/agui", thread, "Show me Lisbon", "pinned", [tool]
+    )
+
+    events = report["events"]
+    assert len(report["runs"]) == 2 and not report["interrupts"]
+    first, second = events[: report["runs"][0]], events[report["runs"][0] :]
+    assert first[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [show.id]}
+    start = next(e for e in first if e["type"] == "TOOL_CALL_START")
+    assert start["toolCallName"] == "show_map"
+    assert second[0]["runId"] == first[0]["runId"]  # the paused run went on
+    assert second[-1]["result"]["final_answer"] == "on the map"
+    calls = [
+        c for m in report["messages"] if m["role"] == "assistant" for c in m.get("toolCalls", [])
+    ]
+    assert [c["function"]["name"] for c in calls] == ["show_map"]
