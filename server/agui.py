@@ -225,20 +225,7 @@ async def agui_endpoint(request: Request) -> Response:
         live = await _open(services, scope, run_input.thread_id)
         stream = _Stream(services.settings.server.outbound_queue_size)
         live.subscribers.add(stream)
-        last = run_input.messages[-1] if run_input.messages else None
-        if run_input.resume or isinstance(last, ToolMessage):
-            pending = live.pending_approval or live.pending_input or {}
-            step = int(pending.get("step") or 0)
-            if isinstance(last, ToolMessage) and not run_input.resume:
-                await _tool_result(services, live, last)
-            else:
-                await _resume(services, live, run_input)
-            assert live.run is not None
-            run_id = live.run.run_id
-        else:
-            step = 0
-            frame = _chat_frame(run_input)
-            run_id = services.hub.start_run(live, frame, _client_tools(run_input))
+        run_id, step = await _begin(services, live, run_input)
     except (_Refused, ProtocolError, StorageError) as exc:
         if live is not None:
             if stream is not None:
@@ -248,11 +235,64 @@ async def agui_endpoint(request: Request) -> Response:
             exc = _Refused(_STATUS.get(exc.code, 400), exc.code, exc.message)
         elif isinstance(exc, StorageError):
             exc = _Refused(503, "storage_error", "The change could not be saved.")
-        return _json({"code": exc.code, "message": exc.message}, exc.status)
+        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
     names = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(live.session_id, run_id, names)
     body = _events(services, live, stream, translator, step)
-    return StreamingResponse(body, media_type=EventEncoder().get_content_type())
+    return _cors(request, StreamingResponse(body, media_type=EventEncoder().get_content_type()))
+
+
+async def _begin(
+    services: Services, live: LiveSession, run_input: RunAgentInput
+) -> tuple[str, int]:
+    """Start the run, or continue the paused one; return (run_id, the step it is in)."""
+    last = run_input.messages[-1] if run_input.messages else None
+    entries = run_input.resume or []
+    pending = live.pending_approval or live.pending_input or {}
+    # Cancelling an interrupt that is no longer open (it expired) with a new user message is
+    # how an AG-UI client moves on: that is an ordinary new run.
+    stale = (
+        bool(entries)
+        and all(e.status == "cancelled" for e in entries)
+        and pending.get("tool_call_id") not in {e.interrupt_id for e in entries}
+        and isinstance(last, UserMessage)
+    )
+    if (entries and not stale) or isinstance(last, ToolMessage):
+        step = int(pending.get("step") or 0)
+        if isinstance(last, ToolMessage) and not entries:
+            await _tool_result(services, live, last)
+        else:
+            await _resume(services, live, run_input)
+        if live.run is None:
+            raise _Refused(409, "not_awaiting_input", "The run has already ended.")
+        return live.run.run_id, step
+    frame = _chat_frame(run_input)
+    return services.hub.start_run(live, frame, _client_tools(run_input)), 0
+
+
+def _cors(request: Request, response: Response) -> Response:
+    """Let an allowed browser Origin read the answer (others were refused with 403)."""
+    origin = request.headers.get("origin")
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+    return response
+
+
+async def preflight(request: Request) -> Response:
+    """CORS preflight of a browser front end on another allowed origin."""
+    services: Services = request.app.state.services
+    if not services.auth.origin_allowed(request.headers.get("origin")):
+        return Response(status_code=403)
+    response = Response(status_code=204)
+    response.headers.update(
+        {
+            "Access-Control-Allow-Methods": "POST",
+            "Access-Control-Allow-Headers": "authorization, content-type, accept",
+            "Access-Control-Max-Age": "600",
+        }
+    )
+    return _cors(request, response)
 
 
 async def _events(
@@ -287,25 +327,32 @@ async def stop_endpoint(request: Request) -> Response:
     services: Services = request.app.state.services
     try:
         scope = _caller(request, services)
-        thread_id = str(request.path_params["thread_id"])
-        try:
-            live, _ = await services.hub.open(scope, thread_id)
-        except ProtocolError as exc:
-            raise _Refused(404, exc.code, exc.message) from None
-        try:
-            services.hub.stop(live)
-        except ProtocolError as exc:
-            raise _Refused(409, exc.code, exc.message) from None
-        finally:
-            services.hub.release(live)
+        run_id = await _stop(services, scope, str(request.path_params["thread_id"]))
     except _Refused as exc:
-        return _json({"code": exc.code, "message": exc.message}, exc.status)
+        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
+    return _cors(request, _json({"status": "stopping", "run_id": run_id}, 202))
+
+
+async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
+    try:
+        live, _ = await services.hub.open(scope, thread_id)
+    except ProtocolError as exc:
+        raise _Refused(404, exc.code, exc.message) from None
     except StorageError:
-        return _json({"code": "storage_error", "message": "The store is unavailable."}, 503)
-    return _json({"status": "stopping", "run_id": live.run.run_id if live.run else None}, 202)
+        raise _Refused(503, "storage_error", "The store is unavailable.") from None
+    try:
+        services.hub.stop(live)
+        assert live.run is not None
+        return live.run.run_id
+    except ProtocolError as exc:
+        raise _Refused(409, exc.code, exc.message) from None
+    finally:
+        services.hub.release(live)
 
 
 routes = [
     Route("/agui", agui_endpoint, methods=["POST"]),
     Route("/agui/{thread_id}/stop", stop_endpoint, methods=["POST"]),
+    Route("/agui", preflight, methods=["OPTIONS"]),
+    Route("/agui/{thread_id}/stop", preflight, methods=["OPTIONS"]),
 ]

@@ -309,3 +309,46 @@ async def test_a_tool_approval_is_an_interrupt_and_a_denial_resumes_the_run(
     result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
     assert result.content.startswith("Error: The user declined: too early")
     assert second[-1].result["final_answer"] == "declined"
+
+
+async def test_a_browser_on_an_allowed_origin_gets_cors_headers(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", reason("Quick.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    allowed = "http://localhost:8765"
+    url = f"http://{server.address}/agui"
+    async with httpx.AsyncClient(timeout=10) as http:
+        ok = await http.options(url, headers={"Origin": allowed})
+        evil = await http.options(url, headers={"Origin": "http://evil"})
+        posted = await http.post(url, json=run_input(uuid.uuid4().hex), headers={"Origin": allowed})
+    assert ok.status_code == 204 and ok.headers["access-control-allow-origin"] == allowed
+    assert "authorization" in ok.headers["access-control-allow-headers"]
+    assert evil.status_code == 403 and "access-control-allow-origin" not in evil.headers
+    assert posted.status_code == 200 and posted.headers["access-control-allow-origin"] == allowed
+    assert '"type":"RUN_FINISHED"' in posted.text
+
+
+async def test_an_unanswered_question_times_out_and_cancelling_it_moves_on(
+    server_factory, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("reason", reason("I need the city."), reason("New task.", finish=True))
+    fake_llm.script("act", act(ask))
+    fake_llm.script("observe", observe("ok", final="moved on"))
+    async with server_factory(agent={"request_input_timeout_s": 0.3}) as running:
+        thread = uuid.uuid4().hex
+        first = await post(running.address, run_input(thread, "Plan my trip"))
+        assert first[-1].outcome.type == "interrupt"
+        async with await running.client(session_id=thread, after_seq=0) as ws:
+            frames = await ws.until("response_complete", timeout=5)
+        stopped = next(f for f in frames if f.get("update_type") == "agent_stopped")
+        assert stopped["reason"] == "input_timeout"
+        late = run_input(thread, "Plan my trip")
+        late["resume"] = [{"interruptId": ask.id, "status": "resolved", "payload": "Lisbon"}]
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(f"http://{running.address}/agui", json=late)
+        assert refused.status_code == 409 and refused.json()["code"] == "not_awaiting_input"
+        moving_on = run_input(thread, "Something else")
+        moving_on["resume"] = [{"interruptId": ask.id, "status": "cancelled"}]
+        second = await post(running.address, moving_on)
+    assert second[0].run_id != first[0].run_id
+    assert second[-1].result["final_answer"] == "moved on"
