@@ -187,11 +187,11 @@ class SessionHub:
         return live_or_none, True
 
     async def _unknown(self, scope: Scope, session_id: str) -> bool:
+        """No session of that id, neither in memory nor (for this caller) in the store."""
         if session_id in self._live:
             return False
-        return await self._store.get_session(scope, session_id) is None and (
-            session_id not in self._live  # another request may have made it meanwhile
-        )
+        stored = await self._store.get_session(scope, session_id)
+        return stored is None and session_id not in self._live  # nobody made it meanwhile
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
@@ -247,11 +247,10 @@ class SessionHub:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
         `client_tools` (AG-UI's frontend tools) are offered to the model with ours."""
         request = self._validate(frame, live.scope.tenant_id)
-        clash = [t.name for t in client_tools if t.name in self._tools_for(live.scope.tenant_id)]
-        if clash or any(t.name == "request_input" for t in client_tools):
-            raise ProtocolError(
-                "invalid_message", f"tools: names taken by the server's tools: {clash}."
-            )
+        taken = {*self._tools_for(live.scope.tenant_id), "request_input"}
+        clash = ", ".join(repr(t.name) for t in client_tools if t.name in taken)
+        if clash:
+            raise ProtocolError("invalid_message", f"tools: {clash} is a server tool's name.")
         request = dataclasses.replace(request, client_tools=tuple(client_tools))
         if live.run is not None:
             raise ProtocolError(

@@ -352,3 +352,11 @@ async def test_an_unanswered_question_times_out_and_cancelling_it_moves_on(
         second = await post(running.address, moving_on)
     assert second[0].run_id != first[0].run_id
     assert second[-1].result["final_answer"] == "moved on"
+
+
+async def test_a_frontend_tool_may_not_take_a_server_tool_name(server):
+    body = run_input(uuid.uuid4().hex)
+    body["tools"] = [{"name": "get_current_time", "description": "mine"}]
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.post(f"http://{server.address}/agui", json=body)
+    assert r.status_code == 400 and "'get_current_time'" in r.json()["message"]
