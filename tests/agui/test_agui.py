@@ -11,7 +11,7 @@ import httpx
 from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
 from pydantic import TypeAdapter
 
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason, text
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
 
 EVENT = TypeAdapter(Event)
 
@@ -360,3 +360,52 @@ async def test_a_frontend_tool_may_not_take_a_server_tool_name(server):
     async with httpx.AsyncClient(timeout=10) as http:
         r = await http.post(f"http://{server.address}/agui", json=body)
     assert r.status_code == 400 and "'get_current_time'" in r.json()["message"]
+
+
+async def test_a_stop_from_ws_ends_the_ag_ui_stream_as_cancelled(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", text("thinking", hang_after=1))
+    thread = uuid.uuid4().hex
+    events = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream(
+            "POST", f"http://{server.address}/agui", json=run_input(thread, "long task")
+        ) as r:
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(EVENT.validate_json(line[6:]))
+                if events[-1].type == EventType.REASONING_MESSAGE_CONTENT:
+                    async with await server.client(session_id=thread) as ws:
+                        await ws.recv()
+                        await ws.send({"type": "agent_control", "action": "stop"})
+                        await ws.until("response_complete")
+    check_sequence(events)
+    assert events[-1].outcome.type == "cancelled"
+    kinds = types(events)
+    assert kinds[-4:] == ["REASONING_MESSAGE_END", "REASONING_END", "STEP_FINISHED", "RUN_FINISHED"]
+    stopped = next(e for e in events if e.type == EventType.CUSTOM and e.name == "agent_stopped")
+    assert stopped.value["reason"] == "user"
+
+
+async def test_chat_mode_streams_one_text_message(server, fake_llm: FakeLLM):
+    fake_llm.script("chat", text("Hello", " there."))
+    body = run_input(uuid.uuid4().hex, "hi")
+    body["forwardedProps"] = {"agent_mode": False}
+    events = await post(server.address, body)
+    check_sequence(events)
+    assert types(events) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    assert "".join(e.delta for e in events[2:4]) == "Hello there."
+
+
+async def test_a_failing_model_is_a_run_error(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(status=400))
+    events = await post(server.address, run_input(uuid.uuid4().hex))
+    check_sequence(events)
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "llm_error"
