@@ -11,7 +11,6 @@ stop the run; `POST /agui/{thread_id}/stop` does.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,7 +33,6 @@ from server.storage.base import Scope
 
 __all__ = ["routes"]
 
-log = logging.getLogger(__name__)
 _SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _STATUS = {
