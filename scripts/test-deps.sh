@@ -5,7 +5,9 @@
 #   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
 #   - the MCP servers tests/mcp talks to: `mcp-server-time` (PyPI, in .venv) and, from npm,
 #     pinned versions of @modelcontextprotocol/server-everything and server-filesystem in
-#     ~/.cache/agent-server/npm (tests skip them when node is missing).
+#     ~/.cache/agent-server/npm (tests skip them when node is missing);
+#   - the AG-UI reference client, @ag-ui/client and @ag-ui/core (pinned), into the same folder,
+#     for tests/agui/client.mjs.
 # Safe to run again and again; needs root (or sudo) only when chromium is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +37,8 @@ MCP_NPM="${AGENT_SERVER_NPM_CACHE:-$HOME/.cache/agent-server/npm}"
 MCP_PACKAGES=(
     "@modelcontextprotocol/server-everything@2026.8.31"
     "@modelcontextprotocol/server-filesystem@2026.8.31"
+    "@ag-ui/client@1.0.0"
+    "@ag-ui/core@1.0.0"
 )
 if command -v npm >/dev/null 2>&1; then
     stamp="$MCP_NPM/.installed-$(printf '%s ' "${MCP_PACKAGES[@]}" | md5sum | cut -c1-12)"

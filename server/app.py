@@ -39,6 +39,7 @@ from agent.tools import (
 from agent.tools.catalog import ToolCatalog
 from agent.tools.mcp import McpServer
 from agent.tools.python import load_tool_modules
+from server.agui import routes as agui_routes
 from server.auth import Authenticator
 from server.http_api import routes as api_routes
 from server.services import Services
@@ -285,6 +286,7 @@ def create_app(
     routes = [
         *api_routes,
         WebSocketRoute("/ws", websocket_endpoint),
+        *agui_routes,
     ]
     if (STATIC_DIR / "index.html").is_file():
         routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]

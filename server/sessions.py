@@ -38,8 +38,9 @@ from agent.events import (
 )
 from agent.loop import run_agent
 from agent.messages import Message, Usage
-from agent.ports import ChatModel, PromptProvider, Toolbox
+from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
+from server.client_tools import ClientToolbox
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import (
     AgentControlFrame,
@@ -72,6 +73,7 @@ class _RunRequest:
     style: Style
     client_id: str | None = None
     origin: Literal["chat", "retry", "continue"] = "chat"
+    client_tools: tuple[ToolSpec, ...] = ()
 
 
 class _RunSink:
@@ -171,17 +173,28 @@ class SessionHub:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def open(self, scope: Scope, session_id: str | None) -> tuple[LiveSession, bool]:
-        """Return (live session, resumed). A new session is made when `session_id` is None.
+    async def open(
+        self, scope: Scope, session_id: str | None, *, create: bool = False
+    ) -> tuple[LiveSession, bool]:
+        """Return (live session, resumed). A new session is made when `session_id` is None,
+        or (`create`, for AG-UI's client-chosen thread ids) when no session of the caller has
+        that id; the caller must then `ensure_stored` it, which fails on another's id.
 
         A new session is stored with its first `chat`; until then it lives only while a
         connection holds it, so page loads that never chat leave nothing behind.
         Raise ProtocolError("session_not_found") for an unknown or foreign id.
         """
-        if session_id is None:
+        if session_id is None or (create and await self._unknown(scope, session_id)):
             now = now_ms()
             record = SessionRecord(
-                uuid.uuid4().hex, scope.tenant_id, scope.user_id, "idle", "", now, now, 0
+                session_id or uuid.uuid4().hex,
+                scope.tenant_id,
+                scope.user_id,
+                "idle",
+                "",
+                now,
+                now,
+                0,
             )
             live = self._live[record.session_id] = self._new_live(record, stored=False)
             self._emptied.clear()
@@ -199,6 +212,13 @@ class SessionHub:
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
+
+    async def _unknown(self, scope: Scope, session_id: str) -> bool:
+        """No session of that id, neither in memory nor (for this caller) in the store."""
+        if session_id in self._live:
+            return False
+        stored = await self._store.get_session(scope, session_id)
+        return stored is None and session_id not in self._live  # nobody made it meanwhile
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
@@ -253,10 +273,17 @@ class SessionHub:
         live: LiveSession,
         frame: ChatFrame,
         origin: Literal["chat", "retry", "continue"] = "chat",
+        client_tools: Sequence[ToolSpec] = (),
     ) -> str:
-        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
+        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
+        `client_tools` (AG-UI's frontend tools) are offered to the model with ours."""
+        request = self._validate(frame, live.scope.tenant_id)
+        taken = {*self._tools_for(live.scope.tenant_id), "request_input"}
+        clash = ", ".join(repr(t.name) for t in client_tools if t.name in taken)
+        if clash:
+            raise ProtocolError("invalid_message", f"tools: {clash} is a server tool's name.")
         request = dataclasses.replace(
-            self._validate(frame, live.scope.tenant_id), client_id=frame.id, origin=origin
+            request, client_id=frame.id, origin=origin, client_tools=tuple(client_tools)
         )
         if live.run is not None:
             raise ProtocolError(
@@ -388,7 +415,7 @@ class SessionHub:
             max_verifications=self._settings.max_verifications,
             approval_timeout_s=self._approval_timeout_s,
         )
-        ctx = self._context(live, run, limits, request.tools)
+        ctx = self._context(live, run, limits, request.tools, request.client_tools)
         sink = ctx.sink
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
@@ -430,21 +457,27 @@ class SessionHub:
         run: ActiveRun,
         limits: RunLimits,
         tools: tuple[str, ...] | None,
+        client_tools: tuple[ToolSpec, ...] = (),
     ) -> RunContext:
         sink = _RunSink(live, run.run_id)
+        names = tools if tools is not None else self._tools_for(live.scope.tenant_id)
+        toolbox: Toolbox = self._tools
+        if client_tools:
+            toolbox = ClientToolbox(self._tools, client_tools)
+            names = (*names, *(t.name for t in client_tools))
         return RunContext(
             session_id=live.session_id,
             run_id=run.run_id,
             tenant_id=live.scope.tenant_id,
             user_id=live.scope.user_id,
             model=self._model,
-            tools=self._tools,
+            tools=toolbox,
             prompts=self._prompts,
             sink=sink,
             transcript=sink,
             control=run.control,
             limits=limits,
-            tool_names=tools if tools is not None else self._tools_for(live.scope.tenant_id),
+            tool_names=names,
             metrics=self._tenant_metrics[live.scope.tenant_id],
             context=self._context_window,
             research=self._research if self._settings.pre_task_research else None,

@@ -1,0 +1,356 @@
+"""The AG-UI endpoint: `POST /agui` (a RunAgentInput, answered by server-sent events) and
+`POST /agui/{thread_id}/stop`. docs/ag-ui.md is the contract; server/agui_events.py the
+mapping from our wire frames to AG-UI events.
+
+A request attaches to its session like a `/ws` connection (same auth, Origin rule, session
+registry and live events), starts a run (or resumes the paused one) and streams that run's
+frames, translated, until the run ends or pauses on a question. Closing the request does not
+stop the run; `POST /agui/{thread_id}/stop` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, ToolMessage, UserMessage
+from ag_ui.encoder import EventEncoder
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from agent.errors import StorageError
+from agent.ports import ToolSpec
+from server.agui_events import Translator
+from server.live import LiveSession
+from server.protocol import ChatFrame, ProtocolError
+from server.services import Services
+from server.storage.base import Scope
+
+__all__ = ["routes"]
+
+_SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
+_THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_STATUS = {
+    "invalid_message": 400,
+    "session_not_found": 404,
+    "run_in_progress": 409,
+    "too_many_runs": 429,
+    "no_active_run": 409,
+    "not_awaiting_input": 409,
+    "not_awaiting_approval": 409,
+    "unknown_tool_call": 409,
+    "already_decided": 409,
+}
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _json(body: Any, status: int) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+class _Stream:
+    """A session subscriber feeding one SSE response; its queue is bounded like a socket's."""
+
+    def __init__(self, max_queued: int) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._max = max_queued
+        self.overflowed = False
+        self.close_code: int | None = None
+        self._closed = asyncio.Event()
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        if self.queue.qsize() >= self._max:
+            self.overflowed = True
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(text)
+
+    def finish(self, code: int) -> None:
+        self.close_code = code
+        self.queue.put_nowait(None)
+
+    def why(self) -> str:
+        if self.overflowed:
+            return "the client read too slowly; the run goes on"
+        if self.close_code == _SESSION_GONE:
+            return "the session was deleted"
+        return "the server is going away; the run is being stopped"
+
+    def closed(self) -> None:
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+
+def _caller(request: Request, services: Services) -> Scope:
+    if not services.auth.origin_allowed(request.headers.get("origin")):
+        raise _Refused(403, "forbidden_origin", "This Origin is not allowed.")
+    scope = services.auth.identify(request.headers, request.query_params.get("token"))
+    if scope is None:
+        raise _Refused(401, "unauthorized", "A valid 'Authorization: Bearer <token>' is required.")
+    return scope
+
+
+async def _read_input(request: Request, limit: int) -> RunAgentInput:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _Refused(413, "invalid_message", f"The body is over {limit} bytes.")
+    try:
+        return RunAgentInput.model_validate_json(body)
+    except ValidationError as exc:
+        raise _Refused(400, "invalid_message", f"Not a RunAgentInput: {exc}") from None
+
+
+async def _open(services: Services, scope: Scope, thread_id: str) -> LiveSession:
+    if not _THREAD_ID.fullmatch(thread_id):
+        raise _Refused(400, "invalid_message", "threadId: 1-128 letters, digits, '_.:-'.")
+    hub = services.hub
+    try:
+        live, _ = await hub.open(scope, thread_id, create=True)
+    except ProtocolError as exc:
+        raise _Refused(404, exc.code, exc.message) from None
+    except StorageError:
+        raise _Refused(503, "storage_error", "The conversation store is unavailable.") from None
+    try:
+        await live.ensure_stored()
+    except StorageError:
+        hub.release(live)
+        try:  # the id is another's (the insert failed) or the store is down
+            await services.store.get_session(scope, thread_id)
+        except StorageError:
+            raise _Refused(503, "storage_error", "The store is unavailable.") from None
+        raise _Refused(404, "session_not_found", "There is no such session.") from None
+    return live
+
+
+def _user_text(run_input: RunAgentInput) -> str:
+    """The last message, which must be the user's: the run's request. Earlier messages are
+    the client's copy; the history the model sees is the stored one."""
+    last = run_input.messages[-1] if run_input.messages else None
+    if not isinstance(last, UserMessage):
+        raise _Refused(400, "invalid_message", "messages: the last message must be the user's.")
+    content = last.content
+    if not isinstance(content, str):
+        content = "\n".join(part.text for part in content if isinstance(part, TextPart))
+    context = run_input.context or []
+    if context:  # ambient information from the client goes to the model with the request
+        lines = "\n".join(f"- {item.description}: {item.value}" for item in context)
+        content = f"{content}\n\n[Context from the application]\n{lines}"
+    return str(content)
+
+
+def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
+    props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
+    fields = {k: props[k] for k in ("agent_mode", "agent_max_steps", "tools") if k in props}
+    try:
+        return ChatFrame.model_validate(
+            {"type": "chat", "content": _user_text(run_input), **fields}
+        )
+    except ValidationError as exc:
+        raise _Refused(400, "invalid_message", f"forwardedProps: {exc}") from None
+
+
+def _client_tools(run_input: RunAgentInput) -> list[ToolSpec]:
+    empty = {"type": "object", "properties": {}}
+    return [
+        ToolSpec(t.name, t.description, t.parameters if isinstance(t.parameters, dict) else empty)
+        for t in run_input.tools or ()
+    ]
+
+
+async def _tool_result(services: Services, live: LiveSession, message: ToolMessage) -> None:
+    """The client's result of a frontend tool call the paused run waits for."""
+    pending = live.pending_input
+    if live.run is None or pending is None or pending["tool_call_id"] != message.tool_call_id:
+        raise _Refused(
+            409, "not_awaiting_input", "No call of an application tool waits for this result."
+        )
+    content = message.content
+    if not isinstance(content, str):
+        content = "\n".join(part.text for part in content if isinstance(part, TextPart))
+    if message.error:
+        content = f"Error: {message.error}"
+    await services.hub.answer(live, content)
+
+
+async def _resume(services: Services, live: LiveSession, run_input: RunAgentInput) -> None:
+    """Deliver the resume entry that answers the paused run's question or approval."""
+    run = live.run
+    pending = live.pending_approval or live.pending_input
+    if run is None or pending is None:
+        raise _Refused(409, "not_awaiting_input", "No question or approval is waiting.")
+    wanted = pending["tool_call_id"]
+    entry = next((e for e in run_input.resume or () if e.interrupt_id == wanted), None)
+    if entry is None:
+        raise _Refused(409, "unknown_tool_call", f"resume: the open interrupt is {wanted!r}.")
+    hub = services.hub
+    payload = entry.payload
+    if live.pending_approval is not None:
+        approve = entry.status == "resolved" and (
+            payload is True or (isinstance(payload, dict) and payload.get("approve") is True)
+        )
+        reason = payload.get("reason") if isinstance(payload, dict) else None
+        await hub.decide(live, wanted, approve, reason if isinstance(reason, str) else None)
+    elif entry.status == "cancelled":
+        hub.stop(live)
+    else:
+        if isinstance(payload, dict) and isinstance(payload.get("answer"), str):
+            payload = payload["answer"]
+        text = payload if isinstance(payload, str) else orjson.dumps(payload).decode()
+        await hub.answer(live, text)
+
+
+async def agui_endpoint(request: Request) -> Response:
+    services: Services = request.app.state.services
+    live: LiveSession | None = None
+    stream: _Stream | None = None
+    try:
+        scope = _caller(request, services)
+        run_input = await _read_input(request, services.settings.server.max_message_bytes)
+        live = await _open(services, scope, run_input.thread_id)
+        stream = _Stream(services.settings.server.outbound_queue_size)
+        live.subscribers.add(stream)
+        run_id, step = await _begin(services, live, run_input)
+    except (_Refused, ProtocolError, StorageError) as exc:
+        if live is not None:
+            if stream is not None:
+                live.subscribers.discard(stream)
+            services.hub.release(live)
+        if isinstance(exc, ProtocolError):
+            exc = _Refused(_STATUS.get(exc.code, 400), exc.code, exc.message)
+        elif isinstance(exc, StorageError):
+            exc = _Refused(503, "storage_error", "The change could not be saved.")
+        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
+    names = frozenset(t.name for t in run_input.tools or ())
+    translator = Translator(live.session_id, run_id, names)
+    body = _events(services, live, stream, translator, step)
+    return _cors(request, StreamingResponse(body, media_type=EventEncoder().get_content_type()))
+
+
+async def _begin(
+    services: Services, live: LiveSession, run_input: RunAgentInput
+) -> tuple[str, int]:
+    """Start the run, or continue the paused one; return (run_id, the step it is in)."""
+    last = run_input.messages[-1] if run_input.messages else None
+    entries = run_input.resume or []
+    pending = live.pending_approval or live.pending_input or {}
+    # Cancelling an interrupt that is no longer open (it expired) with a new user message is
+    # how an AG-UI client moves on: that is an ordinary new run.
+    stale = (
+        bool(entries)
+        and all(e.status == "cancelled" for e in entries)
+        and pending.get("tool_call_id") not in {e.interrupt_id for e in entries}
+        and isinstance(last, UserMessage)
+    )
+    if (entries and not stale) or isinstance(last, ToolMessage):
+        step = int(pending.get("step") or 0)
+        if isinstance(last, ToolMessage) and not entries:
+            await _tool_result(services, live, last)
+        else:
+            await _resume(services, live, run_input)
+        if live.run is None:
+            raise _Refused(409, "not_awaiting_input", "The run has already ended.")
+        return live.run.run_id, step
+    frame = _chat_frame(run_input)
+    return services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
+
+
+def _cors(request: Request, response: Response) -> Response:
+    """Let an allowed browser Origin read the answer (others were refused with 403)."""
+    origin = request.headers.get("origin")
+    if origin is not None:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Vary"] = "Origin"
+    return response
+
+
+async def preflight(request: Request) -> Response:
+    """CORS preflight of a browser front end on another allowed origin."""
+    services: Services = request.app.state.services
+    if not services.auth.origin_allowed(request.headers.get("origin")):
+        return Response(status_code=403)
+    response = Response(status_code=204)
+    response.headers.update(
+        {
+            "Access-Control-Allow-Methods": "POST",
+            "Access-Control-Allow-Headers": "authorization, content-type, accept",
+            "Access-Control-Max-Age": "600",
+        }
+    )
+    return _cors(request, response)
+
+
+async def _events(
+    services: Services, live: LiveSession, stream: _Stream, translator: Translator, step: int
+) -> AsyncIterator[str]:
+    encoder = EventEncoder()
+
+    def encode(events: list[BaseEvent]) -> str:
+        return "".join(encoder.encode(event) for event in events)
+
+    try:
+        yield encode(translator.start(step))
+        while not translator.done:
+            text = await stream.queue.get()
+            if text is None:
+                message = f"The stream ended: {stream.why()}."
+                yield encode([RunErrorEvent(message=message, code="stream_closed")])
+                return
+            frame = orjson.loads(text)
+            if frame.get("run_id") == translator.run_id:
+                out = translator.translate(frame)
+                if out:
+                    yield encode(out)
+    finally:
+        live.subscribers.discard(stream)
+        stream.closed()
+        services.hub.release(live)
+
+
+async def stop_endpoint(request: Request) -> Response:
+    """Stop the thread's run, as `agent_control stop` does on /ws."""
+    services: Services = request.app.state.services
+    try:
+        scope = _caller(request, services)
+        run_id = await _stop(services, scope, str(request.path_params["thread_id"]))
+    except _Refused as exc:
+        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
+    return _cors(request, _json({"status": "stopping", "run_id": run_id}, 202))
+
+
+async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
+    try:
+        live, _ = await services.hub.open(scope, thread_id)
+    except ProtocolError as exc:
+        raise _Refused(404, exc.code, exc.message) from None
+    except StorageError:
+        raise _Refused(503, "storage_error", "The store is unavailable.") from None
+    try:
+        services.hub.stop(live)
+        assert live.run is not None
+        return live.run.run_id
+    except ProtocolError as exc:
+        raise _Refused(409, exc.code, exc.message) from None
+    finally:
+        services.hub.release(live)
+
+
+routes = [
+    Route("/agui", agui_endpoint, methods=["POST"]),
+    Route("/agui/{thread_id}/stop", stop_endpoint, methods=["POST"]),
+    Route("/agui", preflight, methods=["OPTIONS"]),
+    Route("/agui/{thread_id}/stop", preflight, methods=["OPTIONS"]),
+]

@@ -1,0 +1,326 @@
+"""Wire frames (the dicts `/ws` sends) translated into AG-UI events: the one mapping table.
+
+| our frame                                | AG-UI events                                      |
+| ---------------------------------------- | ------------------------------------------------- |
+| (stream opens)                           | RUN_STARTED (threadId session_id, runId run_id)   |
+| agent_turn_start                         | STEP_FINISHED (last step), STEP_STARTED "step N"  |
+| agent_reason(_delta), agent_observe(_d.) | REASONING_START, REASONING_MESSAGE_START/CONTENT/ |
+|                                          | END, REASONING_END: one message per phase         |
+| agent_reasoning_delta (model thinking)   | the same, one message per step and phase          |
+| agent_answer_delta                       | TEXT_MESSAGE_START (assistant), _CONTENT          |
+| chat_delta / chat_response               | TEXT_MESSAGE_START / _CONTENT / _END              |
+| tool_start                               | TOOL_CALL_START, TOOL_CALL_ARGS (JSON), _END      |
+| tool_complete / tool_error               | TOOL_CALL_RESULT (tool_error: "Error: ...")       |
+| agent_request_input / agent_tool_approval| CUSTOM, STEP_FINISHED, RUN_FINISHED "interrupt"   |
+| agent_request_input of a client tool call| CUSTOM, STEP_FINISHED, RUN_FINISHED "success" with|
+|                                          | pendingToolCallIds [the call] (frontend tools)    |
+| agent_verify (done: false)               | TEXT_MESSAGE_END (draft discarded), CUSTOM        |
+| agent_completion                         | TEXT_MESSAGE_END, CUSTOM "agent_completion"       |
+| agent_stopped                            | CUSTOM; then RUN_FINISHED "cancelled"             |
+| error (llm/storage/internal)             | RUN_ERROR (code, message); the stream ends        |
+| response_complete                        | RUN_FINISHED "success" (result: the answer...)    |
+| anything else (plans, usage, context...) | CUSTOM, name = update_type (or type), value frame |
+
+Every event carries the frame it came from as `rawEvent` (so `seq` and every field survive).
+Reason and Observe are reasoning messages, not text messages: AG-UI clients (CopilotKit's
+chat among them) show reasoning apart from, and folded under, the assistant's reply, so only
+the final answer reads as the reply, as in our own UI.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from ag_ui.core import (
+    BaseEvent,
+    CustomEvent,
+    Interrupt,
+    ReasoningEndEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+)
+
+__all__ = ["INPUT_REASON", "APPROVAL_REASON", "Translator", "step_name"]
+
+INPUT_REASON = "input_required"
+APPROVAL_REASON = "tool_approval"
+_REASONING = {
+    "agent_reason_delta": "reason",
+    "agent_reason": "reason",
+    "agent_observe_delta": "observe",
+    "agent_observe": "observe",
+}
+
+
+def step_name(step: int) -> str:
+    return f"step {step}"
+
+
+def _iso(epoch_ms: Any) -> str | None:
+    if not isinstance(epoch_ms, int):
+        return None
+    return datetime.fromtimestamp(epoch_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+class Translator:
+    """Turn one run's frames into AG-UI events, keeping what is open so every run closes
+    cleanly. Call `start` first; the stream is over once `done` is True."""
+
+    def __init__(
+        self, thread_id: str, run_id: str, client_tools: frozenset[str] = frozenset()
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self._client_tools = client_tools
+        self._client_calls: set[str] = set()  # calls of client tools, which the client runs
+        self.done = False
+        self._step: int | None = None
+        self._reasoning: str | None = None  # the open reasoning message's id
+        self._answer: str | None = None  # the open assistant text message's id
+        self._answers = 0
+        self._was_stopped = False
+        self._result: dict[str, Any] | None = None
+
+    def start(self, step: int | None = None) -> list[BaseEvent]:
+        """RUN_STARTED, and STEP_STARTED again when resuming a run paused inside `step`."""
+        events: list[BaseEvent] = [RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id)]
+        if step:
+            self._step = step
+            events.append(StepStartedEvent(step_name=step_name(step)))
+        return events
+
+    def translate(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        """The AG-UI events for one frame of this run (none once the stream is done)."""
+        if self.done:
+            return []
+        kind = frame.get("type")
+        update = frame.get("update_type")
+        name = update if kind == "agent_update" else kind
+        handler = _HANDLERS.get(str(name))
+        events = handler(self, frame) if handler is not None else self._custom(frame)
+        for event in events:
+            if event.raw_event is None and not isinstance(event, (RunStartedEvent,)):
+                event.raw_event = frame
+        return events
+
+    # -- pieces ---------------------------------------------------------------------------
+
+    def _custom(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        name = frame.get("update_type") or frame.get("type") or "unknown"
+        return [CustomEvent(name=str(name), value=frame)]
+
+    def _close_reasoning(self) -> list[BaseEvent]:
+        if self._reasoning is None:
+            return []
+        message_id, self._reasoning = self._reasoning, None
+        return [
+            ReasoningMessageEndEvent(message_id=message_id),
+            ReasoningEndEvent(message_id=message_id),
+        ]
+
+    def _open_reasoning(self, message_id: str) -> list[BaseEvent]:
+        if self._reasoning == message_id:
+            return []
+        events = self._close_reasoning()
+        self._reasoning = message_id
+        events += [
+            ReasoningStartEvent(message_id=message_id),
+            ReasoningMessageStartEvent(message_id=message_id),
+        ]
+        return events
+
+    def _close_answer(self) -> list[BaseEvent]:
+        if self._answer is None:
+            return []
+        message_id, self._answer = self._answer, None
+        return [TextMessageEndEvent(message_id=message_id)]
+
+    def _append_answer(self, delta: str) -> list[BaseEvent]:
+        events: list[BaseEvent] = []
+        if self._answer is None:
+            self._answers += 1
+            self._answer = f"{self.run_id}-answer-{self._answers}"
+            events.append(TextMessageStartEvent(message_id=self._answer, role="assistant"))
+        events.append(TextMessageContentEvent(message_id=self._answer, delta=delta))
+        return events
+
+    def _close_all(self) -> list[BaseEvent]:
+        events = self._close_reasoning() + self._close_answer()
+        if self._step is not None:
+            events.append(StepFinishedEvent(step_name=step_name(self._step)))
+            self._step = None
+        return events
+
+    def _finish(self, outcome: Any, result: Any = None) -> list[BaseEvent]:
+        self.done = True
+        events = self._close_all()
+        events.append(
+            RunFinishedEvent(
+                thread_id=self.thread_id, run_id=self.run_id, outcome=outcome, result=result
+            )
+        )
+        return events
+
+    # -- handlers -------------------------------------------------------------------------
+
+    def _turn_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        events = self._close_all()
+        self._step = int(frame["step"])
+        events.append(StepStartedEvent(step_name=step_name(self._step)))
+        return events
+
+    def _reasoning_text(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        phase = _REASONING[frame["update_type"]]
+        message_id = f"{self.run_id}-{frame.get('step', 0)}-{phase}"
+        if frame["update_type"].endswith("_delta"):
+            events = self._open_reasoning(message_id)
+            events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
+            return events
+        events = []
+        if self._reasoning != message_id and frame.get("content"):  # nothing was streamed
+            events = self._open_reasoning(message_id)
+            events.append(
+                ReasoningMessageContentEvent(message_id=message_id, delta=frame["content"])
+            )
+        return events + (self._close_reasoning() if self._reasoning == message_id else [])
+
+    def _thinking(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        message_id = f"{self.run_id}-{frame.get('step', 0)}-thinking-{frame.get('phase', '')}"
+        events = self._open_reasoning(message_id)
+        events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
+        return events
+
+    def _answer_delta(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        return self._append_answer(str(frame["delta"]))
+
+    def _chat_response(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        events = [] if self._answer is not None else self._append_answer(str(frame["content"]))
+        return events + self._close_answer()
+
+    def _tool_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        call_id = frame["tool_call_id"]
+        if frame["tool_name"] in self._client_tools:
+            self._client_calls.add(call_id)
+        events = self._close_reasoning()
+        events += [
+            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=frame["tool_name"]),
+            ToolCallArgsEvent(
+                tool_call_id=call_id, delta=orjson.dumps(frame["arguments"]).decode()
+            ),
+            ToolCallEndEvent(tool_call_id=call_id),
+        ]
+        return events
+
+    def _tool_result(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        if frame["type"] == "tool_error":
+            content = f"Error: {frame['error']}"
+        else:
+            result = frame.get("result")
+            content = result if isinstance(result, str) else orjson.dumps(result).decode()
+        call_id = frame["tool_call_id"]
+        return [
+            ToolCallResultEvent(
+                message_id=f"{call_id}-result", tool_call_id=call_id, content=content, role="tool"
+            )
+        ]
+
+    def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        step = frame.get("step")
+        if frame["tool_call_id"] in self._client_calls:  # AG-UI's frontend-tool flow
+            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=[frame["tool_call_id"]])
+            return self._custom(frame) + self._finish(outcome)
+        if frame["update_type"] == "agent_request_input":
+            interrupt = Interrupt(
+                id=frame["tool_call_id"],
+                reason=INPUT_REASON,
+                message=frame["question"],
+                expires_at=_iso(frame.get("expires_at")),
+                response_schema={"type": "string"},
+                metadata={"step": step},
+            )
+        else:
+            interrupt = Interrupt(
+                id=frame["tool_call_id"],
+                reason=APPROVAL_REASON,
+                message=f"Allow the call to {frame['tool_name']}?",
+                tool_call_id=frame["tool_call_id"],
+                expires_at=_iso(frame.get("expires_at")),
+                response_schema={
+                    "type": "object",
+                    "properties": {"approve": {"type": "boolean"}, "reason": {"type": "string"}},
+                    "required": ["approve"],
+                },
+                metadata={"step": step, "tool_name": frame["tool_name"]},
+            )
+        events = self._custom(frame)
+        return events + self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
+
+    def _verify(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        # A check that finds the task unfinished discards the draft answer: close it here, the
+        # next draft is a new message.
+        events = [] if frame.get("done") else self._close_answer()
+        return events + self._custom(frame)
+
+    def _completion(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        self._result = {
+            key: frame.get(key) for key in ("final_answer", "stop_reason", "steps", "usage")
+        }
+        events = self._close_reasoning()
+        if self._answer is None and frame.get("final_answer"):
+            events += self._append_answer(str(frame["final_answer"]))
+        return events + self._close_answer() + self._custom(frame)
+
+    def _stopped(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        self._was_stopped = True
+        return self._custom(frame)
+
+    def _error(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        self.done = True
+        return [RunErrorEvent(message=str(frame.get("message", "")), code=frame.get("code"))]
+
+    def _complete(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        if self._was_stopped:
+            return self._finish(RunFinishedCancelledOutcome())
+        return self._finish(RunFinishedSuccessOutcome(), self._result)
+
+
+_HANDLERS = {
+    "agent_turn_start": Translator._turn_start,
+    "agent_reason_delta": Translator._reasoning_text,
+    "agent_reason": Translator._reasoning_text,
+    "agent_observe_delta": Translator._reasoning_text,
+    "agent_observe": Translator._reasoning_text,
+    "agent_reasoning_delta": Translator._thinking,
+    "agent_answer_delta": Translator._answer_delta,
+    "chat_delta": Translator._answer_delta,
+    "chat_response": Translator._chat_response,
+    "tool_start": Translator._tool_start,
+    "tool_complete": Translator._tool_result,
+    "tool_error": Translator._tool_result,
+    "agent_request_input": Translator._interrupt,
+    "agent_tool_approval": Translator._interrupt,
+    "agent_verify": Translator._verify,
+    "agent_completion": Translator._completion,
+    "agent_stopped": Translator._stopped,
+    "error": Translator._error,
+    "response_complete": Translator._complete,
+}

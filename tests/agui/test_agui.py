@@ -1,0 +1,411 @@
+"""POST /agui against the real server, decoded and validated with the official
+`ag-ui-protocol` types: any event the SDK's models reject fails the test."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
+from pydantic import TypeAdapter
+
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
+
+EVENT = TypeAdapter(Event)
+
+
+def run_input(thread_id: str, content: str = "hello", **extra: Any) -> dict[str, Any]:
+    body = RunAgentInput(
+        thread_id=thread_id,
+        run_id=uuid.uuid4().hex,
+        messages=[UserMessage(id=uuid.uuid4().hex, content=content)],
+        tools=[],
+        context=[],
+        **extra,
+    )
+    return json.loads(body.model_dump_json(by_alias=True))
+
+
+async def post(address: str, body: dict[str, Any], **headers: str) -> list[Any]:
+    """POST /agui and return every event of the SSE stream, validated by the SDK's models."""
+    events = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", f"http://{address}/agui", json=body, headers=headers) as r:
+            assert r.status_code == 200, await r.aread()
+            assert r.headers["content-type"].startswith("text/event-stream")
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(EVENT.validate_json(line[6:]))
+    return events
+
+
+def types(events: list[Any]) -> list[str]:
+    return [e.type.value for e in events]
+
+
+def check_sequence(events: list[Any]) -> None:
+    """The lifecycle rules of AG-UI's verifier: opened things close before RUN_FINISHED."""
+    assert events[0].type == EventType.RUN_STARTED
+    assert events[-1].type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+    open_steps: set[str] = set()
+    open_messages: set[str] = set()
+    for e in events[1:-1]:
+        assert e.type not in (EventType.RUN_STARTED, EventType.RUN_FINISHED)
+        if e.type == EventType.STEP_STARTED:
+            assert e.step_name not in open_steps
+            open_steps.add(e.step_name)
+        elif e.type == EventType.STEP_FINISHED:
+            open_steps.remove(e.step_name)
+        elif e.type in (EventType.TEXT_MESSAGE_START, EventType.REASONING_MESSAGE_START):
+            assert e.message_id not in open_messages
+            open_messages.add(e.message_id)
+        elif e.type in (EventType.TEXT_MESSAGE_END, EventType.REASONING_MESSAGE_END):
+            open_messages.remove(e.message_id)
+        elif e.type in (EventType.TEXT_MESSAGE_CONTENT, EventType.REASONING_MESSAGE_CONTENT):
+            assert e.message_id in open_messages
+    if events[-1].type == EventType.RUN_FINISHED:
+        assert not open_steps and not open_messages
+
+
+async def test_a_run_maps_onto_ag_ui_events_and_keeps_every_seq(server, fake_llm: FakeLLM):
+    call = FakeToolCall("get_current_time", {"timezone": "Europe/Paris"})
+    fake_llm.script("reason", reason("I'll check the time in Paris."))
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("It is daytime there.", final="It is **noon** in Paris."))
+    thread = uuid.uuid4().hex
+    events = await post(server.address, run_input(thread, "What time is it in Paris?"))
+
+    check_sequence(events)
+    started, finished = events[0], events[-1]
+    assert started.thread_id == thread and finished.thread_id == thread
+    assert finished.type == EventType.RUN_FINISHED and finished.outcome.type == "success"
+    assert finished.result["final_answer"] == "It is **noon** in Paris."
+    run_id = started.run_id
+    assert finished.run_id == run_id
+    kinds = types(events)
+    assert kinds.index("STEP_STARTED") < kinds.index("REASONING_START")
+    assert kinds.index("REASONING_MESSAGE_CONTENT") < kinds.index("TOOL_CALL_START")
+    tool = [e for e in events if e.type.value.startswith("TOOL_CALL")]
+    assert types(tool) == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    assert tool[0].tool_call_id == call.id and tool[0].tool_call_name == "get_current_time"
+    assert json.loads(tool[1].delta) == {"timezone": "Europe/Paris"}
+    assert json.loads(tool[3].content)["timezone"] == "Europe/Paris"
+    answer = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+    assert answer == "It is **noon** in Paris."
+    reasoning = "".join(e.delta for e in events if e.type == EventType.REASONING_MESSAGE_CONTENT)
+    assert "I'll check the time in Paris." in reasoning and "```" not in reasoning
+    # Our frames ride along as rawEvent: the seqs the store gave them, none lost.
+    seqs = sorted({e.raw_event["seq"] for e in events if e.raw_event})
+    async with httpx.AsyncClient() as http:
+        stored = (await http.get(f"http://{server.address}/api/sessions/{thread}/events")).json()
+    run_seqs = [f["seq"] for f in stored["events"] if f.get("run_id") == run_id]
+    assert seqs == run_seqs
+    assert any(e.type == EventType.CUSTOM and e.name == "agent_completion" for e in events)
+
+
+async def test_a_question_is_an_interrupt_and_the_resume_answers_the_same_run(
+    server, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("reason", reason("I need to know the city."))
+    fake_llm.script("act", act(ask))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("Got it.", final="Lisbon" if "Lisbon" in json.dumps(body) else "?"),
+    )
+    thread = uuid.uuid4().hex
+    first = await post(server.address, run_input(thread, "Plan my trip"))
+    check_sequence(first)
+    outcome = first[-1].outcome
+    assert outcome.type == "interrupt"
+    (interrupt,) = outcome.interrupts
+    assert interrupt.id == ask.id and interrupt.message == "Which city?"
+    assert interrupt.reason == "input_required" and interrupt.expires_at.endswith("Z")
+
+    # The run is paused, not over: /ws sees it awaiting input, on the same session.
+    async with await server.client(session_id=thread) as ws:
+        session = await ws.recv()
+        assert session["status"] == "awaiting_input"
+        assert session["pending_input"]["tool_call_id"] == ask.id
+
+        resume = run_input(thread, "Plan my trip")
+        resume["resume"] = [{"interruptId": ask.id, "status": "resolved", "payload": "Lisbon"}]
+        second = await post(server.address, resume)
+        frames = await ws.until("response_complete", timeout=10)
+
+    check_sequence(second)
+    assert second[0].run_id == first[0].run_id  # the same run, continued
+    assert second[1].type == EventType.STEP_STARTED and second[1].step_name == "step 1"
+    assert second[-1].outcome.type == "success"
+    assert "Lisbon" in second[-1].result["final_answer"]
+    answered = [e for e in second if e.type == EventType.CUSTOM and e.name == "agent_user_answer"]
+    assert answered and answered[0].value["content"] == "Lisbon"
+    assert frames[-1]["run_id"] == first[0].run_id  # /ws watched the AG-UI run to its end
+
+
+async def test_a_run_started_on_ws_is_refused_a_second_start_and_the_thread_continues(
+    server, fake_llm: FakeLLM
+):
+    fake_llm.script("reason", reason("Quick.", finish=True), reason("Again.", finish=True))
+    fake_llm.script("observe", observe("ok", final="first"), observe("ok", final="second"))
+    async with await server.client() as ws:
+        session = await ws.recv()
+        await ws.run("from the socket")
+    thread = session["session_id"]
+    events = await post(server.address, run_input(thread, "from AG-UI"))
+    assert events[-1].result["final_answer"] == "second"
+    history = fake_llm.requests[-1].body["messages"]
+    assert any("from the socket" in str(m.get("content")) for m in history)  # stored history
+
+
+async def test_context_items_reach_the_model(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", reason("Fine.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    body = run_input(uuid.uuid4().hex, "hi")
+    body["context"] = [{"description": "user's timezone", "value": "Asia/Tokyo"}]
+    await post(server.address, body)
+    sent = json.dumps(fake_llm.requests[0].body["messages"])
+    assert "user's timezone: Asia/Tokyo" in sent
+
+
+async def test_abort_does_not_stop_the_run_and_stop_does(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", text("thinking", hang_after=1))
+    thread = uuid.uuid4().hex
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream(
+            "POST", f"http://{server.address}/agui", json=run_input(thread, "long task")
+        ) as r:
+            async for line in r.aiter_lines():
+                if "REASONING_MESSAGE_CONTENT" in line:
+                    break  # the client leaves mid-run
+        async with await server.client(session_id=thread) as ws:
+            session = await ws.recv()
+            assert session["status"] == "running"  # the run outlived the request
+            stop = await http.post(f"http://{server.address}/agui/{thread}/stop")
+            assert stop.status_code == 202
+            frames = await ws.until("response_complete", timeout=5)
+        again = await http.post(f"http://{server.address}/agui/{thread}/stop")
+    stopped = next(f for f in frames if f.get("update_type") == "agent_stopped")
+    assert stopped["reason"] == "user"
+    assert again.status_code == 409 and again.json()["code"] == "no_active_run"
+
+
+async def test_refusals_follow_the_ws_rules(server_factory, fake_llm: FakeLLM):
+    tokens = {
+        "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "bob-token-0123456789": {"tenant": "acme", "user": "bob"},
+    }
+    fake_llm.script("reason", reason("Quick.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    async with server_factory(auth={"tokens": tokens}) as running:
+        url = f"http://{running.address}/agui"
+        thread = uuid.uuid4().hex
+        alice = {"Authorization": "Bearer alice-token-0123456789"}
+        events = await post(running.address, run_input(thread), **alice)
+        assert events[-1].outcome.type == "success"
+        async with httpx.AsyncClient(timeout=10) as http:
+            none = await http.post(url, json=run_input(thread))
+            bob = await http.post(
+                url,
+                json=run_input(thread),
+                headers={"Authorization": "Bearer bob-token-0123456789"},
+            )
+            origin = await http.post(
+                url, json=run_input(uuid.uuid4().hex), headers={**alice, "Origin": "http://evil"}
+            )
+            bad = await http.post(url, json={"threadId": "x"}, headers=alice)
+            not_user = run_input(thread)
+            not_user["messages"] = [{"id": "a", "role": "assistant", "content": "hi"}]
+            last = await http.post(url, json=not_user, headers=alice)
+            stop = await http.post(
+                f"{url}/{thread}/stop", headers={"Authorization": "Bearer bob-token-0123456789"}
+            )
+    assert none.status_code == 401
+    assert bob.status_code == 404 and bob.json()["code"] == "session_not_found"
+    assert origin.status_code == 403
+    assert bad.status_code == 400 and last.status_code == 400
+    assert stop.status_code == 404
+
+
+async def test_a_frontend_tool_call_ends_the_run_and_the_next_run_carries_its_result(
+    server, fake_llm: FakeLLM
+):
+    show = FakeToolCall("show_map", {"city": "Lisbon"})
+    fake_llm.script("reason", reason("I will show the map."))
+    fake_llm.script("act", act(show))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("Shown.", final="map ok" if "pinned 3" in json.dumps(body) else "?"),
+    )
+    thread = uuid.uuid4().hex
+    body = run_input(thread, "Show me Lisbon")
+    body["tools"] = [
+        {
+            "name": "show_map",
+            "description": "Show a city on the map in the page.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        }
+    ]
+    first = await post(server.address, body)
+    check_sequence(first)
+    assert first[-1].outcome.type == "success"
+    assert first[-1].outcome.pending_tool_call_ids == [show.id]
+    start = next(e for e in first if e.type == EventType.TOOL_CALL_START)
+    assert start.tool_call_name == "show_map" and start.tool_call_id == show.id
+    assert not any(e.type == EventType.TOOL_CALL_RESULT for e in first)
+    offered = [t["function"]["name"] for t in fake_llm.requests[1].body["tools"]]
+    assert "show_map" in offered and "get_current_time" in offered
+
+    body["messages"] += [
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": show.id,
+                    "type": "function",
+                    "function": {"name": "show_map", "arguments": '{"city": "Lisbon"}'},
+                }
+            ],
+        },
+        {"id": "t1", "role": "tool", "toolCallId": show.id, "content": "pinned 3 places"},
+    ]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[0].run_id == first[0].run_id
+    result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == show.id and result.content == "pinned 3 places"
+    assert second[-1].result["final_answer"] == "map ok"
+
+    async with httpx.AsyncClient(timeout=10) as http:
+        stale = await http.post(f"http://{server.address}/agui", json=body)
+    assert stale.status_code == 409 and stale.json()["code"] == "not_awaiting_input"
+
+
+async def test_a_tool_approval_is_an_interrupt_and_a_denial_resumes_the_run(
+    server_factory, fake_llm: FakeLLM
+):
+    call = FakeToolCall("get_current_time", {"timezone": "UTC"})
+    fake_llm.script("reason", reason("I'll check the clock."))
+    fake_llm.script("act", act(call))
+    fake_llm.script(
+        "observe",
+        lambda body: observe("ok", final="declined" if "too early" in json.dumps(body) else "?"),
+    )
+    async with server_factory(tools={"approval": ["get_current_time"]}) as running:
+        thread = uuid.uuid4().hex
+        first = await post(running.address, run_input(thread, "What time is it?"))
+        check_sequence(first)
+        (interrupt,) = first[-1].outcome.interrupts
+        assert interrupt.reason == "tool_approval" and interrupt.tool_call_id == call.id
+        assert interrupt.metadata["tool_name"] == "get_current_time"
+        resume = run_input(thread, "What time is it?")
+        payload = {"approve": False, "reason": "too early"}
+        resume["resume"] = [{"interruptId": call.id, "status": "resolved", "payload": payload}]
+        second = await post(running.address, resume)
+    check_sequence(second)
+    result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
+    assert result.content.startswith("Error: The user declined: too early")
+    assert second[-1].result["final_answer"] == "declined"
+
+
+async def test_a_browser_on_an_allowed_origin_gets_cors_headers(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", reason("Quick.", finish=True))
+    fake_llm.script("observe", observe("ok", final="done"))
+    allowed = "http://localhost:8765"
+    url = f"http://{server.address}/agui"
+    async with httpx.AsyncClient(timeout=10) as http:
+        ok = await http.options(url, headers={"Origin": allowed})
+        evil = await http.options(url, headers={"Origin": "http://evil"})
+        posted = await http.post(url, json=run_input(uuid.uuid4().hex), headers={"Origin": allowed})
+    assert ok.status_code == 204 and ok.headers["access-control-allow-origin"] == allowed
+    assert "authorization" in ok.headers["access-control-allow-headers"]
+    assert evil.status_code == 403 and "access-control-allow-origin" not in evil.headers
+    assert posted.status_code == 200 and posted.headers["access-control-allow-origin"] == allowed
+    assert '"type":"RUN_FINISHED"' in posted.text
+
+
+async def test_an_unanswered_question_times_out_and_cancelling_it_moves_on(
+    server_factory, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("reason", reason("I need the city."), reason("New task.", finish=True))
+    fake_llm.script("act", act(ask))
+    fake_llm.script("observe", observe("ok", final="moved on"))
+    async with server_factory(agent={"request_input_timeout_s": 0.3}) as running:
+        thread = uuid.uuid4().hex
+        first = await post(running.address, run_input(thread, "Plan my trip"))
+        assert first[-1].outcome.type == "interrupt"
+        async with await running.client(session_id=thread, after_seq=0) as ws:
+            frames = await ws.until("response_complete", timeout=5)
+        stopped = next(f for f in frames if f.get("update_type") == "agent_stopped")
+        assert stopped["reason"] == "input_timeout"
+        late = run_input(thread, "Plan my trip")
+        late["resume"] = [{"interruptId": ask.id, "status": "resolved", "payload": "Lisbon"}]
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(f"http://{running.address}/agui", json=late)
+        assert refused.status_code == 409 and refused.json()["code"] == "not_awaiting_input"
+        moving_on = run_input(thread, "Something else")
+        moving_on["resume"] = [{"interruptId": ask.id, "status": "cancelled"}]
+        second = await post(running.address, moving_on)
+    assert second[0].run_id != first[0].run_id
+    assert second[-1].result["final_answer"] == "moved on"
+
+
+async def test_a_frontend_tool_may_not_take_a_server_tool_name(server):
+    body = run_input(uuid.uuid4().hex)
+    body["tools"] = [{"name": "get_current_time", "description": "mine"}]
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.post(f"http://{server.address}/agui", json=body)
+    assert r.status_code == 400 and "'get_current_time'" in r.json()["message"]
+
+
+async def test_a_stop_from_ws_ends_the_ag_ui_stream_as_cancelled(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", text("thinking", hang_after=1))
+    thread = uuid.uuid4().hex
+    events = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream(
+            "POST", f"http://{server.address}/agui", json=run_input(thread, "long task")
+        ) as r:
+            async for line in r.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                events.append(EVENT.validate_json(line[6:]))
+                if events[-1].type == EventType.REASONING_MESSAGE_CONTENT:
+                    async with await server.client(session_id=thread) as ws:
+                        await ws.recv()
+                        await ws.send({"type": "agent_control", "action": "stop"})
+                        await ws.until("response_complete")
+    check_sequence(events)
+    assert events[-1].outcome.type == "cancelled"
+    kinds = types(events)
+    assert kinds[-4:] == ["REASONING_MESSAGE_END", "REASONING_END", "STEP_FINISHED", "RUN_FINISHED"]
+    stopped = next(e for e in events if e.type == EventType.CUSTOM and e.name == "agent_stopped")
+    assert stopped.value["reason"] == "user"
+
+
+async def test_chat_mode_streams_one_text_message(server, fake_llm: FakeLLM):
+    fake_llm.script("chat", text("Hello", " there."))
+    body = run_input(uuid.uuid4().hex, "hi")
+    body["forwardedProps"] = {"agent_mode": False}
+    events = await post(server.address, body)
+    check_sequence(events)
+    assert types(events) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    assert "".join(e.delta for e in events[2:4]) == "Hello there."
+
+
+async def test_a_failing_model_is_a_run_error(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", Reply(status=400))
+    events = await post(server.address, run_input(uuid.uuid4().hex))
+    check_sequence(events)
+    assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "llm_error"
