@@ -395,6 +395,7 @@ async def test_chat_mode_streams_one_text_message(server, fake_llm: FakeLLM):
     check_sequence(events)
     assert types(events) == [
         "RUN_STARTED",
+        "CUSTOM",  # agent_user_message: its seq is kept like every event's
         "TEXT_MESSAGE_START",
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_CONTENT",
