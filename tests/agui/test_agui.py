@@ -402,7 +402,7 @@ async def test_chat_mode_streams_one_text_message(server, fake_llm: FakeLLM):
         "TEXT_MESSAGE_END",
         "RUN_FINISHED",
     ]
-    assert "".join(e.delta for e in events[2:4]) == "Hello there."
+    assert "".join(e.delta for e in events[3:5]) == "Hello there."
 
 
 async def test_a_failing_model_is_a_run_error(server, fake_llm: FakeLLM):
