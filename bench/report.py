@@ -81,6 +81,11 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 Row(b, f"agent, {label}: ratio to bare", ratio, "×", f"≥ {floor:.2f}",
                     _check(ratio, floor.__le__)),
                 Row(b, f"agent, {label}: CPU per event", tp[name]["server_cpu_us_per_event"], "µs"),
+                Row(b, f"agent, {label}: runs/s", tp[name].get("rounds_per_s"), "runs/s"),
+                Row(b, f"agent, {label}: events per run under load",
+                    tp[name].get("events_per_round"), "events"),
+                Row(b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"),
+                    "ms"),
             ]
     stop = results.get("stop_latency")
     if stop:
