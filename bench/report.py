@@ -65,6 +65,10 @@ def rows(results: dict[str, Any]) -> list[Row]:
             Row(b, "server CPU per step", step["server_cpu_ms_per_step"], "ms"),
             Row(b, "LLM TCP connections opened per LLM request",
                 step.get("llm_connections_per_request"), "×"),
+            Row(b, "prefix-cache share of a call's prompt from step 2 on, median",
+                step.get("prefix_cache_share_median"), "%", "≥ 80%",
+                _check(step.get("prefix_cache_share_median"), lambda v: v >= 80)),
+            Row(b, "  … lowest call", step.get("prefix_cache_share_min"), "%"),
         ]
     tp = results.get("throughput")
     if tp:
