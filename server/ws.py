@@ -190,19 +190,20 @@ async def _read(
         if len(text) * 4 > limit and len(text.encode()) > limit:
             return CLOSE_TOO_BIG
         try:
-            await _dispatch(services, live, text)
+            await _dispatch(services, live, conn, text)
         except ProtocolError as exc:
             conn.send(_dumps(error_frame(exc.code, exc.message)))
         except StorageError:
             conn.send(_dumps(error_frame("storage_error", "The change could not be saved.")))
 
 
-async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
+async def _dispatch(services: Services, live: LiveSession, conn: Connection, text: str) -> None:
     frame = parse_client_frame(text)
     if isinstance(frame, ChatFrame):
         services.hub.start_run(live, frame)
     elif isinstance(frame, AgentControlFrame):
         services.hub.stop(live)
+        conn.overtake_deltas()
     elif isinstance(frame, ToolDecisionFrame):
         await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
     else:
