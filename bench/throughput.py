@@ -51,7 +51,7 @@ class Streamers:
 
     def on_message(self, conn: WSConn, payload: bytes, perf: float, wall: float) -> None:
         self.events += 1
-        if DELTA in payload[:40]:
+        if DELTA in payload[:72]:
             self.marks += payload.count(MARK)
         conn.state["last"] = payload  # for the report if this connection gets stuck
         if payload.startswith(DONE):
@@ -119,7 +119,7 @@ async def measure(
     # Rounds end in step (all start together), so rounds counted in a short window are lumpy;
     # the run's own text ("tok " × 200) is counted instead, whatever the events that carry it.
     rounds = marks / max(marks_per_run, 1)
-    per_round = events / max(rounds, 1e-9)
+    per_round = events / rounds if rounds else 0.0
     stop_started = time.perf_counter()
     stuck = await load.stop()
     if stuck:
@@ -130,7 +130,7 @@ async def measure(
         "events_per_s": events / elapsed,
         "rounds_per_s": rounds / elapsed,
         **window.shares(),
-        "server_cpu_ms_per_round": window.cpu * 1e3 / max(rounds, 1e-9),
+        "server_cpu_ms_per_round": window.cpu * 1e3 / rounds if rounds else 0.0,
         "events_per_round": per_round,
         "server_cpu_us_per_event": window.cpu * 1e6 / max(events, 1),
         "errors": load.errors,
@@ -148,7 +148,7 @@ async def frames_per_run(bench: Bench) -> tuple[int, int, int]:
     while True:
         payload, _ = await conn.recv()
         count, size = count + 1, size + len(payload)
-        marks += payload.count(MARK) if DELTA in payload[:40] else 0
+        marks += payload.count(MARK) if DELTA in payload[:72] else 0
         if kind_of(payload) == "response_complete":
             conn.close()
             return count, round(size / count), marks
