@@ -191,30 +191,54 @@ class OpenAIChatModel:
         """Read the server-sent events ourselves: the SDK's typed chunk objects cost about
         100 µs each, more than everything else the server does per streamed token.
 
-        The text of all the events that one network read brought is yielded as one piece
-        (thinking likewise, in order): every piece becomes an event for each client, so a
-        stream that arrives faster than it is forwarded costs fewer, larger events.
+        A reader task parses the stream as it arrives; each time this generator resumes it
+        yields all the text read since, as one piece (thinking likewise, in order). Every
+        piece becomes an event for each client, so a stream that arrives faster than it is
+        forwarded costs fewer, larger events, and a slow one is passed on chunk by chunk.
         """
         state = _StreamState()
-        rest = b""
+        ready = asyncio.Event()
+        reader = asyncio.create_task(_pump(response, state, ready))
         try:
-            async for data in response.iter_bytes():
-                lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
-                rest = lines.pop()
-                for line in lines:
-                    state.line(line)
+            while not reader.done():
+                await ready.wait()
+                ready.clear()
                 for item in state.take():
                     yield item
-            if rest:
-                state.line(rest)
-        except Exception as exc:  # noqa: BLE001 - whatever breaks a stream ends this call
+            for item in state.take():
+                yield item
+            failure = reader.exception()
+        finally:
+            if not reader.done():
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+        if failure is not None:
             raise ModelError(
-                f"The language model's reply broke off or could not be read ({_reason(exc)})."
-            ) from exc
-        state.finish()
-        for item in state.take():
-            yield item
+                f"The language model's reply broke off or could not be read ({_reason(failure)})."
+            ) from failure
         yield state.turn()
+
+
+async def _pump(response: Any, state: _StreamState, ready: asyncio.Event) -> None:
+    """Parse the stream into `state` as it arrives; set `ready` when there is something new
+    to pass on, and once more at the end (the task's exception is the stream's failure)."""
+    rest = b""
+    try:
+        async for data in response.iter_bytes():
+            lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                state.line(line)
+            if state.out:
+                ready.set()
+        if rest:
+            state.line(rest)
+        state.finish()
+    finally:
+        ready.set()
+
+
+_MERGE_ABOVE = 4  # pieces waiting; a short or slow reply keeps its chunks as they came
 
 
 class _StreamState:
@@ -229,7 +253,7 @@ class _StreamState:
         self.usage = (0, 0, 0)
         self.finish_reason: str | None = None
         self.think = ThinkSplitter()
-        self.out: list[tuple[bool, list[str]]] = []
+        self.out: list[tuple[bool, str]] = []
 
     def line(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
@@ -264,15 +288,21 @@ class _StreamState:
     def _put(self, is_thinking: bool, piece: str) -> None:
         if not is_thinking:
             self.text.append(piece)
-        out = self.out
-        if out and out[-1][0] == is_thinking:
-            out[-1][1].append(piece)
-        else:
-            out.append((is_thinking, [piece]))
+        self.out.append((is_thinking, piece))
 
     def take(self) -> list[str | Thinking]:
+        """The pieces not yet passed on: one by one when few wait, else adjacent pieces of one
+        kind merged (a backlog costs one event per kind, not one per model chunk)."""
         out, self.out = self.out, []
-        return [Thinking("".join(p)) if thinking else "".join(p) for thinking, p in out]
+        if len(out) <= _MERGE_ABOVE:
+            return [Thinking(p) if thinking else p for thinking, p in out]
+        merged: list[tuple[bool, list[str]]] = []
+        for thinking, piece in out:
+            if merged and merged[-1][0] == thinking:
+                merged[-1][1].append(piece)
+            else:
+                merged.append((thinking, [piece]))
+        return [Thinking("".join(p)) if thinking else "".join(p) for thinking, p in merged]
 
     def finish(self) -> None:
         for is_thinking, piece in self.think.finish():
