@@ -8,6 +8,9 @@ Per call: budget = window - reserve (room for the answer). In order, until the l
 3. steps of the current run older than the last `keep_recent_steps` collapse into one-line
    summaries (a step's tool calls and their results always go together).
 What was done is returned as a ContextReport, which the loop shows as an `agent_context` event.
+
+A list whose UTF-8 size (an upper bound of its tokens) already fits is returned as it is,
+without counting: most calls never need the token tables.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 from agent.history import build_messages
 from agent.messages import Message
-from agent.tokens import TokenCounter, message_tokens
+from agent.tokens import TokenCounter, message_tokens, message_upper_bound
 
 __all__ = ["RECALL_DETAILS", "ContextLimits", "ContextReport", "ContextWindow", "recall"]
 
@@ -78,6 +81,10 @@ class ContextWindow:
         reserve = min(limits.reserve_tokens, window // 4)
         report = ContextReport(window - reserve, exact=self._counter.exact)
         head, *body = build_messages(system, conversation, run_id)
+        bound = _fits_by_bytes([head, *body, *extra], report.budget, limits.tool_result_tokens)
+        if bound is not None:  # what the steps below would return, unchanged
+            report.tokens, report.exact = bound, False
+            return [head, *body, *extra], report
         body = [self._cut(m, report) for m in body]
         earlier, current = _split(body, conversation, run_id)
         fixed = self._tokens([head, *extra])
@@ -130,6 +137,19 @@ class ContextWindow:
             f'result_id "{message.tool_call_id}" and an optional focus to see more.]'
         )
         return _replace(message, keep + marker)
+
+
+def _fits_by_bytes(messages: list[Message], budget: int, tool_result_tokens: int) -> int | None:
+    """The byte bound of `messages` when it fits `budget` and cuts no tool result, else None."""
+    total = 0
+    for message in messages:
+        size = message_upper_bound(message)
+        if size > tool_result_tokens and message.role == "tool" and message.tool_call_id:
+            return None
+        total += size
+        if total > budget:
+            return None
+    return total
 
 
 def recall(conversation: Sequence[Message], result_id: str, focus: str | None) -> str:

@@ -9,6 +9,7 @@ budget is not overrun: see tests/agent/test_tokens.py for the measured bounds.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import warnings
 from functools import lru_cache
@@ -19,9 +20,11 @@ from agent.messages import Message
 __all__ = [
     "EstimatedCounter",
     "ExactCounter",
+    "LazyExactCounter",
     "TokenCounter",
     "counter_for_model",
     "message_tokens",
+    "message_upper_bound",
 ]
 
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")
@@ -30,7 +33,8 @@ _MESSAGE_OVERHEAD = 4  # role and separators, as the chat format adds them
 
 
 class TokenCounter(Protocol):
-    exact: bool
+    @property
+    def exact(self) -> bool: ...
 
     def count(self, text: str) -> int: ...
 
@@ -77,17 +81,31 @@ _O200K = ("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o
 _CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3")
 
 
-@lru_cache(maxsize=16)
-def counter_for_model(model: str) -> TokenCounter:
-    """The best counter available for `model` (exact when the encoding is known)."""
-    name = model.lower().rsplit("/", 1)[-1]
-    encoding = None
-    if name.startswith(_O200K):
-        encoding = "o200k_base"
-    elif name.startswith(_CL100K):
-        encoding = "cl100k_base"
-    if encoding is None:
-        return EstimatedCounter()
+class LazyExactCounter:
+    """An ExactCounter whose tables (~135 MiB for o200k) load on the first count, not at
+    startup: most conversations fit their window by byte size and are never counted. If the
+    tables cannot be loaded then, it estimates instead (and says so through `exact`)."""
+
+    def __init__(self, encoding: str) -> None:
+        self._name = encoding
+        self._counter: TokenCounter | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self._counter.exact if self._counter is not None else True
+
+    @property
+    def loaded(self) -> bool:
+        return self._counter is not None
+
+    def count(self, text: str) -> int:
+        counter = self._counter
+        if counter is None:
+            counter = self._counter = _load(self._name)
+        return counter.count(text)
+
+
+def _load(encoding: str) -> TokenCounter:
     try:
         with warnings.catch_warnings():  # it loads its tables with a deprecated importlib API
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -98,8 +116,36 @@ def counter_for_model(model: str) -> TokenCounter:
         return EstimatedCounter()
 
 
+@lru_cache(maxsize=16)
+def counter_for_model(model: str) -> TokenCounter:
+    """The best counter available for `model` (exact when the encoding is known); its tables
+    load when it first counts."""
+    name = model.lower().rsplit("/", 1)[-1]
+    encoding = None
+    if name.startswith(_O200K):
+        encoding = "o200k_base"
+    elif name.startswith(_CL100K):
+        encoding = "cl100k_base"
+    if encoding is None or importlib.util.find_spec("bpe_openai") is None:
+        return EstimatedCounter()
+    return LazyExactCounter(encoding)
+
+
 def message_tokens(counter: TokenCounter, message: Message) -> int:
     total = _MESSAGE_OVERHEAD + counter.count(message.content)
     for call in message.tool_calls:
         total += counter.count(call.name) + counter.count(call.arguments) + _MESSAGE_OVERHEAD
     return total
+
+
+def message_upper_bound(message: Message) -> int:
+    """At least `message_tokens` for any counter here, without counting: a byte-level BPE token
+    is at least one UTF-8 byte, and the estimate stays below one token per byte."""
+    total = _MESSAGE_OVERHEAD + _utf8_size(message.content)
+    for call in message.tool_calls:
+        total += _utf8_size(call.name) + _utf8_size(call.arguments) + _MESSAGE_OVERHEAD
+    return total
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -7,11 +7,17 @@ server's `X-Agent-Session` header picks it):
 
     POST /_bench/default   {"kind": "steps" | "deltas" | "slow" | "paced" | "hang", ...}
     POST /_bench/session   {"session_id": "...", "profile": {...}}
-    GET  /_bench/stats     time the fake itself spent per (run, step), then reset
+    GET  /_bench/stats     time the fake itself spent per (run, step), and the prefix-cache
+                           share of each call from step 2 on (profile "steps"), then reset
     GET  /_bench/ping      readiness
 
 The fake's own time per request (from the request reaching the app to its last byte) is
 recorded so that benchmarks can subtract it from what the agent server takes.
+
+Prefix-cache share: with the "steps" profile, each request's prompt is rendered as canonical
+JSON (messages, then tools; keys sorted) and kept per run. For every call from step 2 on, the
+share is the longest common prefix with any earlier call of the same run over the call's size:
+what a server-side prefix (KV) cache could reuse.
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ class BenchLLM:
         self.requests = 0
         self.busy_s = 0.0
         self.clients: set[tuple[str, int]] = set()  # source addresses = TCP connections used
+        self.prompts: dict[str, list[bytes]] = defaultdict(list)  # per run, profile "steps"
+        self.prefix_shares: list[float] = []
 
     def _reply(self, phase: str) -> Reply:
         profile = self.sessions.get(_session.get(), self.default)
@@ -122,7 +130,34 @@ class BenchLLM:
         self.requests += 1
         if scope.get("client"):
             self.clients.add(tuple(scope["client"]))
+        profile = self.sessions.get(_session.get(), self.default)
+        if run and profile.get("kind", "steps") == "steps":
+            receive = self._recording(receive, run, step)
         await self.fake.app(scope, receive, timed_send)
+
+    def _recording(self, receive: Any, run: str, step: int) -> Any:
+        """`receive`, which also records the request's prompt once its body is complete."""
+        parts: list[bytes] = []
+
+        async def recording_receive() -> Any:
+            message = await receive()
+            if message["type"] == "http.request":
+                parts.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    self._record_prompt(run, step, b"".join(parts))
+            return message
+
+        return recording_receive
+
+    def _record_prompt(self, run: str, step: int, body: bytes) -> None:
+        data = orjson.loads(body)
+        prompt = orjson.dumps(data.get("messages", []), option=orjson.OPT_SORT_KEYS) + orjson.dumps(
+            data.get("tools", []), option=orjson.OPT_SORT_KEYS)
+        earlier = self.prompts[run]
+        if step >= 2 and earlier and prompt:
+            shared = max(common_prefix(prompt, e) for e in earlier)
+            self.prefix_shares.append(shared / len(prompt))
+        earlier.append(prompt)
 
     async def _control(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         body = b""
@@ -146,7 +181,9 @@ class BenchLLM:
                 "busy_s": self.busy_s,
                 "disconnects": self.fake.disconnects,
                 "step_time": self.step_time,
+                "prefix_shares": self.prefix_shares,
             }
+            self.prompts, self.prefix_shares = defaultdict(list), []
             self.step_time = defaultdict(lambda: defaultdict(float))
             self.requests, self.busy_s = 0, 0.0
             self.clients = set()
@@ -154,6 +191,18 @@ class BenchLLM:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": payload})
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of `a` and `b` (binary search over C compares)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def build_app() -> BenchLLM:

@@ -65,6 +65,10 @@ def rows(results: dict[str, Any]) -> list[Row]:
             Row(b, "server CPU per step", step["server_cpu_ms_per_step"], "ms"),
             Row(b, "LLM TCP connections opened per LLM request",
                 step.get("llm_connections_per_request"), "×"),
+            Row(b, "prefix-cache share of a call's prompt from step 2 on, median",
+                step.get("prefix_cache_share_median"), "%", "≥ 80%",
+                _check(step.get("prefix_cache_share_median"), lambda v: v >= 80)),
+            Row(b, "  … lowest call", step.get("prefix_cache_share_min"), "%"),
         ]
     tp = results.get("throughput")
     if tp:
@@ -81,6 +85,11 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 Row(b, f"agent, {label}: ratio to bare", ratio, "×", f"≥ {floor:.2f}",
                     _check(ratio, floor.__le__)),
                 Row(b, f"agent, {label}: CPU per event", tp[name]["server_cpu_us_per_event"], "µs"),
+                Row(b, f"agent, {label}: runs/s", tp[name].get("rounds_per_s"), "runs/s"),
+                Row(b, f"agent, {label}: events per run under load",
+                    tp[name].get("events_per_round"), "events"),
+                Row(b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"),
+                    "ms"),
             ]
     stop = results.get("stop_latency")
     if stop:

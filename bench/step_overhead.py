@@ -99,7 +99,11 @@ async def run_steps(bench: Bench, runs: int) -> dict[str, Any]:
                                if s == step], 50)
         for step in range(1, STEPS)
     }
+    shares = stats.get("prefix_shares") or [0.0]
     return {
+        "prefix_cache_share_median": percentile(shares, 50) * 100,
+        "prefix_cache_share_min": min(shares) * 100,
+        "prefix_cached_calls": len(stats.get("prefix_shares") or ()),
         "overhead_median_ms_by_step": by_step,
         "steps": len(samples),
         "llm_requests": stats["requests"],
@@ -133,6 +137,8 @@ async def run(bench: Bench) -> dict[str, Any]:
             "fake_median_ms",
             "server_cpu_ms_per_step",
             "server_cpu_share",
+            "prefix_cache_share_median",
+            "prefix_cache_share_min",
         )
     } | {
         "steps_per_rep": reps[0]["steps"],

@@ -27,6 +27,8 @@ STOP = b'{"type":"agent_control","action":"stop"}'
 DONE = b'{"type":"response_complete"'
 ERROR = b'{"type":"error"'
 SESSION = b'{"type":"session"'
+MARK = b"tok "  # the fake's "deltas" profile streams this many times per run
+DELTA = b'_delta"'  # counted in deltas only: a run's last events repeat its text at once
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Streamers:
     events: int = 0
     errors: int = 0
     rounds: int = 0
+    marks: int = 0  # MARKs received: the run's text, however it is split into events
     running: bool = True
     busy: set[WSConn] = field(default_factory=set)
     conns: list[WSConn] = field(default_factory=list)
@@ -48,6 +51,8 @@ class Streamers:
 
     def on_message(self, conn: WSConn, payload: bytes, perf: float, wall: float) -> None:
         self.events += 1
+        if DELTA in payload[:72]:
+            self.marks += payload.count(MARK)
         conn.state["last"] = payload  # for the report if this connection gets stuck
         if payload.startswith(DONE):
             self.rounds += 1
@@ -100,16 +105,21 @@ def _last_kind(conn: WSConn) -> str:
 
 
 async def measure(
-    bench: Bench, proc: Proc, path: str, agent: bool, conns: int
+    bench: Bench, proc: Proc, path: str, agent: bool, conns: int, marks_per_run: int = 0
 ) -> dict[str, Any]:
     sizes = bench.sizes
     load = Streamers(proc.address, path, agent)
     await load.start(conns)
     await asyncio.sleep(sizes.stream_warm_s)
     with Window(proc, bench.llm) as window:
-        before, started = load.events, time.perf_counter()
+        before, marks, started = load.events, load.marks, time.perf_counter()
         await asyncio.sleep(sizes.stream_window_s)
         events, elapsed = load.events - before, time.perf_counter() - started
+        marks = load.marks - marks
+    # Rounds end in step (all start together), so rounds counted in a short window are lumpy;
+    # the run's own text ("tok " × 200) is counted instead, whatever the events that carry it.
+    rounds = marks / max(marks_per_run, 1)
+    per_round = events / rounds if rounds else 0.0
     stop_started = time.perf_counter()
     stuck = await load.stop()
     if stuck:
@@ -118,31 +128,35 @@ async def measure(
                            f"frame each had received: {dict(load.stuck_last)}")
     return {
         "events_per_s": events / elapsed,
+        "rounds_per_s": rounds / elapsed,
         **window.shares(),
+        "server_cpu_ms_per_round": window.cpu * 1e3 / rounds if rounds else 0.0,
+        "events_per_round": per_round,
         "server_cpu_us_per_event": window.cpu * 1e6 / max(events, 1),
         "errors": load.errors,
         "first_error": load.first_error.decode(errors="replace"),
     }
 
 
-async def frames_per_run(bench: Bench) -> tuple[int, int]:
-    """(frames, mean bytes per frame) of one agent run of the throughput profile."""
+async def frames_per_run(bench: Bench) -> tuple[int, int, int]:
+    """(frames, mean bytes per frame, MARKs) of one agent run of the throughput profile."""
     server = await bench.server("agent")
     conn = await connect(server.address)
     await conn.recv_json()
     conn.send_text(CHAT)
-    count = size = 0
+    count = size = marks = 0
     while True:
         payload, _ = await conn.recv()
         count, size = count + 1, size + len(payload)
+        marks += payload.count(MARK) if DELTA in payload[:72] else 0
         if kind_of(payload) == "response_complete":
             conn.close()
-            return count, round(size / count)
+            return count, round(size / count), marks
 
 
 async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     await bench.llm_default({"kind": "deltas", "deltas": 200})
-    frames, size = await frames_per_run(bench)
+    frames, size, marks = await frames_per_run(bench)
     baseline = await bench.server("baseline")
     targets: list[tuple[str, Proc]] = [("sqlite", await bench.server("agent"))]
     if nostore:
@@ -156,16 +170,16 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     for _ in range(bench.sizes.reps):
         rep = {"baseline": await measure(bench, baseline, base_path, False, conns)}
         for name, proc in targets:
-            rep[name] = await measure(bench, proc, "/ws", True, conns)
+            rep[name] = await measure(bench, proc, "/ws", True, conns, marks)
             rep[name]["ratio"] = rep[name]["events_per_s"] / rep["baseline"]["events_per_s"]
         reps.append(rep)
     out: dict[str, Any] = {"frames_per_run": frames, "bytes_per_frame": size, "conns": conns}
     for name in ["baseline", *(n for n, _ in targets)]:
         out[name] = {
-            key: summarize((r[name][key] for r in reps), 4 if key == "ratio" else 1)
-            for key in ("events_per_s", "server_cpu_share", "llm_cpu_share", "client_cpu_share",
-                        "server_cpu_us_per_event",
-                        *(("ratio",) if name != "baseline" else ()))
+            key: summarize((r[name][key] for r in reps), 4 if "ratio" in key else 1)
+            for key in ("events_per_s", "rounds_per_s", "server_cpu_share", "llm_cpu_share",
+                        "client_cpu_share", "server_cpu_us_per_event", "server_cpu_ms_per_round",
+                        "events_per_round", *(("ratio",) if name != "baseline" else ()))
         }
         out[name]["errors"] = sum(r[name]["errors"] for r in reps)
         first = next((r[name]["first_error"] for r in reps if r[name]["first_error"]), "")

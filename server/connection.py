@@ -3,6 +3,11 @@
 The run never waits for a socket: `deliver` only queues. A client that stops reading fills its
 queue, and the connection is closed with 1013 so it can resume from the stored events with
 `after_seq`, instead of slowing the run or growing memory.
+
+A stop overtakes stale deltas: when the client that sent it still has more than
+`OVERTAKE_AFTER` frames waiting, the text deltas among them, and those that arrive until the
+run's `response_complete`, are not sent to it (all other frames are, in order). Its `seq`s
+then jump; every skipped delta is stored and can be replayed with `after_seq`.
 """
 
 from __future__ import annotations
@@ -15,6 +20,14 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 __all__ = ["Connection", "OVERFLOW_CLOSE_CODE"]
 
 OVERFLOW_CLOSE_CODE = 1013
+OVERTAKE_AFTER = 32  # queued frames; below this a stopping client gets every delta
+
+_DELTA = '_delta"'  # in the type of every text delta frame, near the start of its body
+_COMPLETE = '{"type":"response_complete"'
+
+
+def _is_delta(text: str) -> bool:
+    return _DELTA in text[:72]
 
 
 class Connection:
@@ -29,6 +42,8 @@ class Connection:
         self.overflowed = asyncio.Event()
         self._close_code: int | None = None
         self._closed = asyncio.Event()
+        self._skipping = False  # this client stopped the run: its stale deltas are left out
+        self.skipped = 0  # deltas left out so far
 
     def hold(self) -> None:
         """Keep live frames aside while the session frame and the replay are queued."""
@@ -53,9 +68,25 @@ class Connection:
         """Queue a frame for this connection only (the session frame, errors, replay)."""
         self._put(text)
 
+    def overtake_deltas(self) -> None:
+        """This client asked for a stop: let `agent_stopped` overtake the deltas it has not
+        been sent yet, if there are many (see the module docstring)."""
+        if len(self._queue) <= OVERTAKE_AFTER:
+            return
+        kept = deque(text for text in self._queue if not _is_delta(text))
+        self.skipped += len(self._queue) - len(kept)
+        self._queue = kept
+        self._skipping = not any(text.startswith(_COMPLETE) for text in kept)
+
     def _put(self, text: str) -> None:
         if self.overflowed.is_set():
             return
+        if self._skipping:
+            if _is_delta(text):
+                self.skipped += 1
+                return
+            if text.startswith(_COMPLETE):
+                self._skipping = False
         if len(self._queue) >= self._max:
             self._queue.clear()
             self.overflowed.set()
@@ -77,12 +108,11 @@ class Connection:
 
         Returns after closing the socket when `finish` was called and the queue is empty.
         """
-        queue = self._queue
         while True:
             await self._ready.wait()
-            while queue:
+            while self._queue:  # not a local: overtake_deltas replaces the queue
                 try:
-                    await self._ws.send_text(queue.popleft())
+                    await self._ws.send_text(self._queue.popleft())
                 except (WebSocketDisconnect, RuntimeError, OSError):
                     return  # the peer is gone; the reader notices and cleans up
                 await asyncio.sleep(0)

@@ -195,14 +195,14 @@ async def _read(
         if len(text) * 4 > limit and len(text.encode()) > limit:
             return CLOSE_TOO_BIG
         try:
-            await _dispatch(services, live, text)
+            await _dispatch(services, live, conn, text)
         except ProtocolError as exc:
             conn.send(_dumps(exc.frame()))
         except StorageError:
             conn.send(_dumps(error_frame("storage_error", "The change could not be saved.")))
 
 
-async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
+async def _dispatch(services: Services, live: LiveSession, conn: Connection, text: str) -> None:
     frame = parse_client_frame(text)
     try:
         if isinstance(frame, ChatFrame):
@@ -210,6 +210,7 @@ async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
         elif isinstance(frame, AgentControlFrame):
             if frame.action == "stop":
                 services.hub.stop(live)
+                conn.overtake_deltas()
             else:
                 await services.hub.rerun(live, frame)
         elif isinstance(frame, ToolDecisionFrame):

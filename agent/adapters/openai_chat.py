@@ -74,12 +74,14 @@ class OpenAIChatModel:
         retry_max_s: float = 8.0,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        http_client: Any = None,  # the SDK's own AsyncClient type, for tests' transports
     ) -> None:
         self._client = AsyncOpenAI(
             api_key=api_key or "unset",
             base_url=base_url or None,
             timeout=timeout_s,
             max_retries=0,
+            http_client=http_client,
         )
         self._model = model
         self._max_retries = max_retries
@@ -187,61 +189,132 @@ class OpenAIChatModel:
 
     async def _read(self, response: Any) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Read the server-sent events ourselves: the SDK's typed chunk objects cost about
-        100 µs each, more than everything else the server does per streamed token."""
-        text: list[str] = []
-        parts: dict[int, _ToolCallParts] = {}
-        usage = (0, 0, 0)
-        finish_reason: str | None = None
-        think = ThinkSplitter()
+        100 µs each, more than everything else the server does per streamed token.
+
+        A reader task parses the stream as it arrives; each time this generator resumes it
+        yields all the text read since, as one piece (thinking likewise, in order). Every
+        piece becomes an event for each client, so a stream that arrives faster than it is
+        forwarded costs fewer, larger events, and a slow one is passed on chunk by chunk.
+        """
+        state = _StreamState()
+        ready = asyncio.Event()
+        reader = asyncio.create_task(_pump(response, state, ready))
         try:
-            async for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue  # comments, event names, keep-alives
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    continue  # read to the end, so the connection goes back to the pool
-                chunk = orjson.loads(data)
-                if not isinstance(chunk, dict):
-                    raise _MalformedChunk("a stream chunk is not a JSON object")
-                if "error" in chunk:
-                    raise _MalformedChunk(f"the stream reported an error: {_error_text(chunk)}")
-                if chunk.get("usage"):
-                    usage = _usage(chunk["usage"])
-                for choice in (chunk.get("choices") or ())[:1]:
-                    finish_reason = _str(choice.get("finish_reason")) or finish_reason
-                    delta = choice.get("delta") or {}
-                    thought = _str(delta.get("reasoning_content") or delta.get("reasoning"))
-                    if thought:
-                        yield Thinking(thought)
-                    content = _str(delta.get("content"))
-                    if content:
-                        for is_thinking, piece in think.feed(content):
-                            if is_thinking:
-                                yield Thinking(piece)
-                            else:
-                                text.append(piece)
-                                yield piece
-                    for tc in delta.get("tool_calls") or ():
-                        part = parts.setdefault(_int(tc.get("index")), _ToolCallParts())
-                        part.id = part.id or _str(tc.get("id"))
-                        function = tc.get("function") or {}
-                        part.name = part.name or _str(function.get("name"))
-                        part.arguments.append(_str(function.get("arguments")))
-        except Exception as exc:  # noqa: BLE001 - whatever breaks a stream ends this call
+            while not reader.done():
+                await ready.wait()
+                ready.clear()
+                for item in state.take():
+                    yield item
+            for item in state.take():
+                yield item
+            failure = reader.exception()
+        finally:
+            if not reader.done():
+                reader.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+        if failure is not None:
             raise ModelError(
-                f"The language model's reply broke off or could not be read ({_reason(exc)})."
-            ) from exc
-        for is_thinking, piece in think.finish():
-            if is_thinking:
-                yield Thinking(piece)
+                f"The language model's reply broke off or could not be read ({_reason(failure)})."
+            ) from failure
+        yield state.turn()
+
+
+async def _pump(response: Any, state: _StreamState, ready: asyncio.Event) -> None:
+    """Parse the stream into `state` as it arrives; set `ready` when there is something new
+    to pass on, and once more at the end (the task's exception is the stream's failure)."""
+    rest = b""
+    try:
+        async for data in response.iter_bytes():
+            lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                state.line(line)
+            if state.out:
+                ready.set()
+        if rest:
+            state.line(rest)
+        state.finish()
+    finally:
+        ready.set()
+
+
+_MERGE_ABOVE = 4  # pieces waiting; a short or slow reply keeps its chunks as they came
+
+
+class _StreamState:
+    """What a streamed reply said so far, and the pieces not yet passed on (adjacent pieces of
+    one kind merged)."""
+
+    __slots__ = ("finish_reason", "out", "parts", "text", "think", "usage")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.parts: dict[int, _ToolCallParts] = {}
+        self.usage = (0, 0, 0)
+        self.finish_reason: str | None = None
+        self.think = ThinkSplitter()
+        self.out: list[tuple[bool, str]] = []
+
+    def line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return  # comments, event names, keep-alives
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return  # read to the end, so the connection goes back to the pool
+        chunk = orjson.loads(data)
+        if not isinstance(chunk, dict):
+            raise _MalformedChunk("a stream chunk is not a JSON object")
+        if "error" in chunk:
+            raise _MalformedChunk(f"the stream reported an error: {_error_text(chunk)}")
+        if chunk.get("usage"):
+            self.usage = _usage(chunk["usage"])
+        for choice in (chunk.get("choices") or ())[:1]:
+            self.finish_reason = _str(choice.get("finish_reason")) or self.finish_reason
+            delta = choice.get("delta") or {}
+            thought = _str(delta.get("reasoning_content") or delta.get("reasoning"))
+            if thought:
+                self._put(True, thought)
+            content = _str(delta.get("content"))
+            if content:
+                for is_thinking, piece in self.think.feed(content):
+                    self._put(is_thinking, piece)
+            for tc in delta.get("tool_calls") or ():
+                part = self.parts.setdefault(_int(tc.get("index")), _ToolCallParts())
+                part.id = part.id or _str(tc.get("id"))
+                function = tc.get("function") or {}
+                part.name = part.name or _str(function.get("name"))
+                part.arguments.append(_str(function.get("arguments")))
+
+    def _put(self, is_thinking: bool, piece: str) -> None:
+        if not is_thinking:
+            self.text.append(piece)
+        self.out.append((is_thinking, piece))
+
+    def take(self) -> list[str | Thinking]:
+        """The pieces not yet passed on: one by one when few wait, else adjacent pieces of one
+        kind merged (a backlog costs one event per kind, not one per model chunk)."""
+        out, self.out = self.out, []
+        if len(out) <= _MERGE_ABOVE:
+            return [Thinking(p) if thinking else p for thinking, p in out]
+        merged: list[tuple[bool, list[str]]] = []
+        for thinking, piece in out:
+            if merged and merged[-1][0] == thinking:
+                merged[-1][1].append(piece)
             else:
-                text.append(piece)
-                yield piece
+                merged.append((thinking, [piece]))
+        return [Thinking("".join(p)) if thinking else "".join(p) for thinking, p in merged]
+
+    def finish(self) -> None:
+        for is_thinking, piece in self.think.finish():
+            self._put(is_thinking, piece)
+
+    def turn(self) -> ModelTurn:
         calls = tuple(
             ToolCall(p.id or f"call_{uuid.uuid4().hex[:24]}", p.name, "".join(p.arguments))
-            for _, p in sorted(parts.items())
+            for _, p in sorted(self.parts.items())
         )
-        yield ModelTurn("".join(text), calls, usage[0], usage[1], finish_reason, usage[2])
+        u = self.usage
+        return ModelTurn("".join(self.text), calls, u[0], u[1], self.finish_reason, u[2])
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.context import ContextLimits, ContextWindow, recall
 from agent.messages import Message, ToolCall
-from agent.tokens import EstimatedCounter
+from agent.tokens import EstimatedCounter, message_tokens
 
 COUNTER = EstimatedCounter()
 
@@ -34,6 +34,11 @@ def _run(run_id: str, task: str, steps: int, result: str = "ok") -> list[Message
         ]
     out.append(Message("assistant", f"Answer of {run_id}.", phase="final", run_id=run_id))
     return out
+
+
+def _tokens(messages: list[Message]) -> int:
+    """The exact size (a report of a list that fits by bytes holds only an upper bound)."""
+    return sum(message_tokens(COUNTER, m) for m in messages)
 
 
 def _pairs_are_whole(messages: list[Message]) -> bool:
@@ -68,7 +73,7 @@ def test_a_large_result_is_cut_with_a_marker_and_recall_brings_it_back():
 def test_earlier_runs_slide_out_oldest_first():
     conversation = _run("a", "oldest", 3) + _run("b", "middle", 3) + _run("c", "now", 1)
     full = ContextWindow(COUNTER, ContextLimits(window_tokens=100_000))
-    size = full.build("sys", conversation, "c")[1].tokens
+    size = _tokens(full.build("sys", conversation, "c")[0])
     tight = ContextWindow(COUNTER, ContextLimits(window_tokens=size - 50, reserve_tokens=0))
     messages, report = tight.build("sys", conversation, "c")
     contents = [m.content for m in messages]
@@ -82,7 +87,7 @@ def test_earlier_runs_slide_out_oldest_first():
 def test_old_steps_of_the_current_run_collapse_to_one_line():
     conversation = _run("a", "long task", 8, result="some data " * 40)
     full = ContextWindow(COUNTER, ContextLimits(window_tokens=100_000))
-    size = full.build("sys", conversation, "a")[1].tokens
+    size = _tokens(full.build("sys", conversation, "a")[0])
     budget = int(size * 0.6)
     tight = ContextWindow(
         COUNTER, ContextLimits(window_tokens=budget, reserve_tokens=0, keep_recent_steps=2)
@@ -99,3 +104,37 @@ def test_old_steps_of_the_current_run_collapse_to_one_line():
         "Step 7: I will look it up. More words here.",
     ]
     assert report.tokens <= budget and _pairs_are_whole(messages)
+
+
+class _CountingCounter:
+    exact = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, text: str) -> int:
+        self.calls += 1
+        return COUNTER.count(text)
+
+
+def test_a_conversation_that_fits_by_bytes_is_not_counted():
+    counter = _CountingCounter()
+    window = ContextWindow(counter, ContextLimits(window_tokens=100_000))
+    conversation = _run("a", "first", 2) + _run("b", "second", 1)
+    messages, report = window.build("sys", conversation, "b")
+    assert counter.calls == 0 and not report.changed and not report.exact
+    assert report.tokens >= sum(len(m.content.encode()) for m in messages)
+    counted, _ = ContextWindow(COUNTER, ContextLimits(window_tokens=100_000)).build(
+        "sys", conversation, "b", window_tokens=10**9
+    )
+    assert messages == counted
+
+
+def test_a_conversation_too_big_by_bytes_is_counted_and_kept_when_tokens_fit():
+    conversation = _run("a", "task " * 300, 1)
+    size = sum(len(m.content.encode()) for m in conversation)
+    counter = _CountingCounter()
+    window = ContextWindow(counter, ContextLimits(window_tokens=size, reserve_tokens=0))
+    messages, report = window.build("sys", conversation, "a")
+    assert counter.calls > 0 and report.exact
+    assert not report.changed and len(messages) == len(conversation) + 1

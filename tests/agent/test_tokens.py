@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.tokens import EstimatedCounter, ExactCounter, counter_for_model
+from agent.messages import Message, ToolCall
+from agent.tokens import (
+    EstimatedCounter,
+    LazyExactCounter,
+    counter_for_model,
+    message_tokens,
+    message_upper_bound,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = {
@@ -35,7 +42,7 @@ SAMPLES = {
 
 def test_openai_models_get_exact_offline_counts():
     counter = counter_for_model("gpt-4o-mini")
-    assert isinstance(counter, ExactCounter) and counter.exact
+    assert isinstance(counter, LazyExactCounter) and counter.exact
     assert counter.count("Hello world, this is a test.") == 8  # o200k_base
     assert counter_for_model("openai/gpt-4-turbo").exact
 
@@ -58,3 +65,21 @@ def test_a_huge_text_is_estimated_not_refused():
     counter = counter_for_model("gpt-4o")
     text = "x" * 2_000_000
     assert counter.count(text) == EstimatedCounter().count(text)
+
+
+def test_tables_load_on_the_first_count_not_before():
+    counter = LazyExactCounter("o200k_base")
+    assert not counter.loaded and counter.exact
+    assert counter.count("Hello world, this is a test.") == 8
+    assert counter.loaded
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_the_byte_bound_is_never_below_a_count(name: str):
+    text = SAMPLES[name]
+    message = Message(
+        "assistant", text, tool_calls=(ToolCall("c1", "get_current_time", text[:40]),)
+    )
+    bound = message_upper_bound(message)
+    for counter in (counter_for_model("gpt-4o"), counter_for_model("gpt-4"), EstimatedCounter()):
+        assert message_tokens(counter, message) <= bound, (name, counter)

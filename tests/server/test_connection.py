@@ -1,0 +1,76 @@
+"""Connection: a stop overtakes the deltas its client has not been sent yet, if many wait."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import orjson
+from starlette.websockets import WebSocket
+
+from server.connection import OVERTAKE_AFTER, Connection
+
+
+class _Socket:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self.closed: int | None = None
+
+    async def send_text(self, text: str) -> None:
+        self.sent.append(text)
+
+    async def close(self, code: int) -> None:
+        self.closed = code
+
+
+def _frame(kind: str, seq: int, update: str | None = None) -> tuple[str, int]:
+    frame: dict[str, Any] = {"type": kind}
+    if update:
+        frame["update_type"] = update
+    frame.update(session_id="s", run_id="r", seq=seq, ts=1, delta="x")
+    return orjson.dumps(frame).decode(), seq
+
+
+def _kinds(sent: list[str]) -> list[str]:
+    return [orjson.loads(t).get("update_type") or orjson.loads(t)["type"] for t in sent]
+
+
+async def _drain(conn: Connection, socket: _Socket) -> list[str]:
+    conn.finish(1000)
+    await conn.write_forever()
+    assert socket.closed == 1000
+    return _kinds(socket.sent)
+
+
+async def test_a_stop_leaves_out_stale_deltas_but_every_other_frame_in_order():
+    socket = _Socket()
+    conn = Connection(cast(WebSocket, socket), 10_000)
+    seq = 0
+    for _ in range(OVERTAKE_AFTER + 50):
+        seq += 1
+        conn.deliver(*_frame("agent_update", seq, "agent_reason_delta"))
+    seq += 1
+    conn.deliver(*_frame("agent_update", seq, "agent_tool_call"))
+    conn.overtake_deltas()
+    for kind, update in [
+        ("chat_delta", None),
+        ("agent_update", "agent_answer_delta"),
+        ("agent_update", "agent_stopped"),
+        ("response_complete", None),
+        ("chat_delta", None),  # the next run's deltas are sent again
+    ]:
+        seq += 1
+        conn.deliver(*_frame(kind, seq, update))
+    kinds = await _drain(conn, socket)
+    assert kinds == ["agent_tool_call", "agent_stopped", "response_complete", "chat_delta"]
+    assert conn.skipped == OVERTAKE_AFTER + 52
+
+
+async def test_a_stop_with_few_frames_waiting_sends_every_delta():
+    socket = _Socket()
+    conn = Connection(cast(WebSocket, socket), 10_000)
+    for seq in range(1, OVERTAKE_AFTER + 1):
+        conn.deliver(*_frame("chat_delta", seq))
+    conn.overtake_deltas()
+    conn.deliver(*_frame("chat_delta", OVERTAKE_AFTER + 1))
+    kinds = await _drain(conn, socket)
+    assert kinds == ["chat_delta"] * (OVERTAKE_AFTER + 1) and conn.skipped == 0
