@@ -324,6 +324,8 @@ def read_loose_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, 
     (the text without those parts, the block) or (text, None)."""
     pattern = re.compile(r'["\']?\b(' + "|".join(sorted(keys)) + r')\b["\']?\s*[:=]\s*')
     matches = list(pattern.finditer(text))
+    if not matches:
+        return text, None
     block: dict[str, Any] = {}
     for match, following in zip(matches, [*matches[1:], None], strict=True):
         end = following.start() if following is not None else len(text)

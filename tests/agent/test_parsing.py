@@ -109,3 +109,9 @@ def test_a_fence_inside_the_blocks_strings_does_not_end_it():
         shown, s = stream(chunks, OBSERVE_KEYS)
         assert "".join(shown).strip() == "Found it."
         assert s.control is not None and s.control["final_answer"] == answer
+
+
+def test_prose_without_any_key_is_no_block():
+    from agent.parsing import read_loose_control
+
+    assert read_loose_control("Just words.", OBSERVE_KEYS) == ("Just words.", None)

@@ -116,7 +116,10 @@ async def test_the_final_answer_streams_and_code_blocks_survive(server, fake_llm
     block = json.dumps({"observation": "I have it.", "should_continue": False})
     fake_llm.script(
         "observe",
-        Reply(chunks=["I have it.\n```json\n", block, "\n```\n", answer[:20], answer[20:]]),
+        Reply(
+            chunks=["I have it.\n```json\n", block, "\n```\n", answer[:20], answer[20:]],
+            delay_s=0.02,  # as a model writes: pieces apart, so they are not merged
+        ),
     )
     async with await server.client() as c:
         await c.recv()
