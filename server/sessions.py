@@ -38,13 +38,15 @@ from agent.ports import ChatModel, PromptProvider, Toolbox
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
+from server.relay import StoreRelay
 from server.settings import AgentSettings
-from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.base import Control, Scope, SessionRecord, Store, UnfinishedRun
 
 __all__ = ["SessionHub"]
 
 log = logging.getLogger(__name__)
 GOING_AWAY = 1001
+_NOT_AWAITING_INPUT = ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,7 @@ class SessionHub:
         tools_for: Callable[[str], Sequence[str]] | None = None,
         needs_approval: Callable[[str], bool] | None = None,
         approval_timeout_s: float = 300.0,
+        poll_interval_s: float = 0.05,
     ) -> None:
         self._store = store
         self._model = model
@@ -140,6 +143,12 @@ class SessionHub:
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._emptied = asyncio.Event()
+        # Shared store: follow other processes' runs and take controls for ours (relay.py).
+        self._relay = (
+            StoreRelay(store, self._live, self.apply_control, poll_interval_s)
+            if store.shared
+            else None
+        )
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -223,8 +232,8 @@ class SessionHub:
     def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
         request = self._validate(frame, live.scope.tenant_id)
-        if live.run is not None:
-            raise ProtocolError(
+        if live.run is not None or (self._store.shared and live.status != "idle"):
+            raise ProtocolError(  # the second case: another process runs it
                 "run_in_progress", "A run is already active in this session; stop it first."
             )
         tenant = live.scope.tenant_id
@@ -244,30 +253,128 @@ class SessionHub:
         task.add_done_callback(self._tasks.discard)
         return run.run_id
 
-    def stop(self, live: LiveSession) -> None:
-        if live.run is None:
+    async def stop(self, live: LiveSession) -> None:
+        """Stop the session's run, here or (shared store) in the process that owns it."""
+        if live.run is not None:
+            live.run.control.request_stop("user")
+            return
+        record = await self._remote_run(live)
+        if record is None or record.active_run_id is None:
             raise ProtocolError("no_active_run", "There is no active run to stop.")
-        live.run.control.request_stop("user")
+        run_id = record.active_run_id
+        stop = Control(live.session_id, run_id, f"stop:{run_id}", "stop", {})
+        await self._store.send_control(live.scope, stop, now_ms())  # a second stop: silent
 
     async def answer(self, live: LiveSession, content: str) -> None:
+        """Answer the pending question. On a shared store the answer is claimed there first
+        (the question's tool_call_id is the key), so one answer wins across processes."""
         run = live.run
-        if run is None or run.control.pending is None:
-            raise ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
-        run.control.answer(content)
-        await live.publish([], status="running", run_id=run.run_id)
+        if run is not None:
+            question = run.control.pending
+            if question is None:
+                raise _NOT_AWAITING_INPUT
+            key = f"answer:{question.tool_call_id}"
+            if self._store.shared:
+                run.applied.add(key)  # ours: the relay must not apply it a second time
+                answer = Control(live.session_id, run.run_id, key, "answer", {"content": content})
+                if not await self._store.send_control(live.scope, answer, now_ms()):
+                    run.applied.discard(key)  # the winner's, stored under the same key
+                    raise _NOT_AWAITING_INPUT
+            if not run.control.answer(content):
+                raise _NOT_AWAITING_INPUT
+            await live.publish([], status="running", run_id=run.run_id)
+            return
+        record = await self._remote_run(live)
+        pending = None if record is None else record.pending_input
+        if record is None or record.active_run_id is None or not pending:
+            raise _NOT_AWAITING_INPUT
+        key = f"answer:{pending.get('tool_call_id')}"
+        answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
+        if not await self._store.send_control(live.scope, answer, now_ms()):
+            raise _NOT_AWAITING_INPUT
 
     async def decide(
         self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None
     ) -> None:
         """Approve or deny the call waiting for approval; ProtocolError says what is wrong."""
         run = live.run
+        payload = {"tool_call_id": tool_call_id, "approve": approve, "reason": reason or ""}
+        key = f"decision:{tool_call_id}"
         if run is None:
-            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+            await self._decide_remotely(live, key, payload)
+            return
+        if self._store.shared:
+            self._check_decision(run, tool_call_id)
+            run.applied.add(key)
+            decision = Control(live.session_id, run.run_id, key, "decision", payload)
+            if not await self._store.send_control(live.scope, decision, now_ms()):
+                run.applied.discard(key)
+                raise ProtocolError("already_decided", f"The call {tool_call_id!r} was decided.")
         try:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
             raise ProtocolError(exc.code, exc.message) from None  # type: ignore[arg-type]
         await live.publish([], status="running", run_id=run.run_id)
+
+    @staticmethod
+    def _check_decision(run: ActiveRun, tool_call_id: str) -> None:
+        pending = run.control.pending_approval
+        if pending is None:
+            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+        if pending.tool_call_id != tool_call_id:
+            raise ProtocolError(
+                "unknown_tool_call",
+                f"tool_call_id: the call waiting for approval is {pending.tool_call_id!r} "
+                f"(got {tool_call_id!r}).",
+            )
+
+    async def _decide_remotely(self, live: LiveSession, key: str, payload: dict[str, Any]) -> None:
+        record = await self._remote_run(live)
+        if record is None or record.active_run_id is None or record.status != "awaiting_approval":
+            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+        waiting = (live.pending_approval or {}).get("tool_call_id")
+        if waiting is not None and waiting != payload["tool_call_id"]:
+            raise ProtocolError(
+                "unknown_tool_call",
+                f"tool_call_id: the call waiting for approval is {waiting!r} "
+                f"(got {payload['tool_call_id']!r}).",
+            )
+        decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
+        if not await self._store.send_control(live.scope, decision, now_ms()):
+            raise ProtocolError(
+                "already_decided", f"The call {payload['tool_call_id']!r} was already decided."
+            )
+
+    async def _remote_run(self, live: LiveSession) -> SessionRecord | None:
+        """The stored session while another process runs it (shared store), else None."""
+        if not self._store.shared:
+            return None
+        record = await self._store.get_session(live.scope, live.session_id)
+        if record is None or record.status == "idle" or live.run is not None:
+            return None
+        return record
+
+    async def apply_control(self, live: LiveSession, control: Control) -> None:
+        """Act on a control another process stored for a run of ours, as if sent here."""
+        run = live.run
+        if run is None or run.run_id != control.run_id:
+            return
+        if control.kind == "stop":
+            run.control.request_stop("user")
+        elif control.kind == "answer":
+            pending = run.control.pending
+            if pending is not None and control.key == f"answer:{pending.tool_call_id}":
+                if run.control.answer(str(control.payload.get("content", ""))):
+                    await live.publish([], status="running", run_id=run.run_id)
+        else:
+            payload = control.payload
+            decision = Decision(bool(payload.get("approve")), str(payload.get("reason", "")))
+            try:
+                run.control.decide(str(payload.get("tool_call_id")), decision)
+            except DecisionError as exc:
+                log.info("a decision from another process came too late: %s", exc.message)
+                return
+            await live.publish([], status="running", run_id=run.run_id)
 
     def _validate(self, frame: ChatFrame, tenant_id: str) -> _RunRequest:
         limit = self._settings.max_steps_limit
@@ -405,6 +512,11 @@ class SessionHub:
             if live.run is run:  # a chat sent on receiving response_complete may own it now
                 live.run = None
             self.release(live)
+        if self._store.shared:
+            try:
+                await shielded(self._store.drop_controls(live.session_id, run.run_id))
+            except StorageError as exc:
+                log.warning("controls of run %s stay stored: %s", run.run_id, exc)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -439,13 +551,14 @@ class SessionHub:
         unfinished = await self._store.unfinished_runs(now if self._store.shared else None)
         closed = 0
         for item in unfinished:
-            if item.session_id in self._live:
+            held = self._live.get(item.session_id)
+            if held is not None and (held.run is not None or not self._store.shared):
                 continue  # ours and alive
             if self._store.shared and not await self._store.claim_run(
                 item, now, now + self._lease_ms
             ):
                 continue  # another process took it
-            await shielded(self._recover_one(item))
+            await shielded(self._recover_one(item, followed=True))
             closed += 1
         return closed
 
@@ -454,8 +567,12 @@ class SessionHub:
         stores), and settle runs that ended while the store was down."""
         if self._upkeep is None:
             self._upkeep = asyncio.create_task(self._upkeep_forever(), name="session-upkeep")
+        if self._relay is not None:
+            self._relay.start()
 
     async def stop_upkeep(self) -> None:
+        if self._relay is not None:
+            await self._relay.stop()
         if self._upkeep is not None:
             self._upkeep.cancel()
             await asyncio.gather(self._upkeep, return_exceptions=True)
@@ -485,7 +602,9 @@ class SessionHub:
             return
         self._needs_repair.pop(item.session_id, None)
 
-    async def _recover_one(self, item: UnfinishedRun) -> None:
+    async def _recover_one(self, item: UnfinishedRun, *, followed: bool = False) -> None:
+        """Close the run in the store. `followed`: it died in another process, so watchers
+        here have not seen it end and get the closing events; else they saw it end live."""
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
@@ -499,7 +618,9 @@ class SessionHub:
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
         held = self._live.get(item.session_id)
-        if held is not None:  # keep the in-memory view in step with what was stored
+        if followed and held is not None and self._relay is not None and held.run is None:
+            await self._relay.poll()  # its watchers follow the closing events now
+        elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
 
     async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:

@@ -202,7 +202,7 @@ async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
     if isinstance(frame, ChatFrame):
         services.hub.start_run(live, frame)
     elif isinstance(frame, AgentControlFrame):
-        services.hub.stop(live)
+        await services.hub.stop(live)
     elif isinstance(frame, ToolDecisionFrame):
         await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
     else:

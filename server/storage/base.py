@@ -7,13 +7,15 @@ and unique per session, also when several processes write (each backend says how
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from agent.messages import Message, ToolCall
 
 __all__ = [
+    "Control",
+    "ControlKind",
     "Scope",
     "SessionRecord",
     "SessionStatus",
@@ -24,6 +26,7 @@ __all__ = [
 ]
 
 SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
+ControlKind = Literal["stop", "answer", "decision"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,19 @@ class UnfinishedRun:
     scope: Scope
     session_id: str
     run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A stop, answer or approval decision for a run, left in the store for the process that
+    runs it. `key` is unique per session: storing a second control with the same key fails,
+    which is how exactly one of two concurrent answers to a question is accepted."""
+
+    session_id: str
+    run_id: str
+    key: str
+    kind: ControlKind
+    payload: dict[str, Any]
 
 
 class Store(Protocol):
@@ -155,6 +171,27 @@ class Store(Protocol):
     async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
         """Sessions left running or awaiting input (across all tenants), for recovery; with
         `now`, only those whose lease expired before it."""
+        ...
+
+    async def tail_events(
+        self, cursors: Mapping[str, int], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        """(session_id, seq, stored frame) of every event with seq > its session's cursor,
+        ordered by session then seq, at most `limit` in all (a session cut short continues
+        from its last row next time). The callers have checked the sessions' scopes."""
+        ...
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        """Store a control for the run's process; False when the session already has one with
+        this key (another process won the claim). Atomic on every backend."""
+        ...
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        """The controls stored for these sessions, oldest first."""
+        ...
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        """Forget the controls of a run that ended."""
         ...
 
 

@@ -8,6 +8,7 @@ Collections, every document carrying `tenant_id` and `user_id` so each query fil
     sessions  one per session: status, title, timestamps, active run, pending question
     events    one per event: `seq`, `run_id`, `ts` and `body`, the exact JSON bytes sent
     messages  one per conversation message: `sequence`, `ts` and `body`, its API dict
+    controls  one per stop, answer or approval sent to a run another process may own
 
 Numbering (event `seq`, message `sequence`) is decided by the unique `(session_id, seq)` and
 `(session_id, sequence)` indexes, not by a counter: a writer reads the session's highest
@@ -39,12 +40,13 @@ from bson.errors import BSONError
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from agent.errors import StorageError
 from agent.messages import Message
 from server.settings import StorageSettings
 from server.storage.base import (
+    Control,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -78,6 +80,7 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
     ),
     ("events", [("session_id", ASCENDING), ("seq", ASCENDING)], True),
     ("messages", [("session_id", ASCENDING), ("sequence", ASCENDING)], True),
+    ("controls", [("session_id", ASCENDING), ("key", ASCENDING)], True),
 ]
 
 
@@ -202,6 +205,7 @@ class MongoStore:
                 return False
             await self._col("events").delete_many(query)
             await self._col("messages").delete_many(query)
+            await self._col("controls").delete_many(query)
             await self._col("sessions").delete_one(query)
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
@@ -328,6 +332,62 @@ class MongoStore:
             )
             for d in docs
         ]
+
+    # -- several processes -------------------------------------------------------------------
+
+    async def tail_events(
+        self, cursors: Mapping[str, int], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        """Polling by `seq` (one query for every followed session): it works on FerretDB,
+        which has no change streams, and costs one indexed look-up per session and poll."""
+        if not cursors or limit <= 0:
+            return []
+        query = {"$or": [{"session_id": s, "seq": {"$gt": n}} for s, n in cursors.items()]}
+        cursor = (
+            self._col("events")
+            .find(query, {"_id": 0, "session_id": 1, "seq": 1, "body": 1})
+            .sort([("session_id", ASCENDING), ("seq", ASCENDING)])
+            .limit(limit)
+        )
+        with _translated("follow events"):
+            return [(d["session_id"], int(d["seq"]), bytes(d["body"])) async for d in cursor]
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        """The unique (session_id, key) index decides: atomic on MongoDB and on FerretDB,
+        whose updates are not (an insert either takes the key or fails)."""
+        doc = {
+            **_session_filter(scope, control.session_id),
+            "key": control.key,
+            "run_id": control.run_id,
+            "kind": control.kind,
+            "payload": control.payload,
+            "created_at": now,
+        }
+        with _translated("send a control"):
+            try:
+                await self._col("controls").insert_one(doc)
+            except DuplicateKeyError:
+                return False
+        return True
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        if not session_ids:
+            return []
+        cursor = (
+            self._col("controls")
+            .find({"session_id": {"$in": list(session_ids)}}, {"_id": 0})
+            .sort("created_at", ASCENDING)
+        )
+        with _translated("read controls"):
+            docs = await cursor.to_list()
+        return [
+            Control(d["session_id"], d["run_id"], d["key"], d["kind"], d.get("payload") or {})
+            for d in docs
+        ]
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        with _translated("drop controls"):
+            await self._col("controls").delete_many({"session_id": session_id, "run_id": run_id})
 
     # -- plumbing ----------------------------------------------------------------------------
 
