@@ -46,6 +46,15 @@ __all__ = ["SessionHub"]
 
 log = logging.getLogger(__name__)
 GOING_AWAY = 1001
+
+
+def _too_many_runs(active: int) -> ProtocolError:
+    return ProtocolError(
+        "too_many_runs",
+        f"Your organization already has {active} active runs, the limit; wait for one to finish.",
+    )
+
+
 _NOT_AWAITING_INPUT = ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
 
 
@@ -229,23 +238,40 @@ class SessionHub:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
-        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now."""
+    async def start_run(self, live: LiveSession, frame: ChatFrame) -> str:
+        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
+
+        On a shared store the run first takes its slots there (one per session, and one of
+        the tenant's `max_concurrent_runs_per_tenant`), so the limits hold across processes.
+        """
         request = self._validate(frame, live.scope.tenant_id)
         if live.run is not None or (self._store.shared and live.status != "idle"):
             raise ProtocolError(  # the second case: another process runs it
                 "run_in_progress", "A run is already active in this session; stop it first."
             )
         tenant = live.scope.tenant_id
-        if self._active[tenant] >= self._settings.max_concurrent_runs_per_tenant:
-            raise ProtocolError(
-                "too_many_runs",
-                f"Your organization already has {self._active[tenant]} active runs, the limit; "
-                "wait for one to finish.",
-            )
+        limit = self._settings.max_concurrent_runs_per_tenant
+        if self._active[tenant] >= limit:
+            raise _too_many_runs(self._active[tenant])
         run = ActiveRun(uuid.uuid4().hex, RunControl())
         live.run = run
         self._active[tenant] += 1
+        if self._store.shared:
+            refused: str | None = "failed"  # until the store answers
+            try:
+                refused = await self._store.take_run_slot(
+                    live.scope, live.session_id, run.run_id, limit, now_ms()
+                )
+            finally:
+                if refused is not None:
+                    live.run = None
+                    self._active[tenant] -= 1
+            if refused == "run_in_progress":
+                raise ProtocolError(
+                    "run_in_progress", "A run is already active in this session; stop it first."
+                )
+            if refused is not None:
+                raise _too_many_runs(limit)
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
         run.task = task
         run.control.attach(task)
@@ -514,7 +540,7 @@ class SessionHub:
             self.release(live)
         if self._store.shared:
             try:
-                await shielded(self._store.drop_controls(live.session_id, run.run_id))
+                await shielded(self._release_run(live.session_id, run.run_id))
             except StorageError as exc:
                 log.warning("controls of run %s stay stored: %s", run.run_id, exc)
 
@@ -602,6 +628,10 @@ class SessionHub:
             return
         self._needs_repair.pop(item.session_id, None)
 
+    async def _release_run(self, session_id: str, run_id: str) -> None:
+        await self._store.drop_controls(session_id, run_id)
+        await self._store.release_run_slot(session_id, run_id)
+
     async def _recover_one(self, item: UnfinishedRun, *, followed: bool = False) -> None:
         """Close the run in the store. `followed`: it died in another process, so watchers
         here have not seen it end and get the closing events; else they saw it end live."""
@@ -617,6 +647,8 @@ class SessionHub:
         await recorder.record_stop("interrupted")
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
+        if self._store.shared:
+            await self._release_run(item.session_id, run.run_id)
         held = self._live.get(item.session_id)
         if followed and held is not None and self._relay is not None and held.run is None:
             await self._relay.poll()  # its watchers follow the closing events now

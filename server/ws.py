@@ -200,7 +200,7 @@ async def _read(
 async def _dispatch(services: Services, live: LiveSession, text: str) -> None:
     frame = parse_client_frame(text)
     if isinstance(frame, ChatFrame):
-        services.hub.start_run(live, frame)
+        await services.hub.start_run(live, frame)
     elif isinstance(frame, AgentControlFrame):
         await services.hub.stop(live)
     elif isinstance(frame, ToolDecisionFrame):

@@ -27,6 +27,7 @@ __all__ = [
 
 SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
 ControlKind = Literal["stop", "answer", "decision"]
+SLOT_GRACE_MS = 10_000  # a run slot this young is never taken for a leftover
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +193,18 @@ class Store(Protocol):
 
     async def drop_controls(self, session_id: str, run_id: str) -> None:
         """Forget the controls of a run that ended."""
+        ...
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """Take the session's run slot and one of the tenant's `limit` slots for `run_id`,
+        atomically across processes; None when taken, else why not (nothing is kept). Slots
+        older than `SLOT_GRACE_MS` whose run the store no longer shows active are freed."""
+        ...
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        """Free the slots `take_run_slot` took for this run."""
         ...
 
 

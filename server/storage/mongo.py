@@ -32,7 +32,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from bson import Binary
@@ -46,6 +46,7 @@ from agent.errors import StorageError
 from agent.messages import Message
 from server.settings import StorageSettings
 from server.storage.base import (
+    SLOT_GRACE_MS,
     Control,
     Scope,
     SessionRecord,
@@ -81,6 +82,8 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
     ("events", [("session_id", ASCENDING), ("seq", ASCENDING)], True),
     ("messages", [("session_id", ASCENDING), ("sequence", ASCENDING)], True),
     ("controls", [("session_id", ASCENDING), ("key", ASCENDING)], True),
+    ("run_slots", [("key", ASCENDING)], True),
+    ("run_slots", [("tenant_id", ASCENDING), ("created_at", ASCENDING)], False),
 ]
 
 
@@ -364,6 +367,9 @@ class MongoStore:
             "created_at": now,
         }
         with _translated("send a control"):
+            sessions = self._col("sessions")
+            if await sessions.find_one(_session_filter(scope, control.session_id)) is None:
+                return False  # not the caller's session
             try:
                 await self._col("controls").insert_one(doc)
             except DuplicateKeyError:
@@ -388,6 +394,56 @@ class MongoStore:
     async def drop_controls(self, session_id: str, run_id: str) -> None:
         with _translated("drop controls"):
             await self._col("controls").delete_many({"session_id": session_id, "run_id": run_id})
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """Insert-decides, like `seq`: a slot is a document with a unique `key`, so of two
+        processes taking the same slot one insert fails, on MongoDB and on FerretDB alike."""
+        base = {"tenant_id": scope.tenant_id, "session_id": session_id, "run_id": run_id}
+        with _translated("take a run slot"):
+            for attempt in range(2):
+                if await self._insert_slot({**base, "key": f"session/{session_id}"}, now):
+                    break
+                if attempt or not await self._free_leftover_slots(scope, now):
+                    return "run_in_progress"
+            for attempt in range(2):
+                for slot in range(limit):
+                    key = f"tenant/{scope.tenant_id}/{slot}"
+                    if await self._insert_slot({**base, "key": key}, now):
+                        return None
+                if attempt or not await self._free_leftover_slots(scope, now):
+                    break
+            await self._col("run_slots").delete_many({"run_id": run_id})
+        return "too_many_runs"
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        with _translated("release a run slot"):
+            await self._col("run_slots").delete_many({"run_id": run_id})
+
+    async def _insert_slot(self, doc: Doc, now: int) -> bool:
+        try:
+            await self._col("run_slots").insert_one({**doc, "created_at": now})
+        except DuplicateKeyError:
+            return False
+        return True
+
+    async def _free_leftover_slots(self, scope: Scope, now: int) -> bool:
+        """Delete the tenant's slots (older than the grace period) whose run the store no
+        longer shows active: their process died before releasing them. True if any went."""
+        old = {"tenant_id": scope.tenant_id, "created_at": {"$lt": now - SLOT_GRACE_MS}}
+        freed = False
+        async for slot in self._col("run_slots").find(old):
+            session = await self._col("sessions").find_one(
+                {"session_id": slot["session_id"], "status": {"$in": _ACTIVE}},
+                {"_id": 0, "active_run_id": 1},
+            )
+            if session is None or session.get("active_run_id") != slot["run_id"]:
+                result = await self._col("run_slots").delete_one(
+                    {"key": slot["key"], "run_id": slot["run_id"]}
+                )
+                freed = freed or result.deleted_count > 0
+        return freed
 
     # -- plumbing ----------------------------------------------------------------------------
 

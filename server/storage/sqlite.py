@@ -16,13 +16,14 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 
 from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import (
+    SLOT_GRACE_MS,
     Control,
     Scope,
     SessionRecord,
@@ -79,6 +80,14 @@ CREATE TABLE IF NOT EXISTS controls (
     created_at INTEGER NOT NULL,
     PRIMARY KEY (session_id, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_slots (
+    key        TEXT PRIMARY KEY,
+    tenant_id  TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
 _TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
 
@@ -439,6 +448,41 @@ class SQLiteStore:
             lambda conn: conn.execute(
                 "DELETE FROM controls WHERE session_id = ? AND run_id = ?", (session_id, run_id)
             )
+        )
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """One transaction (BEGIN IMMEDIATE), so it is atomic across processes on the file."""
+
+        def op(conn: sqlite3.Connection) -> Literal["run_in_progress", "too_many_runs"] | None:
+            conn.execute(
+                "DELETE FROM run_slots WHERE tenant_id = ? AND created_at < ? AND NOT EXISTS "
+                "(SELECT 1 FROM sessions s WHERE s.session_id = run_slots.session_id "
+                "AND s.active_run_id = run_slots.run_id "
+                "AND s.status IN ('running', 'awaiting_input', 'awaiting_approval'))",
+                (scope.tenant_id, now - SLOT_GRACE_MS),
+            )
+            insert = (
+                "INSERT OR IGNORE INTO run_slots (key, tenant_id, session_id, run_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?)"
+            )
+            row = (scope.tenant_id, session_id, run_id, now)
+            if conn.execute(insert, (f"session/{session_id}", *row)).rowcount == 0:
+                return "run_in_progress"
+            for slot in range(limit):
+                key = f"tenant/{scope.tenant_id}/{slot}"
+                if conn.execute(insert, (key, *row)).rowcount == 1:
+                    return None
+            conn.execute("DELETE FROM run_slots WHERE run_id = ?", (run_id,))
+            return "too_many_runs"
+
+        refused: Literal["run_in_progress", "too_many_runs"] | None = await self._write(op)
+        return refused
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        await self._write(
+            lambda conn: conn.execute("DELETE FROM run_slots WHERE run_id = ?", (run_id,))
         )
 
     # -- plumbing ----------------------------------------------------------------------------

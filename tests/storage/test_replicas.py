@@ -107,6 +107,14 @@ async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
         followed = await b.until("agent_request_input", timeout=10)
         await a.until("agent_request_input", timeout=10)
 
+        # The tenant's one run (its limit) is on the first process: the second refuses more.
+        async with await group.client(1) as other:
+            await other.recv()
+            await other.send({"type": "chat", "content": "another session"})
+            refused_other = await other.recv()
+        await b.send({"type": "chat", "content": "this session again"})
+        refused_same = await b.recv()
+
         # Two answers at once, one per process: exactly one is taken.
         a2 = await group.client(0, session_id=session)
         await a2.recv()
@@ -135,7 +143,9 @@ async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
     assert [f for f in live_b if "seq" in f] == on_a  # the same frames, byte for byte as JSON
     assert kind(on_a[-2]) == "agent_stopped" and on_a[-2]["reason"] == "user"
     assert stop_latency < 2.0
-    errors = [f for f in b.seen + a2.seen if f["type"] == "error"]
+    assert refused_other["code"] == "too_many_runs"
+    assert refused_same["code"] == "run_in_progress"
+    errors = [f for f in b.seen + a2.seen if f["type"] == "error" and f is not refused_same]
     assert [e["code"] for e in errors] == ["not_awaiting_input"], errors
     winner = "Rome" if errors[0] in a2.seen else "Paris"
     act_request = [r for r in fake_llm.requests if r.phase == "reason"][1]
