@@ -245,8 +245,8 @@ class SessionHub:
         the tenant's `max_concurrent_runs_per_tenant`), so the limits hold across processes.
         """
         request = self._validate(frame, live.scope.tenant_id)
-        if live.run is not None or (self._store.shared and live.status != "idle"):
-            raise ProtocolError(  # the second case: another process runs it
+        if live.run is not None:  # a run elsewhere holds the session's slot in the store
+            raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
             )
         tenant = live.scope.tenant_id

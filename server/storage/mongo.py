@@ -188,9 +188,11 @@ class MongoStore:
         if title is not None:
             fields["title"] = title
         with _translated("update session"):
-            await self._col("sessions").update_one(
+            result = await self._col("sessions").update_one(
                 _session_filter(scope, session_id), {"$set": fields}
             )
+            if status == "idle" and result.matched_count:  # the run ended: free its slots
+                await self._col("run_slots").delete_many({"session_id": session_id})
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         with _translated("rename session"):

@@ -214,7 +214,14 @@ class SQLiteStore:
             "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
         )
         args += [session_id, scope.tenant_id, scope.user_id]
-        await self._write(lambda conn: conn.execute(sql, args))
+        free_slots = self.shared and status == "idle"
+
+        def op(conn: sqlite3.Connection) -> None:
+            if conn.execute(sql, args).rowcount and free_slots:  # the run ended: a next one
+                # may start anywhere as soon as a watcher learns it (response_complete).
+                conn.execute("DELETE FROM run_slots WHERE session_id = ?", (session_id,))
+
+        await self._write(op)
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         def op(conn: sqlite3.Connection) -> bool:

@@ -4,7 +4,7 @@ Each test starts two `python -m server` processes on the same SQLite file (`stor
 or the same MongoDB database (FerretDB), runs a session on the first and drives it through
 the second: the second follows the run live (replayed from 0, then every later event, no gap
 and no duplicate), stops it, answers its question (exactly one of two concurrent answers
-wins), and closes it as `interrupted` when the first is killed mid-run.
+wins), and closes it as `interrupted` when the first is killed mid-run. Then `serve --workers 2`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.client import Client, Frame, kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
 from tests.fakes.processes import free_port, start_server_process
 from tests.storage.conftest import drop_database
 
@@ -85,7 +85,7 @@ def seqs(frames: list[Frame]) -> list[int]:
     return [f["seq"] for f in frames if "seq" in f]
 
 
-async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
+async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the_first(
     fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
 ) -> None:
     question = FakeToolCall("request_input", {"question": "Which city?"})
@@ -93,6 +93,8 @@ async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
         "reason",
         Reply(chunks=[f"w{i} " for i in range(15)], delay_s=0.03),
         Reply(chunks=["thinking ", "hard"], hang_after=1),
+        reason("I can answer this directly."),
+        Reply(chunks=["once ", "more"], hang_after=1),
     )
     fake_llm.script("act", act(question))
     fake_llm.script("observe", observe("Got the city."))
@@ -135,6 +137,16 @@ async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
 
         # Afterwards the second process starts the next run of the session itself.
         more = await b.run("and now?", timeout=10)
+
+        # A run of the first process, which is then killed: the second closes the run
+        # ("interrupted") once the lease expires, and its watcher sees that.
+        await a.send({"type": "chat", "content": "one more"})
+        await b.until("agent_reason_delta", timeout=10)
+        group.procs[0].send_signal(signal.SIGKILL)
+        await group.procs[0].wait()
+        killed = time.monotonic()
+        tail = await b.until("response_complete", timeout=2 * LEASE_S + 5)
+        closed_after = time.monotonic() - killed
         await asyncio.gather(a.close(), a2.close(), b.close())
 
     assert (hello["status"], hello["resumed"]) == ("running", True)
@@ -154,29 +166,45 @@ async def test_the_second_process_follows_answers_and_stops_a_run_of_the_first(
     assert len(tool) == 1 and winner in tool[0] and loser not in tool[0]
     assert kind(a2_frames[-1]) == "response_complete"
     assert seqs(more)[0] == on_a[-1]["seq"] + 1 and kind(more[-2]) == "agent_completion"
-
-
-async def test_killing_the_owner_lets_the_other_close_the_run_for_its_watcher(
-    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
-) -> None:
-    fake_llm.script("reason", Reply(chunks=["a ", "b"], hang_after=1))
-    async with replicas(tmp_path, fake_llm, store_env) as group:
-        a = await group.client(0)
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "hello"})
-        await a.until("agent_reason_delta")
-        b = await group.client(1, session_id=session, after_seq=0)
-        hello = await b.recv()
-        await b.until("agent_reason_delta")
-
-        group.procs[0].send_signal(signal.SIGKILL)
-        await group.procs[0].wait()
-        killed = time.monotonic()
-        tail = await b.until("response_complete", timeout=2 * LEASE_S + 5)
-        closed_after = time.monotonic() - killed
-        await asyncio.gather(a.close(), b.close())
-
-    assert hello["status"] == "running"
-    assert [kind(f) for f in tail] == ["agent_stopped", "response_complete"]
-    assert tail[0]["reason"] == "interrupted"
+    assert [kind(f) for f in tail[-2:]] == ["agent_stopped", "response_complete"]
+    assert tail[-2]["reason"] == "interrupted"
     assert closed_after < 2 * LEASE_S + 2  # two lease periods, plus the recovery tick
+    assert seqs(b.seen[1:]) == list(range(1, len(seqs(b.seen[1:])) + 1))
+
+
+async def test_serve_with_two_workers_shares_one_port_and_every_session(
+    fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """`agent-server serve --workers 2`: watchers land on either worker (the kernel picks);
+    each sees the whole run, the answer lands wherever it was sent, SIGTERM ends both."""
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
+    port = free_port()
+    env = {  # SQLite, the default: --workers turns storage.shared on
+        "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
+        "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
+    }
+    proc = await start_server_process(tmp_path, port, env, extra=["--workers", "2"])
+    try:
+        a = await Client.connect(f"127.0.0.1:{port}")
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "plan a trip"})
+        await a.until("agent_request_input", timeout=10)
+        watchers = [
+            await Client.connect(f"127.0.0.1:{port}", session_id=session, after_seq=0)
+            for _ in range(6)
+        ]
+        for w in watchers:
+            await w.recv()
+            await w.until("agent_request_input", timeout=10)
+        await watchers[-1].send({"type": "agent_user_input", "content": "Oslo"})
+        ends = [await w.until("response_complete", timeout=10) for w in [a, *watchers]]
+        await asyncio.gather(*(c.close() for c in [a, *watchers]))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 20)
+    everything = a.seen[1:]
+    assert kind(everything[-1]) == "response_complete" and len(ends) == 7
+    for w in watchers:
+        assert w.seen[1:] == everything  # the same run, whichever worker served it
+    assert seqs(everything) == list(range(1, len(everything) + 1))
+    assert code == 0
