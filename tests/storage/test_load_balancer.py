@@ -27,7 +27,13 @@ from tests.fakes.processes import REPO, free_port, start_server_process
 pytestmark = pytest.mark.slow
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-CONFIG = REPO / "docs" / "examples" / "haproxy.cfg"
+HAVE_HAPROXY = Path(HAPROXY).exists()
+CONFIG_TEXT = (REPO / "docs" / "examples" / "haproxy.cfg").read_text()
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 @asynccontextmanager
@@ -37,7 +43,8 @@ async def haproxy(tmp_path: Path, backends: list[int]) -> AsyncIterator[str]:
     port = free_port()
     servers = "\n".join(f"    server agent{i} 127.0.0.1:{p} check" for i, p in enumerate(backends))
     config = tmp_path / "haproxy.cfg"
-    config.write_text(CONFIG.read_text().format(listen_port=port, servers=servers))
+    text = CONFIG_TEXT.format(listen_port=port, servers=servers)
+    config = await asyncio.to_thread(_write, config, text)
     proc = await asyncio.create_subprocess_exec(
         HAPROXY,
         "-f",
@@ -103,7 +110,7 @@ async def stopped_after_reconnect(address: str) -> list[Frame]:
 async def test_round_robin_through_haproxy_with_reconnects(
     fake_llm: FakeLLM, tmp_path: Path
 ) -> None:
-    if not Path(HAPROXY).exists():
+    if not HAVE_HAPROXY:
         pytest.skip("haproxy is not installed (scripts/test-deps.sh installs it)")
     fake_llm.script("reason", *[choose_reason] * 12)
     fake_llm.script("act", *[act(FakeToolCall("request_input", {"question": "Which city?"}))] * 4)
