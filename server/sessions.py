@@ -257,11 +257,17 @@ class SessionHub:
         live.run = run
         self._active[tenant] += 1
         if self._store.shared:
+            repair = self._needs_repair.get(live.session_id)
+            if repair is not None:  # the last run's end (and slot) never reached the store
+                await self._repair(repair)
             refused: str | None = "failed"  # until the store answers
             try:
                 refused = await self._store.take_run_slot(
                     live.scope, live.session_id, run.run_id, limit, now_ms()
                 )
+            except StorageError as exc:  # the run's first write fails too and ends it with
+                log.warning("run slots unavailable: %s", exc)  # storage_error, as it should
+                refused = None
             finally:
                 if refused is not None:
                     live.run = None
