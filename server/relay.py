@@ -28,6 +28,7 @@ __all__ = ["StoreRelay"]
 
 log = logging.getLogger(__name__)
 TAIL_LIMIT = 2000  # events per poll, over every followed session
+PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
 
 
 class StoreRelay:
@@ -44,21 +45,42 @@ class StoreRelay:
         self._sessions = sessions
         self._apply = apply
         self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self.pushed = False  # True while the store's notices (change streams) arrive
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._forever(), name="store-relay")
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._forever(), name="store-relay"),
+                asyncio.create_task(self._listen(), name="store-relay-notices"),
+            ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _listen(self) -> None:
+        """Wake the relay on the store's notices while it gives them; else poll only."""
+        try:
+            async for _ in self._store.notices():
+                self.pushed = True
+                self._wake.set()
+        except StorageError as exc:
+            log.info("no change notices from the store (%s): following by polling", exc)
+        finally:
+            self.pushed = False
 
     async def _forever(self) -> None:
         while True:
-            await asyncio.sleep(self._interval_s)  # the poll interval, not synchronization
+            interval = self._interval_s * (PUSHED_SLOWDOWN if self.pushed else 1)
+            try:  # the poll interval, or earlier when the store says something was stored
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
             try:
                 await self.poll()
             except StorageError as exc:

@@ -7,7 +7,7 @@ and unique per session, also when several processes write (each backend says how
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -180,6 +180,13 @@ class Store(Protocol):
         """(session_id, seq, stored frame) of every event with seq > its session's cursor,
         ordered by session then seq, at most `limit` in all (a session cut short continues
         from its last row next time). The callers have checked the sessions' scopes."""
+        ...
+
+    def notices(self) -> AsyncIterator[None]:
+        """Yield (nothing) each time any process stores events or controls, where the backend
+        pushes such news (MongoDB change streams); end at once where it cannot (SQLite).
+        Raise StorageError when the backend refuses (FerretDB has no change streams). A
+        notice is only a wake-up: readers still read by `seq`, so a lost one costs delay."""
         ...
 
     async def send_control(self, scope: Scope, control: Control, now: int) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
@@ -356,6 +356,24 @@ class MongoStore:
         )
         with _translated("follow events"):
             return [(d["session_id"], int(d["seq"]), bytes(d["body"])) async for d in cursor]
+
+    async def notices(self) -> AsyncIterator[None]:
+        """A change stream on the inserts into `events` and `controls` (a replica set or
+        Atlas; a standalone server and FerretDB refuse it: StorageError). Only the resume
+        token travels; each wait for news is bounded, within the operation timeout."""
+        if self._db is None:
+            raise StorageError("the MongoDB store is not open")
+        pipeline: list[Doc] = [
+            {"$match": {"operationType": "insert", "ns.coll": {"$in": ["events", "controls"]}}},
+            {"$project": {"_id": 1}},
+        ]
+        wait_ms = max(100, min(1000, self._settings.mongodb_timeout_ms // 2))
+        with _translated("watch for new events"):
+            stream = await self._db.watch(pipeline, max_await_time_ms=wait_ms)
+            async with stream:
+                while stream.alive:
+                    if await stream.try_next() is not None:
+                        yield
 
     async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
         """The unique (session_id, key) index decides: atomic on MongoDB and on FerretDB,

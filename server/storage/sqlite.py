@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -411,6 +411,11 @@ class SQLiteStore:
             return out
 
         return await self._read(op) if items else []
+
+    async def notices(self) -> AsyncIterator[None]:
+        """SQLite pushes nothing across processes: followers poll by `seq`."""
+        return
+        yield
 
     async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
