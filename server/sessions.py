@@ -186,9 +186,22 @@ class SessionHub:
             if live_or_none is None and stored is not None:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
+                if stored.status == "awaiting_approval" and self._store.shared:
+                    await self._find_pending_approval(live_or_none)
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
+
+    async def _find_pending_approval(self, live: LiveSession) -> None:
+        """The call another process waits to have approved: from its last events (the
+        pending approval lives with the run, not in the session record)."""
+        recent = await self._store.read_events(live.scope, live.session_id, live.last_seq - 20)
+        for raw in reversed(recent):
+            frame = orjson.loads(raw)
+            if frame.get("update_type") == "agent_tool_approval" and live.run is None:
+                keys = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
+                live.pending_approval = {k: frame.get(k) for k in keys}
+                return
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
