@@ -349,12 +349,18 @@ class SessionHub:
             await self._decide_remotely(live, key, payload)
             return
         if self._store.shared:
+            if key in run.applied:
+                raise ProtocolError(
+                    "already_decided", f"The call {tool_call_id!r} was already approved or denied."
+                )
             self._check_decision(run, tool_call_id)
             run.applied.add(key)
             decision = Control(live.session_id, run.run_id, key, "decision", payload)
             if not await self._store.send_control(live.scope, decision, now_ms()):
                 run.applied.discard(key)
-                raise ProtocolError("already_decided", f"The call {tool_call_id!r} was decided.")
+                raise ProtocolError(
+                    "already_decided", f"The call {tool_call_id!r} was already approved or denied."
+                )
         try:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
