@@ -8,7 +8,7 @@ interval for every session concerned, carry what crosses processes:
   stored after the last one delivered (`seq > last_seq`), delivered in `seq` order, each
   exactly once (`LiveSession.follow`).
 - **Controls**: for each run this process owns, the stops, answers and approval decisions
-  other processes left in the store (`SessionHub.apply_control`).
+  other processes left in the store (`server/remote.py`'s `apply_control`).
 
 A process alone on its store (SQLite by default) starts no relay, and a shared process polls
 nothing while it neither follows a session nor owns a run.

@@ -36,11 +36,12 @@ from agent.loop import run_agent
 from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
+from server import remote
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import ChatFrame, ProtocolError, error_frame, event_frame, run_frame
 from server.relay import StoreRelay
 from server.settings import AgentSettings
-from server.storage.base import Control, Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
 __all__ = ["SessionHub"]
 
@@ -53,9 +54,6 @@ def _too_many_runs(active: int) -> ProtocolError:
         "too_many_runs",
         f"Your organization already has {active} active runs, the limit; wait for one to finish.",
     )
-
-
-_NOT_AWAITING_INPUT = ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +152,7 @@ class SessionHub:
         self._emptied = asyncio.Event()
         # Shared store: follow other processes' runs and take controls for ours (relay.py).
         self._relay = (
-            StoreRelay(store, self._live, self.apply_control, poll_interval_s)
+            StoreRelay(store, self._live, remote.apply_control, poll_interval_s)
             if store.shared
             else None
         )
@@ -187,21 +185,10 @@ class SessionHub:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
                 if stored.status == "awaiting_approval" and self._store.shared:
-                    await self._find_pending_approval(live_or_none)
+                    await remote.find_pending_approval(self._store, live_or_none)
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
-
-    async def _find_pending_approval(self, live: LiveSession) -> None:
-        """The call another process waits to have approved: from its last events (the
-        pending approval lives with the run, not in the session record)."""
-        recent = await self._store.read_events(live.scope, live.session_id, live.last_seq - 20)
-        for raw in reversed(recent):
-            frame = orjson.loads(raw)
-            if frame.get("update_type") == "agent_tool_approval" and live.run is None:
-                keys = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
-                live.pending_approval = {k: frame.get(k) for k in keys}
-                return
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
@@ -300,43 +287,28 @@ class SessionHub:
 
     async def stop(self, live: LiveSession) -> None:
         """Stop the session's run, here or (shared store) in the process that owns it."""
-        if live.run is not None:
-            live.run.control.request_stop("user")
+        if live.run is None:
+            await remote.stop_elsewhere(self._store, live)
             return
-        record = await self._remote_run(live)
-        if record is None or record.active_run_id is None:
-            raise ProtocolError("no_active_run", "There is no active run to stop.")
-        run_id = record.active_run_id
-        stop = Control(live.session_id, run_id, f"stop:{run_id}", "stop", {})
-        await self._store.send_control(live.scope, stop, now_ms())  # a second stop: silent
+        live.run.control.request_stop("user")
 
     async def answer(self, live: LiveSession, content: str) -> None:
-        """Answer the pending question. On a shared store the answer is claimed there first
-        (the question's tool_call_id is the key), so one answer wins across processes."""
+        """Answer the pending question, here or in the process that runs it; of two answers
+        to one question, from any processes, exactly one is accepted."""
         run = live.run
-        if run is not None:
-            question = run.control.pending
-            if question is None:
-                raise _NOT_AWAITING_INPUT
-            key = f"answer:{question.tool_call_id}"
-            if self._store.shared:
-                run.applied.add(key)  # ours: the relay must not apply it a second time
-                answer = Control(live.session_id, run.run_id, key, "answer", {"content": content})
-                if not await self._store.send_control(live.scope, answer, now_ms()):
-                    run.applied.discard(key)  # the winner's, stored under the same key
-                    raise _NOT_AWAITING_INPUT
-            if not run.control.answer(content):
-                raise _NOT_AWAITING_INPUT
-            await live.publish([], status="running", run_id=run.run_id)
+        if run is None:
+            await remote.answer_elsewhere(self._store, live, content)
             return
-        record = await self._remote_run(live)
-        pending = None if record is None else record.pending_input
-        if record is None or record.active_run_id is None or not pending:
-            raise _NOT_AWAITING_INPUT
-        key = f"answer:{pending.get('tool_call_id')}"
-        answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
-        if not await self._store.send_control(live.scope, answer, now_ms()):
-            raise _NOT_AWAITING_INPUT
+        question = run.control.pending
+        if question is None:
+            raise remote.not_awaiting_input()
+        payload = {"content": content}
+        key = f"answer:{question.tool_call_id}"
+        if not await remote.claim(self._store, live, run, key, "answer", payload):
+            raise remote.not_awaiting_input()
+        if not run.control.answer(content):
+            raise remote.not_awaiting_input()
+        await live.publish([], status="running", run_id=run.run_id)
 
     async def decide(
         self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None
@@ -344,88 +316,19 @@ class SessionHub:
         """Approve or deny the call waiting for approval; ProtocolError says what is wrong."""
         run = live.run
         payload = {"tool_call_id": tool_call_id, "approve": approve, "reason": reason or ""}
-        key = f"decision:{tool_call_id}"
         if run is None:
-            await self._decide_remotely(live, key, payload)
+            await remote.decide_elsewhere(self._store, live, payload)
             return
         if self._store.shared:
-            if key in run.applied:
-                raise ProtocolError(
-                    "already_decided", f"The call {tool_call_id!r} was already approved or denied."
-                )
-            self._check_decision(run, tool_call_id)
-            run.applied.add(key)
-            decision = Control(live.session_id, run.run_id, key, "decision", payload)
-            if not await self._store.send_control(live.scope, decision, now_ms()):
-                run.applied.discard(key)
-                raise ProtocolError(
-                    "already_decided", f"The call {tool_call_id!r} was already approved or denied."
-                )
+            remote.check_decision(run, tool_call_id)
+            key = f"decision:{tool_call_id}"
+            if not await remote.claim(self._store, live, run, key, "decision", payload):
+                raise remote.already_decided(tool_call_id)
         try:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
             raise ProtocolError(exc.code, exc.message) from None  # type: ignore[arg-type]
         await live.publish([], status="running", run_id=run.run_id)
-
-    @staticmethod
-    def _check_decision(run: ActiveRun, tool_call_id: str) -> None:
-        pending = run.control.pending_approval
-        if pending is None:
-            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
-        if pending.tool_call_id != tool_call_id:
-            raise ProtocolError(
-                "unknown_tool_call",
-                f"tool_call_id: the call waiting for approval is {pending.tool_call_id!r} "
-                f"(got {tool_call_id!r}).",
-            )
-
-    async def _decide_remotely(self, live: LiveSession, key: str, payload: dict[str, Any]) -> None:
-        record = await self._remote_run(live)
-        if record is None or record.active_run_id is None or record.status != "awaiting_approval":
-            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
-        waiting = (live.pending_approval or {}).get("tool_call_id")
-        if waiting is not None and waiting != payload["tool_call_id"]:
-            raise ProtocolError(
-                "unknown_tool_call",
-                f"tool_call_id: the call waiting for approval is {waiting!r} "
-                f"(got {payload['tool_call_id']!r}).",
-            )
-        decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
-        if not await self._store.send_control(live.scope, decision, now_ms()):
-            raise ProtocolError(
-                "already_decided", f"The call {payload['tool_call_id']!r} was already decided."
-            )
-
-    async def _remote_run(self, live: LiveSession) -> SessionRecord | None:
-        """The stored session while another process runs it (shared store), else None."""
-        if not self._store.shared:
-            return None
-        record = await self._store.get_session(live.scope, live.session_id)
-        if record is None or record.status == "idle" or live.run is not None:
-            return None
-        return record
-
-    async def apply_control(self, live: LiveSession, control: Control) -> None:
-        """Act on a control another process stored for a run of ours, as if sent here."""
-        run = live.run
-        if run is None or run.run_id != control.run_id:
-            return
-        if control.kind == "stop":
-            run.control.request_stop("user")
-        elif control.kind == "answer":
-            pending = run.control.pending
-            if pending is not None and control.key == f"answer:{pending.tool_call_id}":
-                if run.control.answer(str(control.payload.get("content", ""))):
-                    await live.publish([], status="running", run_id=run.run_id)
-        else:
-            payload = control.payload
-            decision = Decision(bool(payload.get("approve")), str(payload.get("reason", "")))
-            try:
-                run.control.decide(str(payload.get("tool_call_id")), decision)
-            except DecisionError as exc:
-                log.info("a decision from another process came too late: %s", exc.message)
-                return
-            await live.publish([], status="running", run_id=run.run_id)
 
     def _validate(self, frame: ChatFrame, tenant_id: str) -> _RunRequest:
         limit = self._settings.max_steps_limit
