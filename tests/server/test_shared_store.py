@@ -44,6 +44,8 @@ async def test_an_approval_sent_to_the_other_server_reaches_the_run(
         await owner.close()
     assert asked["tool_call_id"] == call.id
     assert hello["status"] == "awaiting_approval"
+    assert hello["pending_approval"]["tool_call_id"] == call.id
+    assert hello["pending_approval"]["tool_name"] == "get_current_time"
     assert wrong["code"] == "unknown_tool_call"
     kinds = [f.get("update_type") or f["type"] for f in frames]
     assert "tool_complete" in kinds and "agent_completion" in kinds
