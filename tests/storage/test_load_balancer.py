@@ -1,4 +1,5 @@
-"""HAProxy (the Debian package) round robin in front of three server processes on one store.
+"""HAProxy (the Debian package) round robin in front of three server processes on one store:
+`agent-server serve --workers 2` and a lone server.
 
 Sessions go through the balancer only, and every reconnect may land on another process: runs
 stream, questions are answered and runs stopped from wherever the client lands, and each
@@ -112,23 +113,28 @@ async def test_round_robin_through_haproxy_with_reconnects(
 ) -> None:
     if not HAVE_HAPROXY:
         pytest.skip("haproxy is not installed (scripts/test-deps.sh installs it)")
-    fake_llm.script("reason", *[choose_reason] * 12)
-    fake_llm.script("act", *[act(FakeToolCall("request_input", {"question": "Which city?"}))] * 4)
+    fake_llm.script("reason", *[choose_reason] * 14)
+    fake_llm.script("act", *[act(FakeToolCall("request_input", {"question": "Which city?"}))] * 6)
     env = {
         "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
         "AGENT__STORAGE__SHARED": "true",
         "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
     }
-    ports = [free_port() for _ in range(3)]
-    procs = await asyncio.gather(*(start_server_process(tmp_path, p, env) for p in ports))
+    # Three server processes: `serve --workers 2` on one port (the kernel spreads what
+    # HAProxy sends there over both) and a lone server on another.
+    ports = [free_port() for _ in range(2)]
+    procs = await asyncio.gather(
+        start_server_process(tmp_path, ports[0], env, extra=["--workers", "2"]),
+        start_server_process(tmp_path, ports[1], env),
+    )
     try:
         async with haproxy(tmp_path, ports) as address:
-            answered = await asyncio.gather(*(asked_then_answered(address, n) for n in range(4)))
+            answered = await asyncio.gather(*(asked_then_answered(address, n) for n in range(6)))
             stopped = await stopped_after_reconnect(address)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 20)
+        codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 20)
 
     for frames, _ in answered:
         numbered = [f for f in frames if "seq" in f]
@@ -141,7 +147,8 @@ async def test_round_robin_through_haproxy_with_reconnects(
         for m in r.body["messages"]
         if m["role"] == "tool"
     }
-    assert {f"city {n}" for n in range(4)} <= {t.strip('"') for t in tool_results}
+    assert {f"city {n}" for n in range(6)} <= {t.strip('"') for t in tool_results}
     assert [f["seq"] for f in stopped if "seq" in f] == list(range(1, len(stopped) + 1))
     assert [kind(f) for f in stopped[-2:]] == ["agent_stopped", "response_complete"]
     assert stopped[-2]["reason"] == "user"
+    assert codes[0] == 0  # the --workers parent: both workers stopped cleanly on SIGTERM

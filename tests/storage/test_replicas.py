@@ -4,7 +4,8 @@ Each test starts two `python -m server` processes on the same SQLite file (`stor
 or the same MongoDB database (FerretDB), runs a session on the first and drives it through
 the second: the second follows the run live (replayed from 0, then every later event, no gap
 and no duplicate), stops it, answers its question (exactly one of two concurrent answers
-wins), and closes it as `interrupted` when the first is killed mid-run. Then `serve --workers 2`.
+wins), and closes it as `interrupted` when the first is killed mid-run. `serve --workers 2` is
+tested behind HAProxy (test_load_balancer.py).
 """
 
 from __future__ import annotations
@@ -170,41 +171,3 @@ async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the
     assert tail[-2]["reason"] == "interrupted"
     assert closed_after < 2 * LEASE_S + 2  # two lease periods, plus the recovery tick
     assert seqs(b.seen[1:]) == list(range(1, len(seqs(b.seen[1:])) + 1))
-
-
-async def test_serve_with_two_workers_shares_one_port_and_every_session(
-    fake_llm: FakeLLM, tmp_path: Path
-) -> None:
-    """`agent-server serve --workers 2`: watchers land on either worker (the kernel picks);
-    each sees the whole run, the answer lands wherever it was sent, SIGTERM ends both."""
-    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
-    port = free_port()
-    env = {  # SQLite, the default: --workers turns storage.shared on
-        "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
-        "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
-    }
-    proc = await start_server_process(tmp_path, port, env, extra=["--workers", "2"])
-    try:
-        a = await Client.connect(f"127.0.0.1:{port}")
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "plan a trip"})
-        await a.until("agent_request_input", timeout=10)
-        watchers = [
-            await Client.connect(f"127.0.0.1:{port}", session_id=session, after_seq=0)
-            for _ in range(6)
-        ]
-        for w in watchers:
-            await w.recv()
-            await w.until("agent_request_input", timeout=10)
-        await watchers[-1].send({"type": "agent_user_input", "content": "Oslo"})
-        ends = [await w.until("response_complete", timeout=10) for w in [a, *watchers]]
-        await asyncio.gather(*(c.close() for c in [a, *watchers]))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(proc.wait(), 20)
-    everything = a.seen[1:]
-    assert kind(everything[-1]) == "response_complete" and len(ends) == 7
-    for w in watchers:
-        assert w.seen[1:] == everything  # the same run, whichever worker served it
-    assert seqs(everything) == list(range(1, len(everything) + 1))
-    assert code == 0
