@@ -24,13 +24,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import concurrency, memory, profiling, step_overhead, stop_latency, storage, throughput
+from bench import (
+    concurrency,
+    memory,
+    profiling,
+    replicas,
+    step_overhead,
+    stop_latency,
+    storage,
+    throughput,
+)
 from bench.context import Bench, Sizes
 from bench.procs import machine_info
 from bench.report import markdown, profile_markdown, rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("step", "throughput", "stop", "concurrency", "memory", "storage")
+ALL = ("step", "throughput", "stop", "concurrency", "memory", "storage", "replicas")
 NOTES = [
     "Server, bare baseline and fake LLM run in separate processes; the load generator is a "
     "lean raw-asyncio WebSocket client (bench/wsclient.py). Server CPU is from /proc/PID/stat, "
@@ -98,6 +107,7 @@ async def _main(args: argparse.Namespace) -> int:
         ("concurrency", "concurrency", lambda: concurrency.run(bench)),
         ("memory", "memory", lambda: memory.run(bench)),
         ("storage", "storage", lambda: storage.run(bench)),
+        ("replicas", "replicas", lambda: replicas.run(bench)),
     ]
     failed = False
     try:

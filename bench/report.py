@@ -171,6 +171,21 @@ def rows(results: dict[str, Any]) -> list[Row]:
                        mongo.get("events_per_s"), "events/s"))
         if "append_p99_ms" in mongo:
             out.append(Row(b, "  … latency of one append, p99", mongo["append_p99_ms"], "ms"))
+    rep = results.get("replicas")
+    if rep:
+        b = "7 two processes, one store"
+        for name, label in (("sqlite", "SQLite"), ("mongodb", "FerretDB")):
+            data = rep.get(name) or {}
+            if "skipped" in data or not data:
+                out.append(Row(b, f"{label}: skipped {data.get('skipped', '')}", None, ""))
+                continue
+            local, tail = _single(data["local_p99_ms"]), _single(data["tail_p99_ms"])
+            stop = _single(data["stop_p99_ms"])
+            out.append(Row(b, f"{label}: event delay on the owner, p99", local, "ms"))
+            out.append(Row(b, f"{label}: cross-process tail delay, p99", tail, "ms", "< 250 ms",
+                           _check(tail, lambda v: v < 250)))
+            out.append(Row(b, f"{label}: stop via the other process, p99", stop, "ms",
+                           "< 500 ms", _check(stop, lambda v: v < 500)))
     return out
 
 

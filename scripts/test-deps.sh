@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # What the tests need beyond the Python packages in pyproject.toml, installed idempotently:
+#   - Debian's haproxy, the load balancer of tests/storage/test_load_balancer.py;
 #   - Debian's chromium, driven by Playwright in tests/ui (browser downloads are impossible
 #     here, so `playwright install` is never run: the tests use /usr/bin/chromium);
 #   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
@@ -21,6 +22,14 @@ if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+fi
+
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+    echo "test-deps: installing haproxy (Debian package)"
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+    $SUDO apt-get install -y -qq --no-install-recommends haproxy >/dev/null \
+        || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
 fi
 
 if ! "$VENV_PY" -c "import playwright" >/dev/null 2>&1; then

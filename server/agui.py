@@ -205,7 +205,7 @@ async def _resume(services: Services, live: LiveSession, run_input: RunAgentInpu
         reason = payload.get("reason") if isinstance(payload, dict) else None
         await hub.decide(live, wanted, approve, reason if isinstance(reason, str) else None)
     elif entry.status == "cancelled":
-        hub.stop(live)
+        await hub.stop(live)
     else:
         if isinstance(payload, dict) and isinstance(payload.get("answer"), str):
             payload = payload["answer"]
@@ -265,7 +265,7 @@ async def _begin(
             raise _Refused(409, "not_awaiting_input", "The run has already ended.")
         return live.run.run_id, step
     frame = _chat_frame(run_input)
-    return services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
+    return await services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
 
 
 def _cors(request: Request, response: Response) -> Response:
@@ -339,9 +339,8 @@ async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
     except StorageError:
         raise _Refused(503, "storage_error", "The store is unavailable.") from None
     try:
-        services.hub.stop(live)
-        assert live.run is not None
-        return live.run.run_id
+        await services.hub.stop(live)
+        return live.run.run_id if live.run is not None else ""  # "": stopped in another process
     except ProtocolError as exc:
         raise _Refused(409, exc.code, exc.message) from None
     finally:

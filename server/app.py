@@ -67,7 +67,7 @@ def create_store(settings: Settings) -> Store:
         return MongoStore(storage)
     from server.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(storage.sqlite_path)
+    return SQLiteStore(storage.sqlite_path, shared=storage.is_shared)
 
 
 def _tools(
@@ -236,6 +236,7 @@ def create_app(
         context=_context_window(settings),
         research=_research(settings, registry),
         run_lease_s=settings.storage.run_lease_s,
+        poll_interval_s=settings.storage.poll_interval_s,
         store=store,
         model=model,
         tools=registry,

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import socket
+import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 
@@ -51,6 +56,8 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.workers > 1:
+        return _supervise(args)
     from server.app import create_app
 
     config_path: Path | None = args.config
@@ -66,8 +73,52 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     raise_open_file_limit()
-    AgentServer(uvicorn_config(app, settings)).run()
+    sockets = (
+        [_reuse_port_socket(settings.server.host, settings.server.port)] if args.worker else None
+    )
+    AgentServer(uvicorn_config(app, settings)).run(sockets=sockets)
     return 0
+
+
+def _reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A listening socket that other workers bind too: the kernel spreads connections."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """Run `args.workers` server processes on one port (SO_REUSEPORT) and one store.
+
+    Each worker is a whole server (its own event loop, runs and connections); they meet in
+    the store (`storage.shared`, set here for every backend), so any of them serves any
+    session. SIGTERM/SIGINT are passed on, and each worker shuts down as a lone server would.
+    """
+    if args.port == 0:
+        print("agent-server: --workers needs a fixed port, not 0", file=sys.stderr)
+        return 2
+    command = [sys.executable, "-m", "server", "--worker"]  # __main__ adds "serve"
+    for flag, value in (("--config", args.config), ("--host", args.host), ("--port", args.port)):
+        if value is not None:
+            command += [flag, str(value)]
+    env = {**os.environ, "AGENT__STORAGE__SHARED": "true"}
+    workers = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    codes = [worker.wait() for worker in workers]
+    clean = (0, -signal.SIGTERM, -signal.SIGINT)  # uvicorn re-raises the signal it handled
+    return max((0 if code in clean else abs(code) or 1 for code in codes), default=0)
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -85,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes on this port and store (SO_REUSEPORT); docs/deploy.md",
+    )
+    serve.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
     chat = commands.add_parser("chat", help="chat with a running server from the terminal")
     chat.add_argument("--url", default="ws://127.0.0.1:8765/ws")

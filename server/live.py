@@ -13,8 +13,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
+
+import orjson
 
 from agent.control import RunControl
 from agent.errors import StorageError
@@ -25,6 +27,8 @@ __all__ = ["ActiveRun", "LiveSession", "Subscriber", "now_ms", "shielded"]
 
 T = TypeVar("T")
 _QUEUE_HIGH_WATER = 16  # queued writes per session before a stream waits for storage
+_QUESTION = ("question", "tool_call_id", "step", "expires_at")
+_APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +55,7 @@ class ActiveRun:
     run_id: str
     control: RunControl
     task: asyncio.Task[None] | None = None
+    applied: set[str] = field(default_factory=set)  # keys of the store controls taken
 
 
 async def shielded(work: Awaitable[T]) -> T:
@@ -175,6 +180,30 @@ class LiveSession:
             self.title = title
 
         await self._submit(_Write(self._future(), work=write))
+
+    def follow(self, seq: int, body: bytes) -> bool:
+        """Deliver an event another process stored (its run is not ours); keep status and
+        pending question in step with it. False, delivering nothing, unless it is the next
+        event: a run of ours delivers its own, and a gap waits for the next poll."""
+        if self.run is not None or seq != self.last_seq + 1:
+            return False
+        frame = orjson.loads(body)
+        kind = frame.get("update_type") or frame.get("type")
+        if kind == "agent_request_input":
+            self.status = "awaiting_input"
+            self.pending_input = {k: frame.get(k) for k in _QUESTION}
+        elif kind == "agent_tool_approval":
+            self.status = "awaiting_approval"
+            self.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+        elif kind == "response_complete":
+            self.status, self.pending_input, self.pending_approval = "idle", None, None
+        elif frame.get("run_id"):
+            self.status, self.pending_input, self.pending_approval = "running", None, None
+        self.last_seq = seq
+        text = body.decode()
+        for sub in list(self.subscribers):
+            sub.deliver(text, seq)
+        return True
 
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""

@@ -40,6 +40,7 @@ from agent.loop import run_agent
 from agent.messages import Message, Usage
 from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
+from server import remote
 from server.client_tools import ClientToolbox
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import (
@@ -50,6 +51,7 @@ from server.protocol import (
     event_frame,
     run_frame,
 )
+from server.relay import StoreRelay
 from server.settings import AgentSettings
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
@@ -62,6 +64,11 @@ GOING_AWAY = 1001
 _STREAMED = (ReasonDelta, ObserveDelta, ChatDelta, AnswerDelta, ThinkingDelta)  # batched writes
 _TAIL_EVENTS = 400  # how far back `retry`/`continue` look for the last run's message
 _CONTINUE = "Please continue the task from where you stopped."
+def _too_many_runs(active: int) -> ProtocolError:
+    return ProtocolError(
+        "too_many_runs",
+        f"Your organization already has {active} active runs, the limit; wait for one to finish.",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +146,7 @@ class SessionHub:
         needs_approval: Callable[[str], bool] | None = None,
         approval_timeout_s: float = 300.0,
         model_name: str = "",
+        poll_interval_s: float = 0.05,
     ) -> None:
         self._store = store
         self.session_defaults: dict[str, Any] = {  # in every `session` frame
@@ -170,6 +178,12 @@ class SessionHub:
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
         self._emptied = asyncio.Event()
+        # Shared store: follow other processes' runs and take controls for ours (relay.py).
+        self._relay = (
+            StoreRelay(store, self._live, remote.apply_control, poll_interval_s)
+            if store.shared
+            else None
+        )
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -209,6 +223,8 @@ class SessionHub:
             if live_or_none is None and stored is not None:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
+                if stored.status == "awaiting_approval" and self._store.shared:
+                    await remote.find_pending_approval(self._store, live_or_none)
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
@@ -268,7 +284,7 @@ class SessionHub:
 
     # -- runs --------------------------------------------------------------------------------
 
-    def start_run(
+    async def start_run(
         self,
         live: LiveSession,
         frame: ChatFrame,
@@ -276,7 +292,11 @@ class SessionHub:
         client_tools: Sequence[ToolSpec] = (),
     ) -> str:
         """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
-        `client_tools` (AG-UI's frontend tools) are offered to the model with ours."""
+        `client_tools` (AG-UI's frontend tools) are offered to the model with ours.
+
+        On a shared store the run first takes its slots there (one per session, and one of
+        the tenant's `max_concurrent_runs_per_tenant`), so the limits hold across processes.
+        """
         request = self._validate(frame, live.scope.tenant_id)
         taken = {*self._tools_for(live.scope.tenant_id), "request_input"}
         clash = ", ".join(repr(t.name) for t in client_tools if t.name in taken)
@@ -285,20 +305,39 @@ class SessionHub:
         request = dataclasses.replace(
             request, client_id=frame.id, origin=origin, client_tools=tuple(client_tools)
         )
-        if live.run is not None:
+        if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise ProtocolError(
                 "run_in_progress", "A run is already active in this session; stop it first."
             )
         tenant = live.scope.tenant_id
-        if self._active[tenant] >= self._settings.max_concurrent_runs_per_tenant:
-            raise ProtocolError(
-                "too_many_runs",
-                f"Your organization already has {self._active[tenant]} active runs, the limit; "
-                "wait for one to finish.",
-            )
+        limit = self._settings.max_concurrent_runs_per_tenant
+        if self._active[tenant] >= limit:
+            raise _too_many_runs(self._active[tenant])
         run = ActiveRun(uuid.uuid4().hex, RunControl())
         live.run = run
         self._active[tenant] += 1
+        if self._store.shared:
+            repair = self._needs_repair.get(live.session_id)
+            if repair is not None:  # the last run's end (and slot) never reached the store
+                await self._repair(repair)
+            refused: str | None = "failed"  # until the store answers
+            try:
+                refused = await self._store.take_run_slot(
+                    live.scope, live.session_id, run.run_id, limit, now_ms()
+                )
+            except StorageError as exc:  # the run's first write fails too and ends it with
+                log.warning("run slots unavailable: %s", exc)  # storage_error, as it should
+                refused = None
+            finally:
+                if refused is not None:
+                    live.run = None
+                    self._active[tenant] -= 1
+            if refused == "run_in_progress":
+                raise ProtocolError(
+                    "run_in_progress", "A run is already active in this session; stop it first."
+                )
+            if refused is not None:
+                raise _too_many_runs(limit)
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
         run.task = task
         run.control.attach(task)
@@ -332,7 +371,9 @@ class SessionHub:
             agent_max_steps=frame.agent_max_steps,
             id=frame.id,
         )
-        return self.start_run(live, chat, "retry" if frame.action == "retry" else "continue")
+        return await self.start_run(
+            live, chat, "retry" if frame.action == "retry" else "continue"
+        )
 
     async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
         """(the last run's user message, its mode, how it ended), from the stored events;
@@ -354,16 +395,29 @@ class SessionHub:
                 return message.content, self._settings.default_mode, ending
         return None
 
-    def stop(self, live: LiveSession) -> None:
+    async def stop(self, live: LiveSession) -> None:
+        """Stop the session's run, here or (shared store) in the process that owns it."""
         if live.run is None:
-            raise ProtocolError("no_active_run", "There is no active run to stop.")
+            await remote.stop_elsewhere(self._store, live)
+            return
         live.run.control.request_stop("user")
 
     async def answer(self, live: LiveSession, content: str) -> None:
+        """Answer the pending question, here or in the process that runs it; of two answers
+        to one question, from any processes, exactly one is accepted."""
         run = live.run
-        if run is None or run.control.pending is None:
-            raise ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
-        run.control.answer(content)
+        if run is None:
+            await remote.answer_elsewhere(self._store, live, content)
+            return
+        question = run.control.pending
+        if question is None:
+            raise remote.not_awaiting_input()
+        payload = {"content": content}
+        key = f"answer:{question.tool_call_id}"
+        if not await remote.claim(self._store, live, run, key, "answer", payload):
+            raise remote.not_awaiting_input()
+        if not run.control.answer(content):
+            raise remote.not_awaiting_input()
         await live.publish([], status="running", run_id=run.run_id)
 
     async def decide(
@@ -371,8 +425,15 @@ class SessionHub:
     ) -> None:
         """Approve or deny the call waiting for approval; ProtocolError says what is wrong."""
         run = live.run
+        payload = {"tool_call_id": tool_call_id, "approve": approve, "reason": reason or ""}
         if run is None:
-            raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+            await remote.decide_elsewhere(self._store, live, payload)
+            return
+        if self._store.shared:
+            remote.check_decision(run, tool_call_id)
+            key = f"decision:{tool_call_id}"
+            if not await remote.claim(self._store, live, run, key, "decision", payload):
+                raise remote.already_decided(tool_call_id)
         try:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
@@ -524,6 +585,11 @@ class SessionHub:
             if live.run is run:  # a chat sent on receiving response_complete may own it now
                 live.run = None
             self.release(live)
+        if self._store.shared:
+            try:
+                await shielded(self._release_run(live.session_id, run.run_id))
+            except StorageError as exc:
+                log.warning("controls of run %s stay stored: %s", run.run_id, exc)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -558,13 +624,14 @@ class SessionHub:
         unfinished = await self._store.unfinished_runs(now if self._store.shared else None)
         closed = 0
         for item in unfinished:
-            if item.session_id in self._live:
+            held = self._live.get(item.session_id)
+            if held is not None and (held.run is not None or not self._store.shared):
                 continue  # ours and alive
             if self._store.shared and not await self._store.claim_run(
                 item, now, now + self._lease_ms
             ):
                 continue  # another process took it
-            await shielded(self._recover_one(item))
+            await shielded(self._recover_one(item, followed=True))
             closed += 1
         return closed
 
@@ -573,8 +640,12 @@ class SessionHub:
         stores), and settle runs that ended while the store was down."""
         if self._upkeep is None:
             self._upkeep = asyncio.create_task(self._upkeep_forever(), name="session-upkeep")
+        if self._relay is not None:
+            self._relay.start()
 
     async def stop_upkeep(self) -> None:
+        if self._relay is not None:
+            await self._relay.stop()
         if self._upkeep is not None:
             self._upkeep.cancel()
             await asyncio.gather(self._upkeep, return_exceptions=True)
@@ -604,7 +675,13 @@ class SessionHub:
             return
         self._needs_repair.pop(item.session_id, None)
 
-    async def _recover_one(self, item: UnfinishedRun) -> None:
+    async def _release_run(self, session_id: str, run_id: str) -> None:
+        await self._store.drop_controls(session_id, run_id)
+        await self._store.release_run_slot(session_id, run_id)
+
+    async def _recover_one(self, item: UnfinishedRun, *, followed: bool = False) -> None:
+        """Close the run in the store. `followed`: it died in another process, so watchers
+        here have not seen it end and get the closing events; else they saw it end live."""
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
@@ -617,8 +694,12 @@ class SessionHub:
         await recorder.record_stop("interrupted")
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
+        if self._store.shared:
+            await self._release_run(item.session_id, run.run_id)
         held = self._live.get(item.session_id)
-        if held is not None:  # keep the in-memory view in step with what was stored
+        if followed and held is not None and self._relay is not None and held.run is None:
+            await self._relay.poll()  # its watchers follow the closing events now
+        elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
 
     async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:

@@ -133,6 +133,14 @@ class StorageSettings(_Section):
     mongodb_timeout_ms: int = Field(5000, ge=100)
     run_lease_s: float = Field(30.0, ge=1)  # MongoDB: a run whose process stops renewing
     # this lease is closed as "interrupted" by another server process
+    # Several server processes on this store (docs/deploy.md). None: true for MongoDB, false
+    # for SQLite (one process per file); `serve --workers N` with N > 1 sets it.
+    shared: bool | None = None
+    poll_interval_s: float = Field(0.05, gt=0, le=5)  # followers and controls, shared stores
+
+    @property
+    def is_shared(self) -> bool:
+        return self.backend == "mongodb" if self.shared is None else self.shared
 
 
 class ToolSettings(ToolsConfig):

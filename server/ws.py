@@ -206,10 +206,10 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
     frame = parse_client_frame(text)
     try:
         if isinstance(frame, ChatFrame):
-            services.hub.start_run(live, frame)
+            await services.hub.start_run(live, frame)
         elif isinstance(frame, AgentControlFrame):
             if frame.action == "stop":
-                services.hub.stop(live)
+                await services.hub.stop(live)
                 conn.overtake_deltas()
             else:
                 await services.hub.rerun(live, frame)

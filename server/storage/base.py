@@ -7,13 +7,15 @@ and unique per session, also when several processes write (each backend says how
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from agent.messages import Message, ToolCall
 
 __all__ = [
+    "Control",
+    "ControlKind",
     "Scope",
     "SessionRecord",
     "SessionStatus",
@@ -24,6 +26,8 @@ __all__ = [
 ]
 
 SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
+ControlKind = Literal["stop", "answer", "decision"]
+SLOT_GRACE_MS = 10_000  # a run slot this young is never taken for a leftover
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,19 @@ class UnfinishedRun:
     scope: Scope
     session_id: str
     run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """A stop, answer or approval decision for a run, left in the store for the process that
+    runs it. `key` is unique per session: storing a second control with the same key fails,
+    which is how exactly one of two concurrent answers to a question is accepted."""
+
+    session_id: str
+    run_id: str
+    key: str
+    kind: ControlKind
+    payload: dict[str, Any]
 
 
 class Store(Protocol):
@@ -155,6 +172,46 @@ class Store(Protocol):
     async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
         """Sessions left running or awaiting input (across all tenants), for recovery; with
         `now`, only those whose lease expired before it."""
+        ...
+
+    async def tail_events(
+        self, cursors: Mapping[str, int], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        """(session_id, seq, stored frame) of every event with seq > its session's cursor,
+        ordered by session then seq, at most `limit` in all (a session cut short continues
+        from its last row next time). The callers have checked the sessions' scopes."""
+        ...
+
+    def notices(self) -> AsyncIterator[None]:
+        """Yield (nothing) each time any process stores events or controls, where the backend
+        pushes such news (MongoDB change streams); end at once where it cannot (SQLite).
+        Raise StorageError when the backend refuses (FerretDB has no change streams). A
+        notice is only a wake-up: readers still read by `seq`, so a lost one costs delay."""
+        ...
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        """Store a control for the run's process; False when the session already has one with
+        this key (another process won the claim). Atomic on every backend."""
+        ...
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        """The controls stored for these sessions, oldest first."""
+        ...
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        """Forget the controls of a run that ended."""
+        ...
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """Take the session's run slot and one of the tenant's `limit` slots for `run_id`,
+        atomically across processes; None when taken, else why not (nothing is kept). Slots
+        older than `SLOT_GRACE_MS` whose run the store no longer shows active are freed."""
+        ...
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        """Free the slots `take_run_slot` took for this run."""
         ...
 
 

@@ -8,6 +8,7 @@ Collections, every document carrying `tenant_id` and `user_id` so each query fil
     sessions  one per session: status, title, timestamps, active run, pending question
     events    one per event: `seq`, `run_id`, `ts` and `body`, the exact JSON bytes sent
     messages  one per conversation message: `sequence`, `ts` and `body`, its API dict
+    controls  one per stop, answer or approval sent to a run another process may own
 
 Numbering (event `seq`, message `sequence`) is decided by the unique `(session_id, seq)` and
 `(session_id, sequence)` indexes, not by a counter: a writer reads the session's highest
@@ -29,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 from bson import Binary
@@ -39,12 +40,14 @@ from bson.errors import BSONError
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import BulkWriteError, ConnectionFailure, PyMongoError
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 
 from agent.errors import StorageError
 from agent.messages import Message
 from server.settings import StorageSettings
 from server.storage.base import (
+    SLOT_GRACE_MS,
+    Control,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -78,6 +81,9 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
     ),
     ("events", [("session_id", ASCENDING), ("seq", ASCENDING)], True),
     ("messages", [("session_id", ASCENDING), ("sequence", ASCENDING)], True),
+    ("controls", [("session_id", ASCENDING), ("key", ASCENDING)], True),
+    ("run_slots", [("key", ASCENDING)], True),
+    ("run_slots", [("tenant_id", ASCENDING), ("created_at", ASCENDING)], False),
 ]
 
 
@@ -182,9 +188,11 @@ class MongoStore:
         if title is not None:
             fields["title"] = title
         with _translated("update session"):
-            await self._col("sessions").update_one(
+            result = await self._col("sessions").update_one(
                 _session_filter(scope, session_id), {"$set": fields}
             )
+            if status == "idle" and result.matched_count:  # the run ended: free its slots
+                await self._col("run_slots").delete_many({"session_id": session_id})
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         with _translated("rename session"):
@@ -202,6 +210,7 @@ class MongoStore:
                 return False
             await self._col("events").delete_many(query)
             await self._col("messages").delete_many(query)
+            await self._col("controls").delete_many(query)
             await self._col("sessions").delete_one(query)
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
@@ -328,6 +337,133 @@ class MongoStore:
             )
             for d in docs
         ]
+
+    # -- several processes -------------------------------------------------------------------
+
+    async def tail_events(
+        self, cursors: Mapping[str, int], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        """Polling by `seq` (one query for every followed session): it works on FerretDB,
+        which has no change streams, and costs one indexed look-up per session and poll."""
+        if not cursors or limit <= 0:
+            return []
+        query = {"$or": [{"session_id": s, "seq": {"$gt": n}} for s, n in cursors.items()]}
+        cursor = (
+            self._col("events")
+            .find(query, {"_id": 0, "session_id": 1, "seq": 1, "body": 1})
+            .sort([("session_id", ASCENDING), ("seq", ASCENDING)])
+            .limit(limit)
+        )
+        with _translated("follow events"):
+            return [(d["session_id"], int(d["seq"]), bytes(d["body"])) async for d in cursor]
+
+    async def notices(self) -> AsyncIterator[None]:
+        """A change stream on the inserts into `events` and `controls` (a replica set or
+        Atlas; a standalone server and FerretDB refuse it: StorageError). Only the resume
+        token travels; each wait for news is bounded, within the operation timeout."""
+        if self._db is None:
+            raise StorageError("the MongoDB store is not open")
+        pipeline: list[Doc] = [
+            {"$match": {"operationType": "insert", "ns.coll": {"$in": ["events", "controls"]}}},
+            {"$project": {"_id": 1}},
+        ]
+        wait_ms = max(100, min(1000, self._settings.mongodb_timeout_ms // 2))
+        with _translated("watch for new events"):
+            stream = await self._db.watch(pipeline, max_await_time_ms=wait_ms)
+            async with stream:
+                while stream.alive:
+                    if await stream.try_next() is not None:
+                        yield
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        """The unique (session_id, key) index decides: atomic on MongoDB and on FerretDB,
+        whose updates are not (an insert either takes the key or fails)."""
+        doc = {
+            **_session_filter(scope, control.session_id),
+            "key": control.key,
+            "run_id": control.run_id,
+            "kind": control.kind,
+            "payload": control.payload,
+            "created_at": now,
+        }
+        with _translated("send a control"):
+            sessions = self._col("sessions")
+            if await sessions.find_one(_session_filter(scope, control.session_id)) is None:
+                return False  # not the caller's session
+            try:
+                await self._col("controls").insert_one(doc)
+            except DuplicateKeyError:
+                return False
+        return True
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        if not session_ids:
+            return []
+        cursor = (
+            self._col("controls")
+            .find({"session_id": {"$in": list(session_ids)}}, {"_id": 0})
+            .sort("created_at", ASCENDING)
+        )
+        with _translated("read controls"):
+            docs = await cursor.to_list()
+        return [
+            Control(d["session_id"], d["run_id"], d["key"], d["kind"], d.get("payload") or {})
+            for d in docs
+        ]
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        with _translated("drop controls"):
+            await self._col("controls").delete_many({"session_id": session_id, "run_id": run_id})
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """Insert-decides, like `seq`: a slot is a document with a unique `key`, so of two
+        processes taking the same slot one insert fails, on MongoDB and on FerretDB alike."""
+        base = {"tenant_id": scope.tenant_id, "session_id": session_id, "run_id": run_id}
+        with _translated("take a run slot"):
+            for attempt in range(2):
+                if await self._insert_slot({**base, "key": f"session/{session_id}"}, now):
+                    break
+                if attempt or not await self._free_leftover_slots(scope, now):
+                    return "run_in_progress"
+            for attempt in range(2):
+                for slot in range(limit):
+                    key = f"tenant/{scope.tenant_id}/{slot}"
+                    if await self._insert_slot({**base, "key": key}, now):
+                        return None
+                if attempt or not await self._free_leftover_slots(scope, now):
+                    break
+            await self._col("run_slots").delete_many({"run_id": run_id})
+        return "too_many_runs"
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        with _translated("release a run slot"):
+            await self._col("run_slots").delete_many({"run_id": run_id})
+
+    async def _insert_slot(self, doc: Doc, now: int) -> bool:
+        try:
+            await self._col("run_slots").insert_one({**doc, "created_at": now})
+        except DuplicateKeyError:
+            return False
+        return True
+
+    async def _free_leftover_slots(self, scope: Scope, now: int) -> bool:
+        """Delete the tenant's slots (older than the grace period) whose run the store no
+        longer shows active: their process died before releasing them. True if any went."""
+        old = {"tenant_id": scope.tenant_id, "created_at": {"$lt": now - SLOT_GRACE_MS}}
+        freed = False
+        async for slot in self._col("run_slots").find(old):
+            session = await self._col("sessions").find_one(
+                {"session_id": slot["session_id"], "status": {"$in": _ACTIVE}},
+                {"_id": 0, "active_run_id": 1},
+            )
+            if session is None or session.get("active_run_id") != slot["run_id"]:
+                result = await self._col("run_slots").delete_one(
+                    {"key": slot["key"], "run_id": slot["run_id"]}
+                )
+                freed = freed or result.deleted_count > 0
+        return freed
 
     # -- plumbing ----------------------------------------------------------------------------
 

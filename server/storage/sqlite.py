@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import orjson
 
 from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import (
+    SLOT_GRACE_MS,
+    Control,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -69,7 +71,25 @@ CREATE TABLE IF NOT EXISTS messages (
     body       BLOB NOT NULL,
     PRIMARY KEY (session_id, sequence)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS controls (
+    session_id TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    kind       TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS run_slots (
+    key        TEXT PRIMARY KEY,
+    tenant_id  TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
+_TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
 
 _SESSION_COLUMNS = (
     "session_id, tenant_id, user_id, status, title, created_at, updated_at, last_seq, "
@@ -78,11 +98,11 @@ _SESSION_COLUMNS = (
 
 
 class SQLiteStore:
-    """The Store contract over a SQLite file (one server process per file)."""
+    """The Store contract over a SQLite file: one server process per file, or with
+    `shared=True` several processes on one host (run leases, tail and controls by polling)."""
 
-    shared = False
-
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
+        self.shared = shared
         self._path = path
         self._writer = _executor("sqlite-writer")
         self._reader = _executor("sqlite-reader")
@@ -194,7 +214,14 @@ class SQLiteStore:
             "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
         )
         args += [session_id, scope.tenant_id, scope.user_id]
-        await self._write(lambda conn: conn.execute(sql, args))
+        free_slots = self.shared and status == "idle"
+
+        def op(conn: sqlite3.Connection) -> None:
+            if conn.execute(sql, args).rowcount and free_slots:  # the run ended: a next one
+                # may start anywhere as soon as a watcher learns it (response_complete).
+                conn.execute("DELETE FROM run_slots WHERE session_id = ?", (session_id,))
+
+        await self._write(op)
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
@@ -217,6 +244,7 @@ class SQLiteStore:
                 return False  # events of a foreign session id must stay
             conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
             return True
 
         return bool(await self._write(op))
@@ -357,6 +385,117 @@ class SQLiteStore:
             return [UnfinishedRun(Scope(r[0], r[1]), r[2], r[3] or "") for r in rows]
 
         return await self._read(op)
+
+    # -- several processes -------------------------------------------------------------------
+
+    async def tail_events(
+        self, cursors: Mapping[str, int], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        items = list(cursors.items())
+
+        def op(conn: sqlite3.Connection) -> list[tuple[str, int, bytes]]:
+            out: list[tuple[str, int, bytes]] = []
+            for start in range(0, len(items), _TAIL_CHUNK):
+                chunk = items[start : start + _TAIL_CHUNK]
+                values = ", ".join("(?, ?)" for _ in chunk)
+                rows = conn.execute(
+                    f"WITH c(sid, after) AS (VALUES {values}) "
+                    "SELECT e.session_id, e.seq, e.body FROM c "
+                    "JOIN events e ON e.session_id = c.sid AND e.seq > c.after "
+                    "ORDER BY e.session_id, e.seq LIMIT ?",
+                    [*(v for pair in chunk for v in pair), limit - len(out)],
+                ).fetchall()
+                out += [(r[0], int(r[1]), bytes(r[2])) for r in rows]
+                if len(out) >= limit:
+                    break
+            return out
+
+        return await self._read(op) if items else []
+
+    async def notices(self) -> AsyncIterator[None]:
+        """SQLite pushes nothing across processes: followers poll by `seq`."""
+        return
+        yield
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO controls "
+                "(session_id, key, run_id, kind, payload, created_at) "
+                "SELECT ?, ?, ?, ?, ?, ? FROM sessions "
+                "WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
+                (
+                    control.session_id,
+                    control.key,
+                    control.run_id,
+                    control.kind,
+                    orjson.dumps(control.payload).decode(),
+                    now,
+                    control.session_id,
+                    scope.tenant_id,
+                    scope.user_id,
+                ),
+            )
+            return cursor.rowcount == 1
+
+        sent: bool = await self._write(op)
+        return sent
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        ids = list(session_ids)
+
+        def op(conn: sqlite3.Connection) -> list[Control]:
+            marks = ", ".join("?" for _ in ids)
+            rows = conn.execute(
+                "SELECT session_id, run_id, key, kind, payload FROM controls "
+                f"WHERE session_id IN ({marks}) ORDER BY created_at",
+                ids,
+            ).fetchall()
+            return [Control(r[0], r[1], r[2], r[3], orjson.loads(r[4])) for r in rows]
+
+        return await self._read(op) if ids else []
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        await self._write(
+            lambda conn: conn.execute(
+                "DELETE FROM controls WHERE session_id = ? AND run_id = ?", (session_id, run_id)
+            )
+        )
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """One transaction (BEGIN IMMEDIATE), so it is atomic across processes on the file."""
+
+        def op(conn: sqlite3.Connection) -> Literal["run_in_progress", "too_many_runs"] | None:
+            conn.execute(
+                "DELETE FROM run_slots WHERE tenant_id = ? AND created_at < ? AND NOT EXISTS "
+                "(SELECT 1 FROM sessions s WHERE s.session_id = run_slots.session_id "
+                "AND s.active_run_id = run_slots.run_id "
+                "AND s.status IN ('running', 'awaiting_input', 'awaiting_approval'))",
+                (scope.tenant_id, now - SLOT_GRACE_MS),
+            )
+            insert = (
+                "INSERT OR IGNORE INTO run_slots (key, tenant_id, session_id, run_id, created_at)"
+                " VALUES (?, ?, ?, ?, ?)"
+            )
+            row = (scope.tenant_id, session_id, run_id, now)
+            if conn.execute(insert, (f"session/{session_id}", *row)).rowcount == 0:
+                return "run_in_progress"
+            for slot in range(limit):
+                key = f"tenant/{scope.tenant_id}/{slot}"
+                if conn.execute(insert, (key, *row)).rowcount == 1:
+                    return None
+            conn.execute("DELETE FROM run_slots WHERE run_id = ?", (run_id,))
+            return "too_many_runs"
+
+        refused: Literal["run_in_progress", "too_many_runs"] | None = await self._write(op)
+        return refused
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        await self._write(
+            lambda conn: conn.execute("DELETE FROM run_slots WHERE run_id = ?", (run_id,))
+        )
 
     # -- plumbing ----------------------------------------------------------------------------
 

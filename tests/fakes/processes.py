@@ -20,9 +20,15 @@ def free_port() -> int:
 
 
 async def start_server_process(
-    cwd: Path, port: int, env: dict[str, str], *, capture: bool = False
+    cwd: Path,
+    port: int,
+    env: dict[str, str],
+    *,
+    capture: bool = False,
+    extra: list[str] | None = None,
 ) -> asyncio.subprocess.Process:
-    """Start the shipped config with `env` overrides; return once /healthz answers.
+    """Start the shipped config with `env` overrides (and `extra` CLI flags); return once
+    /healthz answers.
 
     With `capture`, stdout and stderr go to `proc.stdout` for the test to read.
     """
@@ -35,6 +41,7 @@ async def start_server_process(
         str(REPO / "config.toml"),
         "--port",
         str(port),
+        *(extra or []),
         cwd=cwd,
         env={**os.environ, **env},
         stdout=output,

@@ -25,7 +25,14 @@ import pytest
 from agent.errors import StorageError
 from agent.messages import Message, ToolCall
 from server.settings import StorageSettings
-from server.storage.base import Scope, Store, UnfinishedRun, message_to_api
+from server.storage.base import (
+    SLOT_GRACE_MS,
+    Control,
+    Scope,
+    Store,
+    UnfinishedRun,
+    message_to_api,
+)
 from server.storage.mongo import MongoStore
 from server.storage.sqlite import SQLiteStore
 from tests.fakes.ferretdb import FerretDB, free_port
@@ -632,3 +639,66 @@ async def test_sqlite_on_a_read_only_file_raises_storage_error_on_write() -> Non
     if "skip" in result:
         pytest.skip(f"running as root and cannot drop privileges: {result['skip']}")
     assert result == {"read": True, "write": "StorageError"}
+
+
+# -- several processes: tail, controls, run slots ---------------------------------------------
+
+
+async def test_tail_events_returns_what_follows_each_cursor_in_order(store: Store) -> None:
+    for sid in ("s1", "s2", "s3"):
+        await new_session(store, sid)
+        await store.append_events(ALICE, sid, [frame(i) for i in range(4)], 200)
+    rows = await store.tail_events({"s1": 2, "s2": 0, "s3": 4}, 100)
+    assert [(sid, seq) for sid, seq, _ in rows] == [("s1", 3), ("s1", 4)] + [
+        ("s2", n) for n in range(1, 5)
+    ]
+    assert rows[0][2] == (await store.read_events(ALICE, "s1", 2, 1))[0]
+    cut = await store.tail_events({"s1": 0, "s2": 0}, 3)
+    assert [(sid, seq) for sid, seq, _ in cut] == [("s1", 1), ("s1", 2), ("s1", 3)]
+
+
+async def test_a_control_key_is_taken_once_across_store_clients(backend: Backend) -> None:
+    stores = [backend.new_store(), backend.new_store()]
+    for opened in stores:
+        await opened.open()
+    try:
+        await new_session(stores[0])
+        controls = [
+            Control("s1", "run-1", "answer:call-1", "answer", {"content": who})
+            for who in ("first", "second", "third", "fourth")
+        ]
+        taken = await asyncio.gather(
+            *(stores[i % 2].send_control(ALICE, c, 300) for i, c in enumerate(controls))
+        )
+        assert sorted(taken) == [False, False, False, True]
+        assert not await stores[0].send_control(MALLORY, Control("s1", "r", "k", "stop", {}), 1)
+        pending = await stores[1].pending_controls(["s1"])
+        assert [c.payload for c in pending] == [controls[taken.index(True)].payload]
+        await stores[1].drop_controls("s1", "run-1")
+        assert await stores[0].pending_controls(["s1"]) == []
+    finally:
+        for opened in stores:
+            await opened.close()
+
+
+async def test_run_slots_hold_the_tenant_limit_across_store_clients(backend: Backend) -> None:
+    stores = [backend.new_store(), backend.new_store()]
+    for opened in stores:
+        await opened.open()
+    try:
+        results = await asyncio.gather(
+            *(stores[i % 2].take_run_slot(ALICE, f"s{i}", f"run-{i}", 3, 1000) for i in range(8))
+        )
+        assert sorted(results, key=str) == [None] * 3 + ["too_many_runs"] * 5
+        winner = results.index(None)
+        again = await stores[1].take_run_slot(ALICE, f"s{winner}", "run-x", 10, 1000)
+        assert again == "run_in_progress"
+        assert await stores[0].take_run_slot(MALLORY, "m1", "run-m", 1, 1000) is None
+        await stores[0].release_run_slot(f"s{winner}", f"run-{winner}")
+        assert await stores[1].take_run_slot(ALICE, "s9", "run-9", 3, 1000) is None
+        # A slot whose run the store does not show active is freed once past its grace.
+        late = 1000 + SLOT_GRACE_MS + 1
+        assert await stores[1].take_run_slot(ALICE, "s10", "run-10", 3, late) is None
+    finally:
+        for opened in stores:
+            await opened.close()

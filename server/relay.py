@@ -1,0 +1,127 @@
+"""StoreRelay: several server processes meet in the store, with no broker between them.
+
+On a shared store (MongoDB, or SQLite with `storage.shared`), any process may hold a
+connection to a session whose run another process owns. Two polls, both by one query per
+interval for every session concerned, carry what crosses processes:
+
+- **Events**: for each session a local connection watches but no local run writes, the events
+  stored after the last one delivered (`seq > last_seq`), delivered in `seq` order, each
+  exactly once (`LiveSession.follow`).
+- **Controls**: for each run this process owns, the stops, answers and approval decisions
+  other processes left in the store (`server/remote.py`'s `apply_control`).
+
+A process alone on its store (SQLite by default) starts no relay, and a shared process polls
+nothing while it neither follows a session nor owns a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from agent.errors import StorageError
+from server.live import LiveSession
+from server.storage.base import Control, Store
+
+__all__ = ["StoreRelay"]
+
+log = logging.getLogger(__name__)
+TAIL_LIMIT = 2000  # events per poll, over every followed session
+PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
+
+
+class StoreRelay:
+    """Poll the store for followed sessions' events and for the controls of owned runs."""
+
+    def __init__(
+        self,
+        store: Store,
+        sessions: Mapping[str, LiveSession],
+        apply: Callable[[LiveSession, Control], Awaitable[None]],
+        interval_s: float,
+    ) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._apply = apply
+        self._interval_s = interval_s
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self.pushed = False  # True while the store's notices (change streams) arrive
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._forever(), name="store-relay"),
+                asyncio.create_task(self._listen(), name="store-relay-notices"),
+            ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _listen(self) -> None:
+        """Wake the relay on the store's notices while it gives them; else poll only."""
+        try:
+            async for _ in self._store.notices():
+                self.pushed = True
+                self._wake.set()
+        except StorageError as exc:
+            log.info("no change notices from the store (%s): following by polling", exc)
+        finally:
+            self.pushed = False
+
+    async def _forever(self) -> None:
+        while True:
+            interval = self._interval_s * (PUSHED_SLOWDOWN if self.pushed else 1)
+            try:  # the poll interval, or earlier when the store says something was stored
+                await asyncio.wait_for(self._wake.wait(), interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self.poll()
+            except StorageError as exc:
+                log.warning("following other processes failed, will retry: %s", exc)
+
+    async def poll(self) -> None:
+        """One round: deliver new events of followed sessions, apply controls of our runs."""
+        await self._follow()
+        await self._controls()
+
+    async def _follow(self) -> None:
+        cursors = {
+            sid: live.last_seq
+            for sid, live in self._sessions.items()
+            if live.run is None and live.subscribers and live.stored
+        }
+        while cursors:
+            rows = await self._store.tail_events(cursors, TAIL_LIMIT)
+            for session_id, seq, body in rows:
+                live = self._sessions.get(session_id)
+                if live is not None:
+                    live.follow(seq, body)
+            if len(rows) < TAIL_LIMIT:
+                return
+            cursors = {  # a long backlog: continue at once from what was delivered
+                sid: live.last_seq
+                for sid in cursors
+                if (live := self._sessions.get(sid)) is not None and live.run is None
+            }
+            await asyncio.sleep(0)
+
+    async def _controls(self) -> None:
+        owned = {sid: live for sid, live in self._sessions.items() if live.run is not None}
+        if not owned:
+            return
+        for control in await self._store.pending_controls(list(owned)):
+            live = owned.get(control.session_id)
+            run = None if live is None else live.run
+            if live is None or run is None or run.run_id != control.run_id:
+                continue
+            if control.key in run.applied:
+                continue
+            run.applied.add(control.key)
+            await self._apply(live, control)

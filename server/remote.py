@@ -1,0 +1,163 @@
+"""Stops, answers and approval decisions for runs of other processes (shared stores).
+
+A frame that steers a run arrives at whichever process holds the connection. When the run is
+not in this process, the frame becomes a `Control` in the store, which the owner's relay
+applies (`apply_control`) as if the frame had come to it. Answers and decisions are claimed
+in the store even by the owner, under a key unique per question or call, so exactly one of two
+concurrent answers wins, whichever processes they reach.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from agent.control import Decision, DecisionError
+from server.live import ActiveRun, LiveSession, now_ms
+from server.protocol import ProtocolError
+from server.storage.base import Control, ControlKind, SessionRecord, Store
+
+__all__ = [
+    "apply_control",
+    "check_decision",
+    "claim",
+    "decide_elsewhere",
+    "find_pending_approval",
+    "not_awaiting_input",
+    "already_decided",
+    "answer_elsewhere",
+    "stop_elsewhere",
+]
+
+log = logging.getLogger(__name__)
+_APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
+
+
+def not_awaiting_input() -> ProtocolError:
+    return ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
+
+
+def already_decided(tool_call_id: str) -> ProtocolError:
+    return ProtocolError(
+        "already_decided", f"The call {tool_call_id!r} was already approved or denied."
+    )
+
+
+async def _run_elsewhere(store: Store, live: LiveSession) -> SessionRecord | None:
+    """The stored session while another process runs it (shared store), else None."""
+    if not store.shared or live.run is not None:
+        return None
+    record = await store.get_session(live.scope, live.session_id)
+    if record is None or record.status == "idle" or record.active_run_id is None:
+        return None
+    if live.run is not None:  # a run of ours started meanwhile
+        return None
+    return record
+
+
+async def claim(
+    store: Store,
+    live: LiveSession,
+    run: ActiveRun,
+    key: str,
+    kind: ControlKind,
+    payload: dict[str, Any],
+) -> bool:
+    """Claim a control for a run of ours in the store (shared stores); False if another
+    process's control took the key first, which the relay then applies."""
+    if not store.shared:
+        return True
+    run.applied.add(key)  # ours: the relay must not apply it a second time
+    control = Control(live.session_id, run.run_id, key, kind, payload)
+    if await store.send_control(live.scope, control, now_ms()):
+        return True
+    run.applied.discard(key)  # the winner's, stored under the same key
+    return False
+
+
+async def stop_elsewhere(store: Store, live: LiveSession) -> None:
+    record = await _run_elsewhere(store, live)
+    if record is None or record.active_run_id is None:
+        raise ProtocolError("no_active_run", "There is no active run to stop.")
+    run_id = record.active_run_id
+    stop = Control(live.session_id, run_id, f"stop:{run_id}", "stop", {})
+    await store.send_control(live.scope, stop, now_ms())  # a second stop: silent
+
+
+async def answer_elsewhere(store: Store, live: LiveSession, content: str) -> None:
+    record = await _run_elsewhere(store, live)
+    pending = None if record is None else record.pending_input
+    if record is None or record.active_run_id is None or not pending:
+        raise not_awaiting_input()
+    key = f"answer:{pending.get('tool_call_id')}"
+    answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
+    if not await store.send_control(live.scope, answer, now_ms()):
+        raise not_awaiting_input()
+
+
+async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, Any]) -> None:
+    call_id = str(payload["tool_call_id"])
+    record = await _run_elsewhere(store, live)
+    if record is None or record.active_run_id is None or record.status != "awaiting_approval":
+        raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+    waiting = (live.pending_approval or {}).get("tool_call_id")
+    if waiting is not None and waiting != call_id:
+        raise _unknown_call(waiting, call_id)
+    key = f"decision:{call_id}"
+    decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
+    if not await store.send_control(live.scope, decision, now_ms()):
+        raise already_decided(call_id)
+
+
+def check_decision(run: ActiveRun, tool_call_id: str) -> None:
+    """Raise the ProtocolError a decision on `tool_call_id` would meet, before claiming it."""
+    if f"decision:{tool_call_id}" in run.applied:
+        raise already_decided(tool_call_id)
+    pending = run.control.pending_approval
+    if pending is None:
+        raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
+    if pending.tool_call_id != tool_call_id:
+        raise _unknown_call(pending.tool_call_id, tool_call_id)
+
+
+def _unknown_call(waiting: str, got: str) -> ProtocolError:
+    return ProtocolError(
+        "unknown_tool_call",
+        f"tool_call_id: the call waiting for approval is {waiting!r} (got {got!r}).",
+    )
+
+
+async def apply_control(live: LiveSession, control: Control) -> None:
+    """Act on a control another process stored for a run of ours, as if sent here."""
+    run = live.run
+    if run is None or run.run_id != control.run_id:
+        return
+    if control.kind == "stop":
+        run.control.request_stop("user")
+    elif control.kind == "answer":
+        pending = run.control.pending
+        if pending is not None and control.key == f"answer:{pending.tool_call_id}":
+            if run.control.answer(str(control.payload.get("content", ""))):
+                await live.publish([], status="running", run_id=run.run_id)
+    else:
+        payload = control.payload
+        decision = Decision(bool(payload.get("approve")), str(payload.get("reason", "")))
+        try:
+            run.control.decide(str(payload.get("tool_call_id")), decision)
+        except DecisionError as exc:
+            log.info("a decision from another process came too late: %s", exc.message)
+            return
+        await live.publish([], status="running", run_id=run.run_id)
+
+
+async def find_pending_approval(store: Store, live: LiveSession) -> None:
+    """The call another process waits to have approved, from its last events (a pending
+    approval lives with the run, not in the session record)."""
+    recent = await store.read_events(live.scope, live.session_id, live.last_seq - 20)
+    for raw in reversed(recent):
+        frame = orjson.loads(raw)
+        if frame.get("update_type") == "agent_tool_approval" and live.run is None:
+            live.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+            return

@@ -1,0 +1,59 @@
+"""Two servers (two apps, each with its own store client and hub) on one SQLite file with
+`storage.shared`: a cheap stand-in for two processes, for what the process tests
+(tests/storage/test_replicas.py) do not cover: approvals sent to the process that does not
+run the call, and the single-process path that must not poll at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.conftest import ServerFactory
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, act
+
+SHARED: dict[str, Any] = {"shared": True, "poll_interval_s": 0.02}
+APPROVE = {"enabled": ["get_current_time"], "approval": ["get_current_time"]}
+
+
+def decision(call_id: str, approve: bool) -> dict[str, Any]:
+    return {"type": "agent_tool_decision", "tool_call_id": call_id, "approve": approve}
+
+
+async def test_an_approval_sent_to_the_other_server_reaches_the_run(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    call = FakeToolCall("get_current_time", {"timezone": "UTC"})
+    fake_llm.script("act", act(call))
+    async with (
+        server_factory(storage=SHARED, tools=APPROVE) as a,
+        server_factory(storage=SHARED, tools=APPROVE) as b,
+    ):
+        owner = await a.client()
+        session = (await owner.recv())["session_id"]
+        await owner.send({"type": "chat", "content": "what time is it?"})
+        asked = (await owner.until("agent_tool_approval"))[-1]
+        async with await b.client(session_id=session) as other:
+            hello = await other.recv()
+            await other.send(decision("call_other", True))
+            wrong = await other.recv()
+            await other.send(decision(call.id, True))
+            frames = await other.until("response_complete", timeout=10)
+            await other.send(decision(call.id, True))
+            late = await other.recv()
+        owned = await owner.until("response_complete", timeout=10)
+        await owner.close()
+    assert asked["tool_call_id"] == call.id
+    assert hello["status"] == "awaiting_approval"
+    assert hello["pending_approval"]["tool_call_id"] == call.id
+    assert hello["pending_approval"]["tool_name"] == "get_current_time"
+    assert wrong["code"] == "unknown_tool_call"
+    kinds = [f.get("update_type") or f["type"] for f in frames]
+    assert "tool_complete" in kinds and "agent_completion" in kinds
+    assert [f["seq"] for f in frames] == [f["seq"] for f in owned]
+    assert late["code"] == "not_awaiting_approval"
+
+
+async def test_a_lone_sqlite_server_starts_no_relay(server_factory: ServerFactory) -> None:
+    async with server_factory() as alone, server_factory(storage=SHARED) as shared:
+        assert alone.app.state.services.hub._relay is None
+        assert shared.app.state.services.hub._relay is not None

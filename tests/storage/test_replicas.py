@@ -1,0 +1,173 @@
+"""Any replica serves any session: two real server processes on one store, real sockets.
+
+Each test starts two `python -m server` processes on the same SQLite file (`storage.shared`)
+or the same MongoDB database (FerretDB), runs a session on the first and drives it through
+the second: the second follows the run live (replayed from 0, then every later event, no gap
+and no duplicate), stops it, answers its question (exactly one of two concurrent answers
+wins), and closes it as `interrupted` when the first is killed mid-run. `serve --workers 2` is
+tested behind HAProxy (test_load_balancer.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.client import Client, Frame, kind
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+from tests.fakes.processes import free_port, start_server_process
+from tests.storage.conftest import drop_database
+
+pytestmark = pytest.mark.slow
+
+LEASE_S = 1.0
+
+
+@dataclass
+class Replicas:
+    addresses: list[str]
+    procs: list[asyncio.subprocess.Process]
+
+    async def client(self, index: int, **params: object) -> Client:
+        return await Client.connect(self.addresses[index], **params)
+
+
+@pytest.fixture(params=["sqlite", "mongodb"])
+def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
+    if request.param == "sqlite":
+        yield {
+            "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
+            "AGENT__STORAGE__SHARED": "true",
+        }
+        return
+    uri: str = request.getfixturevalue("mongodb_uri")
+    database = f"replicas_{uuid.uuid4().hex[:12]}"
+    yield {
+        "AGENT__STORAGE__BACKEND": "mongodb",
+        "AGENT__STORAGE__MONGODB_URI": uri,
+        "AGENT__STORAGE__MONGODB_DATABASE": database,
+    }
+    drop_database(uri, database)
+
+
+@asynccontextmanager
+async def replicas(
+    tmp_path: Path, fake_llm: FakeLLM, store_env: dict[str, str], count: int = 2
+) -> AsyncIterator[Replicas]:
+    env = {
+        **store_env,
+        "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
+        "AGENT__LLM__MAX_RETRIES": "0",
+        "AGENT__STORAGE__RUN_LEASE_S": str(LEASE_S),
+        "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "1",
+    }
+    ports = [free_port() for _ in range(count)]
+    procs = list(
+        await asyncio.gather(*(start_server_process(tmp_path, port, env) for port in ports))
+    )
+    try:
+        yield Replicas([f"127.0.0.1:{p}" for p in ports], procs)
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 20)
+
+
+def seqs(frames: list[Frame]) -> list[int]:
+    return [f["seq"] for f in frames if "seq" in f]
+
+
+async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the_first(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    question = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script(
+        "reason",
+        Reply(chunks=[f"w{i} " for i in range(15)], delay_s=0.03),
+        Reply(chunks=["thinking ", "hard"], hang_after=1),
+        reason("I can answer this directly."),
+        Reply(chunks=["once ", "more"], hang_after=1),
+    )
+    fake_llm.script("act", act(question))
+    fake_llm.script("observe", observe("Got the city."))
+    async with replicas(tmp_path, fake_llm, store_env) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "plan a trip"})
+        await a.until("agent_reason_delta")
+
+        b = await group.client(1, session_id=session, after_seq=0)
+        hello = await b.recv()
+        followed = await b.until("agent_request_input", timeout=10)
+        await a.until("agent_request_input", timeout=10)
+
+        # The tenant's one run (its limit) is on the first process: the second refuses more.
+        async with await group.client(1) as other:
+            await other.recv()
+            await other.send({"type": "chat", "content": "another session"})
+            refused_other = await other.recv()
+        await b.send({"type": "chat", "content": "this session again"})
+        refused_same = await b.recv()
+
+        # Two answers at once, one per process: exactly one is taken.
+        a2 = await group.client(0, session_id=session)
+        await a2.recv()
+        await asyncio.gather(
+            a2.send({"type": "agent_user_input", "content": "Paris"}),
+            b.send({"type": "agent_user_input", "content": "Rome"}),
+        )
+        # The run goes on to step 2, whose reasoning hangs; stop it through the second.
+        on_b = await b.until(lambda f: kind(f) == "agent_reason_delta" and f["step"] == 2, 10)
+        started = time.monotonic()
+        await b.send({"type": "agent_control", "action": "stop"})
+        on_b += await b.until("response_complete", timeout=10)
+        stop_latency = time.monotonic() - started
+        await a.until("response_complete", timeout=10)
+        on_a = a.seen[1:]
+        a2_frames = await a2.until("response_complete", timeout=10)
+        await fake_llm.wait_disconnects(1)
+
+        # Afterwards the second process starts the next run of the session itself.
+        more = await b.run("and now?", timeout=10)
+
+        # A run of the first process, which is then killed: the second closes the run
+        # ("interrupted") once the lease expires, and its watcher sees that.
+        await a.send({"type": "chat", "content": "one more"})
+        await b.until("agent_reason_delta", timeout=10)
+        group.procs[0].send_signal(signal.SIGKILL)
+        await group.procs[0].wait()
+        killed = time.monotonic()
+        tail = await b.until("response_complete", timeout=2 * LEASE_S + 5)
+        closed_after = time.monotonic() - killed
+        await asyncio.gather(a.close(), a2.close(), b.close())
+
+    assert (hello["status"], hello["resumed"]) == ("running", True)
+    live_b = followed + on_b
+    assert seqs(live_b) == list(range(1, len(seqs(live_b)) + 1))  # from 1, no gap, no repeat
+    assert [f for f in live_b if "seq" in f] == on_a  # the same frames, byte for byte as JSON
+    assert kind(on_a[-2]) == "agent_stopped" and on_a[-2]["reason"] == "user"
+    assert stop_latency < 2.0
+    assert refused_other["code"] == "too_many_runs"
+    assert refused_same["code"] == "run_in_progress"
+    errors = [f for f in b.seen + a2.seen if f["type"] == "error" and f is not refused_same]
+    assert [e["code"] for e in errors] == ["not_awaiting_input"], errors
+    winner = "Rome" if errors[0] in a2.seen else "Paris"
+    act_request = [r for r in fake_llm.requests if r.phase == "reason"][1]
+    tool = [m["content"] for m in act_request.body["messages"] if m["role"] == "tool"]
+    loser = {"Paris": "Rome", "Rome": "Paris"}[winner]
+    assert len(tool) == 1 and winner in tool[0] and loser not in tool[0]
+    assert kind(a2_frames[-1]) == "response_complete"
+    assert seqs(more)[0] == on_a[-1]["seq"] + 1 and kind(more[-2]) == "agent_completion"
+    assert [kind(f) for f in tail[-2:]] == ["agent_stopped", "response_complete"]
+    assert tail[-2]["reason"] == "interrupted"
+    assert closed_after < 2 * LEASE_S + 2  # two lease periods, plus the recovery tick
+    assert seqs(b.seen[1:]) == list(range(1, len(seqs(b.seen[1:])) + 1))
