@@ -14,8 +14,8 @@ server's `X-Agent-Session` header picks it):
 The fake's own time per request (from the request reaching the app to its last byte) is
 recorded so that benchmarks can subtract it from what the agent server takes.
 
-Prefix-cache share: with the "steps" profile, each request's prompt is rendered as canonical
-JSON (messages, then tools; keys sorted) and kept per run. For every call from step 2 on, the
+Prefix-cache share: with the "steps" profile, each request's prompt is rendered the way chat
+templates order it (the tools, then the messages as sent) and kept per run. For every call from step 2 on, the
 share is the longest common prefix with any earlier call of the same run over the call's size:
 what a server-side prefix (KV) cache could reuse.
 """
@@ -151,8 +151,9 @@ class BenchLLM:
 
     def _record_prompt(self, run: str, step: int, body: bytes) -> None:
         data = orjson.loads(body)
-        prompt = orjson.dumps(data.get("messages", []), option=orjson.OPT_SORT_KEYS) + orjson.dumps(
-            data.get("tools", []), option=orjson.OPT_SORT_KEYS)
+        # As chat templates render it (and OpenAI caches it): the tools first, then the
+        # messages in order, each as the server sent it (role before content).
+        prompt = orjson.dumps(data.get("tools", [])) + orjson.dumps(data.get("messages", []))
         earlier = self.prompts[run]
         if step >= 2 and earlier and prompt:
             shared = max(common_prefix(prompt, e) for e in earlier)

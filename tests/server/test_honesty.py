@@ -227,7 +227,7 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
         assert messages[0]["role"] == "system"
     act_messages = by_phase["act"]
     assert act_messages[-1]["role"] == "user"
-    assert act_messages[-1]["content"].startswith("## Your task now: act (step 1 of")
+    assert act_messages[-1]["content"].startswith("## Now: act (step 1 of")
     assert "[Current state] Step 1 of" in act_messages[-1]["content"]
     # The system message is the same for every phase: a prompt cache reuses it.
     assert len({messages[0]["content"] for messages in by_phase.values()}) == 1
