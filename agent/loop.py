@@ -207,17 +207,25 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     return False
 
 
-async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]) -> str:
-    """The extra call at max steps: the final answer, streamed as it is written."""
+async def _summarize(
+    ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]
+) -> str:
+    """The extra call at max steps: the final answer, streamed as it is written. A control
+    block the model writes anyway (small models copy the Observe format) is cut out."""
     step = rec.step
     instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
+    stream = ControlStream(OBSERVE_KEYS)
     rec.answer_streamed = False
 
-    async def show(piece: str) -> None:
-        rec.answer_streamed = True
-        await ctx.sink.emit(AnswerDelta(step, piece))
+    async def show(shown: str) -> None:
+        if shown:
+            rec.answer_streamed = True
+            await ctx.sink.emit(AnswerDelta(step, shown))
 
-    turn = await call_model(
+    async def feed(piece: str) -> None:
+        await show(stream.feed(piece))
+
+    await call_model(
         ctx,
         rec,
         step,
@@ -225,10 +233,15 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
         lambda: rec.messages(step, "summarize", system, [instruction]),
         tools=tools,
         tool_choice="none",
-        on_text=show,
+        on_text=feed,
     )
-    if turn.content.strip():
-        return turn.content.strip()
+    await show(stream.finish())
+    control = read_observe_control(stream.control)
+    answer = stream.content or (control.final_answer or control.observation if control else "")
+    if answer.strip():
+        if not stream.content:
+            rec.answer_streamed = False  # the answer came from the block: send it whole
+        return answer.strip()
     rec.answer_streamed = False
     return f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
 

@@ -160,3 +160,15 @@ async def test_a_small_models_key_value_block_is_read(server, fake_llm: FakeLLM)
 
 def _error(status: int, error: dict[str, object]) -> Reply:
     return Reply(status=status, error=dict(error))
+
+
+async def test_a_summary_written_as_a_block_is_not_shown_raw(server, fake_llm: FakeLLM):
+    fake_llm.script("observe", observe("More to do."))
+    block = json.dumps({"observation": "It is noon in Tokyo.", "should_continue": False})
+    fake_llm.script("summarize", text(block))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("time?", agent_max_steps=1)
+    assert frames[-2]["final_answer"] == "It is noon in Tokyo."
+    shown = "".join(f["delta"] for f in frames if kind(f) == "agent_answer_delta")
+    assert shown == "It is noon in Tokyo."
