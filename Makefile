@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 serve: install
 	$(BIN)/agent-server serve --config config.toml
 
-# What the tests need beyond Python packages (a browser for the UI tests, Go for FerretDB).
+# What the tests need beyond Python packages: a browser for the UI tests, Go for FerretDB,
+# cmake/ninja/g++ for llama-server, the MCP test servers (scripts/test-deps.sh).
 test-deps: install
 	@if [ -x scripts/test-deps.sh ]; then scripts/test-deps.sh; fi
 

@@ -1,4 +1,4 @@
-"""run_agent: the strict reason → act → observe loop of PROTOCOL.md.
+"""run_agent: the strict reason → act → observe loop of docs/wire-protocol.md.
 
 Every step has all three phases, in order. Reason and Observe stream plain text with a JSON
 control block (cut out before the user sees it); Act is the only phase that may call tools.

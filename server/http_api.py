@@ -1,4 +1,4 @@
-"""The HTTP API of PROTOCOL.md: /healthz and /api/sessions/…, all scoped by the caller.
+"""The HTTP API of docs/wire-protocol.md: /healthz and /api/sessions/…, all scoped by the caller.
 
 Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 409 or 503.
 """

@@ -1,7 +1,7 @@
 """LiveSession: one session in memory while anyone watches it or a run works on it.
 
-It owns the session's write order. Every event and message goes through one lock, is stored,
-and only then reaches the subscribers, so each connection sees every event once, in `seq`
+It owns the session's write order. Every event and message goes through one queue drained by
+one writer task, is stored, and only then reaches the subscribers, so each connection sees every event once, in `seq`
 order, and a replay returns exactly what a live client saw. Writes are shielded: a run
 cancelled by a stop cannot leave a write half done.
 """

@@ -1,4 +1,4 @@
-"""The wire protocol of PROTOCOL.md: outbound frames from agent events, inbound frame parsing.
+"""The wire protocol (docs/wire-protocol.md): outbound frames from agent events, inbound parsing.
 
 Inbound frames are validated strictly (nothing is coerced); every failure maps to one of the
 protocol's error codes with a message that says what was expected and what arrived.
@@ -325,8 +325,8 @@ def run_frame(
 def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dict[str, Any]:
     """The wire frame for an internal event (without its final `seq`).
 
-    A run ended by the wall-clock limit has no `agent_stopped` reason in PROTOCOL.md; it is
-    reported as an `internal_error` that says so.
+    A run ended by the wall-clock limit has no `agent_stopped` reason in docs/wire-protocol.md;
+    it is reported as an `internal_error` that says so.
     """
     if isinstance(event, RunStopped) and event.reason == "run_timeout":
         return {

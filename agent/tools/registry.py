@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 from agent.errors import ModelBehaviorError
 from agent.ports import ToolContext, ToolSpec
@@ -54,7 +55,9 @@ class ToolRegistry:
             known = ", ".join(sorted(self._tools)) or "none"
             raise ModelBehaviorError(f"There is no tool named {name!r}. Available tools: {known}.")
         try:
-            args = tool.arguments.model_validate(arguments)
+            # Strict, in JSON mode: "5" is not 5 and 1 is not True, but an array still fills a
+            # tuple and a string an enum, as the schema the model was shown says.
+            args = tool.arguments.model_validate_json(to_json(arguments), strict=True)
         except ValidationError as exc:
             raise ModelBehaviorError(f"Invalid arguments for {name}: {_describe(exc)}") from None
         return await tool.run(args, context)
