@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
 
 __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
+
+log = logging.getLogger(__name__)
 
 REQUEST_INPUT = "request_input"
 REQUEST_INPUT_SPEC = ToolSpec(
@@ -171,6 +174,8 @@ async def _execute(
             False, f"{call.name} did not finish within {limit:g} s.", _ms_since(started)
         )
     except Exception as exc:  # noqa: BLE001 - a broken tool must not end the run
+        # The model sees only the exception's type; the operator needs the traceback.
+        log.exception("tool %s (call %s, run %s) failed", call.name, call.id, ctx.run_id)
         return _Outcome(
             False, f"{call.name} failed unexpectedly ({type(exc).__name__}).", _ms_since(started)
         )

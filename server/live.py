@@ -1,9 +1,9 @@
 """LiveSession: one session in memory while anyone watches it or a run works on it.
 
 It owns the session's write order. Every event and message goes through one queue drained by
-one writer task, is stored, and only then reaches the subscribers, so each connection sees every event once, in `seq`
-order, and a replay returns exactly what a live client saw. Writes are shielded: a run
-cancelled by a stop cannot leave a write half done.
+one writer task, is stored, and only then reaches the subscribers, so each connection sees
+every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
+are shielded: a run cancelled by a stop cannot leave a write half done.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class LiveSession:
         self._store = store
         self._writes: deque[_Write] = deque()
         self._writer: asyncio.Task[None] | None = None
-        self._unreported: StorageError | None = None  # a write nobody awaited failed
+        self._unreported: Exception | None = None  # a write nobody awaited failed
 
     @property
     def idle(self) -> bool:
@@ -207,7 +207,9 @@ class LiveSession:
             try:
                 await self._apply(batch)
             except Exception as exc:  # noqa: BLE001 - the waiting callers get the error
-                error = exc if isinstance(exc, StorageError) else StorageError(str(exc))
+                error = exc  # anything but a StorageError is a bug: the run reports it as one
+                if not isinstance(exc, StorageError):
+                    log.error("session %s: a write failed", self.session_id, exc_info=exc)
                 if not any(write.awaited for write in batch):
                     self._unreported = error  # reported once, by the session's next write
                 for write in batch:

@@ -193,10 +193,12 @@ class OpenAIChatModel:
         usage = (0, 0, 0)
         finish_reason: str | None = None
         think = ThinkSplitter()
+        events = 0
         try:
             async for line in response.iter_lines():
                 if not line.startswith("data:"):
                     continue  # comments, event names, keep-alives
+                events += 1
                 data = line[5:].strip()
                 if data == "[DONE]":
                     continue  # read to the end, so the connection goes back to the pool
@@ -227,6 +229,8 @@ class OpenAIChatModel:
                         function = tc.get("function") or {}
                         part.name = part.name or _str(function.get("name"))
                         part.arguments.append(_str(function.get("arguments")))
+            if events == 0:  # not an empty answer: no answer at all
+                raise _MalformedChunk("the reply held no server-sent events")
         except Exception as exc:  # noqa: BLE001 - whatever breaks a stream ends this call
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({_reason(exc)})."

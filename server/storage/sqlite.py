@@ -232,7 +232,7 @@ class SQLiteStore:
             rows = []
             for offset, frame in enumerate(frames, start=last - len(frames) + 1):
                 frame["seq"] = offset
-                body = orjson.dumps(frame)
+                body = _encode(frame)
                 bodies.append(body)
                 rows.append((session_id, offset, frame.get("run_id"), frame.get("ts", now), body))
             conn.executemany(
@@ -446,13 +446,23 @@ def _isolated(conn: sqlite3.Connection, op: _Op) -> Any:
     except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
         conn.execute("ROLLBACK TO op")
         conn.execute("RELEASE op")
-        return StorageError(str(exc))
+        # A StorageError (a missing session, a frame that is not JSON) is the caller's to
+        # handle; anything else is a bug, not a storage failure, and keeps its type so the
+        # run reports it as an internal error.
+        return exc
     conn.execute("RELEASE op")
     return result
 
 
-class _Missing(Exception):
+class _Missing(StorageError):
     """The session row an operation needs does not exist in the caller's scope."""
+
+
+def _encode(frame: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(frame)
+    except orjson.JSONEncodeError as exc:  # as MongoStore reports it
+        raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
 
 
 def _bump(

@@ -56,11 +56,8 @@ async def test_wrong_types_are_refused_not_coerced(arguments: dict[str, Any], fi
 
 
 async def test_json_shaped_values_still_fill_their_fields():
-    result = await REGISTRY.call(
-        "echo",
-        {"count": 5, "ratio": 2, "loud": True, "unit": "weeks", "pair": [1, 2], "day": "2026-01-02"},
-        CONTEXT,
-    )
+    arguments = {"count": 5, "ratio": 2, "loud": True, "unit": "weeks", "pair": [1, 2]}
+    result = await REGISTRY.call("echo", {**arguments, "day": "2026-01-02"}, CONTEXT)
     assert result == {
         "count": 5,
         "ratio": 2.0,
