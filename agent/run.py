@@ -9,13 +9,13 @@ that the run was stopped.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.budget import Budget
+from agent.clock import now_ms as wall_clock_ms
 from agent.context import ContextWindow
 from agent.control import RunControl
 from agent.events import (
@@ -97,7 +97,7 @@ class RunContext:
     control: RunControl
     limits: RunLimits = field(default_factory=RunLimits)
     tool_names: Sequence[str] | None = None
-    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
+    now_ms: Callable[[], int] = wall_clock_ms
     metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
     context: ContextWindow | None = None  # None: no token budget, every message is sent
     research: Search | None = None  # a web search before the session's first task

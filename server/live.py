@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from agent.clock import now_ms
 from agent.control import RunControl
 from agent.errors import StorageError
 from agent.messages import Message
@@ -26,10 +26,6 @@ __all__ = ["ActiveRun", "LiveSession", "Subscriber", "now_ms", "shielded"]
 T = TypeVar("T")
 _QUEUE_HIGH_WATER = 16  # queued writes per session before a stream waits for storage
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Subscriber(Protocol):

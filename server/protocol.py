@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from agent.events import AgentEvent, RunStopped, UserMessage
+from agent.validation import describe_errors
 
 __all__ = [
     "MAX_WHOLE_NUMBER",
@@ -138,13 +139,7 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
 
 
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        field = ".".join(str(p) for p in err["loc"]) or "frame"
-        given = err.get("input")
-        shown = "" if err["type"] == "missing" else f" (got {orjson.dumps(given).decode()})"
-        parts.append(f"{field}: {err['msg']}{shown}")
-    return "; ".join(parts) + "."
+    return "; ".join(describe_errors(exc, root="frame")) + "."
 
 
 def _json_type(value: Any) -> str:

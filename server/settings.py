@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, m
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from agent.tools.config import McpServerConfig, ToolsConfig
+from agent.validation import describe_errors
 
 __all__ = [
     "AgentSettings",
@@ -285,13 +286,5 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
     where = f" in {path}" if path else ""
-    lines = [f"invalid configuration{where}:"]
-    for err in exc.errors(include_url=False):
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        given = err.get("input")
-        shown = "" if isinstance(given, dict) else f" (got {given!r})"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"  {key}: {message}{shown}")
-    return "\n".join(lines)
+    lines = describe_errors(exc, root="(top level)")
+    return "\n  ".join([f"invalid configuration{where}:", *lines])

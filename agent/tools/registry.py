@@ -11,6 +11,7 @@ from pydantic_core import to_json
 from agent.errors import ModelBehaviorError
 from agent.ports import ToolContext, ToolSpec
 from agent.tools.base import Tool
+from agent.validation import describe_errors
 
 __all__ = ["ToolRegistry"]
 
@@ -59,13 +60,8 @@ class ToolRegistry:
             # tuple and a string an enum, as the schema the model was shown says.
             args = tool.arguments.model_validate_json(to_json(arguments), strict=True)
         except ValidationError as exc:
-            raise ModelBehaviorError(f"Invalid arguments for {name}: {_describe(exc)}") from None
+            problems = "; ".join(describe_errors(exc, root="arguments"))
+            raise ModelBehaviorError(f"Invalid arguments for {name}: {problems}") from None
         return await tool.run(args, context)
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "arguments"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)

@@ -30,6 +30,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
 
@@ -117,21 +118,14 @@ class SQLiteStore:
         self._reader.shutdown(wait=False)
 
     def _open_writer(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(_SCHEMA)
+        conn = connect(self._path, schema=_SCHEMA, synchronous_normal=True)
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "lease_until" not in columns:  # files written before leases existed
             conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
         self._write_conn = conn
 
     def _open_reader(self) -> None:
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=5000")
-        self._read_conn = conn
+        self._read_conn = connect(self._path)
 
     # -- sessions ----------------------------------------------------------------------------
 
