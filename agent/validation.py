@@ -9,6 +9,9 @@ from pydantic import ValidationError
 
 __all__ = ["describe_errors"]
 
+# pydantic models say "extra_forbidden", pydantic dataclasses "unexpected_keyword_argument"
+_UNKNOWN_KEY = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
+
 
 def describe_errors(
     exc: ValidationError, *, root: str, show_input: bool = True
@@ -20,7 +23,7 @@ def describe_errors(
     lines = []
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or root
-        message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        message = "unknown key" if err["type"] in _UNKNOWN_KEY else err["msg"]
         given = err.get("input")
         shown = ""
         if show_input and err["type"] != "missing" and not isinstance(given, dict):

@@ -13,6 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from agent.events import AgentEvent, RunStopped, UserMessage
+from agent.run import Style
 from agent.validation import describe_errors
 
 __all__ = [
@@ -84,7 +85,7 @@ class ChatFrame(_Frame):
     agent_mode: StrictBool | None = None
     agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
     tools: list[StrictStr] | None = None
-    agent_style: Literal["balanced", "tool_first", "direct"] | None = None
+    agent_style: Style | None = None
 
 
 class AgentControlFrame(_Frame):

@@ -16,6 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.budget import Price
+from agent.context import ContextLimits
+from agent.run import Style
 from agent.tools.config import McpServerConfig, ToolsConfig
 from agent.validation import describe_errors
 
@@ -66,11 +69,6 @@ class ServerSettings(_Section):
     message_burst: int = Field(200, ge=1)
 
 
-class Price(_Section):
-    prompt_per_million: float = Field(ge=0)
-    completion_per_million: float = Field(ge=0)
-
-
 class LLMSettings(_Section):
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -93,7 +91,7 @@ class AgentSettings(_Section):
     tool_timeout_s: float = Field(30.0, gt=0)
     chat_tool_rounds: int = Field(5, ge=0)
     run_timeout_s: float = Field(1800.0, gt=0)
-    style: Literal["balanced", "tool_first", "direct"] = "balanced"
+    style: Style = "balanced"
     plan_every: int = Field(0, ge=0)  # 0: no rolling plan
     max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
     max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
@@ -111,19 +109,8 @@ class AgentSettings(_Section):
         return self
 
 
-class ContextSettings(_Section):
-    """Token budget per LLM call (docs/prompts.md); 0 disables it."""
-
-    window_tokens: int = Field(32_000, ge=0)  # the model's context window
-    reserve_tokens: int = Field(2_048, ge=0)  # room left for the answer
-    tool_result_tokens: int = Field(2_000, ge=100)  # larger results are cut (recall_details)
-    keep_recent_steps: int = Field(2, ge=1)  # older steps of a run may collapse to one line
-
-    @model_validator(mode="after")
-    def _room_left(self) -> ContextSettings:
-        if self.window_tokens and self.reserve_tokens >= self.window_tokens:
-            raise ValueError("reserve_tokens must be smaller than window_tokens")
-        return self
+# The agent's own definitions are the settings' (one definition each).
+ContextSettings = ContextLimits
 
 
 class StorageSettings(_Section):
@@ -172,7 +159,7 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agent: AgentSettings = AgentSettings()
     storage: StorageSettings = StorageSettings()
-    context: ContextSettings = ContextSettings()
+    context: ContextSettings = ContextSettings()  # the agent's ContextLimits
     tools: ToolSettings = ToolSettings()
     auth: AuthSettings = AuthSettings()
 
