@@ -1,4 +1,7 @@
-"""A whole agent run over the real socket: phases, order, fields, seq, tool events, limits."""
+"""A whole agent run over the real socket: phases, order, fields, seq, tool events, limits.
+
+The loop's own logic (phase order, limits, free text) is tested in-process, faster, in
+tests/agent/test_loop.py."""
 
 from __future__ import annotations
 
@@ -102,46 +105,6 @@ async def test_llm_requests_carry_gateway_headers_and_phase_inputs(server, fake_
     assert [m["role"] for m in observe_messages[-2:]] == ["tool", "user"]  # the instruction last
     assert json.loads(observe_messages[-2]["content"])["timezone"] == "UTC"
     assert "look at the results" in observe_messages[-1]["content"]
-
-
-async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(server, fake_llm):
-    fake_llm.script("reason", reason("I know this already.", finish=True))
-    fake_llm.script("observe", observe("Nothing to look up.", final="Paris is in France."))
-    async with await server.client() as c:
-        await c.recv()
-        frames = await c.run("Where is Paris?")
-    assert fake_llm.phases() == ["reason", "observe"]
-    assert "agent_reason" in kinds(frames) and "agent_observe" in kinds(frames)
-    assert frames[-2]["final_answer"] == "Paris is in France."
-
-
-async def test_max_steps_ends_with_a_summary_that_names_the_limit(server, fake_llm: FakeLLM):
-    for _ in range(2):
-        fake_llm.script("observe", observe("Still more to do."))
-    fake_llm.script("summarize", text("I ran out of steps; here is what I found."))
-    async with await server.client() as c:
-        await c.recv()
-        frames = await c.run("Do a long task", agent_max_steps=2)
-    assert [f["step"] for f in frames if kind(f) == "agent_turn_start"] == [1, 2]
-    assert fake_llm.phases() == ["reason", "act", "observe"] * 2 + ["summarize"]
-    summarize = fake_llm.requests[-1]
-    assert summarize.body["tool_choice"] == "none"
-    assert "step limit" in summarize.body["messages"][-1]["content"]
-    completion = frames[-2]
-    assert completion["stop_reason"] == "max_steps" and completion["steps"] == 2
-    assert completion["final_answer"] == "I ran out of steps; here is what I found."
-
-
-async def test_missing_control_block_is_free_text_and_the_run_continues(server, fake_llm):
-    fake_llm.script("reason", text("Just thinking aloud, no block."))
-    fake_llm.script("observe", text("No block here either."), observe("ok", final="Final."))
-    async with await server.client() as c:
-        await c.recv()
-        frames = await c.run("go", agent_max_steps=3)
-    reasons = [f["content"] for f in frames if kind(f) == "agent_reason"]
-    assert reasons[0] == "Just thinking aloud, no block."
-    assert [f["step"] for f in frames if kind(f) == "agent_turn_start"] == [1, 2]
-    assert frames[-2]["final_answer"] == "Final."
 
 
 async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(server_factory, fake_llm):
