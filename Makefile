@@ -26,7 +26,7 @@ test: install test-deps
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check agent server tests bench
+	$(BIN)/ruff check agent server client tests bench
 	$(BIN)/mypy
 
 bench: install

@@ -71,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from server.terminal import run_terminal_chat
+    from client.terminal import run_terminal_chat
 
     return run_terminal_chat(args.url, args.session, args.token)
 
