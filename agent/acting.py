@@ -34,6 +34,7 @@ from agent.events import (
 )
 from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
+from agent.metrics import Metric
 from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
 
@@ -116,7 +117,7 @@ def _refuse_repeat(
     args, problem = parsed
     failures = rec.ledger.failures_of(call.name, args)
     if problem is None and failures >= REPEAT_LIMIT:
-        rec.ctx.metrics["repeated_failing_calls_refused"] += 1
+        rec.ctx.metrics[Metric.REPEATED_FAILING_CALLS_REFUSED] += 1
         problem = (
             f"This exact call already failed {failures} times in this run, so it was not run "
             "again. Try a different approach or tell the person what went wrong."

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from agent.errors import ContextTooLong, ModelError
 from agent.events import ThinkingDelta
 from agent.messages import Message
+from agent.metrics import Metric
 from agent.ports import ModelTurn, Thinking, ToolChoice, ToolSpec
 from agent.run import RunContext, RunRecorder
 
@@ -39,7 +40,7 @@ async def call_model(
     except ContextTooLong as exc:
         if not rec.shrink_window(exc.window_tokens):
             raise ModelError(_too_small(exc.window_tokens)) from exc
-        ctx.metrics["context_overflow_retries"] += 1
+        ctx.metrics[Metric.CONTEXT_OVERFLOW_RETRIES] += 1
     try:
         return await _drain(ctx, rec, step, phase, await build(), tools, tool_choice, on_text)
     except ContextTooLong as exc:

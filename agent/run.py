@@ -9,7 +9,6 @@ that the run was stopped.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from agent.events import (
 from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
+from agent.metrics import Metric, Metrics
 from agent.ports import (
     CallInfo,
     ChatModel,
@@ -98,7 +98,7 @@ class RunContext:
     limits: RunLimits = field(default_factory=RunLimits)
     tool_names: Sequence[str] | None = None
     now_ms: Callable[[], int] = wall_clock_ms
-    metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
+    metrics: Metrics = field(default_factory=Metrics)  # shared across runs by the host
     context: ContextWindow | None = None  # None: no token budget, every message is sent
     research: Search | None = None  # a web search before the session's first task
     needs_approval: Callable[[str], bool] | None = None  # tool name -> ask the user first
@@ -173,7 +173,7 @@ class RunRecorder:
         )
         if report.changed and shown != self._context_shown:  # once per change, not per call
             self._context_shown = shown
-            ctx.metrics["context_trims"] += 1
+            ctx.metrics[Metric.CONTEXT_TRIMS] += 1
             await ctx.sink.emit(
                 ContextTrimmed(
                     step,
