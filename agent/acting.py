@@ -37,6 +37,7 @@ from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
+from agent.tracing import record_tool_failure, tool_call_span
 
 __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
 
@@ -151,6 +152,16 @@ async def _finish_call(
 
 
 async def _execute(
+    ctx: RunContext, rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+) -> _Outcome:
+    with tool_call_span(call.name, call.id, run_id=ctx.run_id, step=rec.step) as span:
+        outcome = await _run_tool(ctx, rec, call, parsed)
+        if not outcome.ok:
+            record_tool_failure(span, str(outcome.value), "tool_error")
+        return outcome
+
+
+async def _run_tool(
     ctx: RunContext, rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
 ) -> _Outcome:
     args, problem = parsed

@@ -17,6 +17,7 @@ from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ModelTurn, Thinking, ToolChoice, ToolSpec
 from agent.run import RunContext, RunRecorder
+from agent.tracing import model_call_span, record_turn
 
 __all__ = ["call_model"]
 
@@ -58,18 +59,27 @@ async def _drain(
     on_text: TextSink | None,
 ) -> ModelTurn:
     turn = ModelTurn("")
-    stream = ctx.model.stream(
-        messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
-    )
-    async for item in stream:
-        if isinstance(item, str):
-            if on_text is not None:
-                await on_text(item)
-        elif isinstance(item, Thinking):
-            if item.text:
-                await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
-        else:
-            turn = item
+    model = getattr(ctx.model, "model_name", None)  # optional: not part of the port
+    with model_call_span(
+        model if isinstance(model, str) else None,
+        session_id=ctx.session_id,
+        run_id=ctx.run_id,
+        step=step,
+        phase=phase,
+    ) as span:
+        stream = ctx.model.stream(
+            messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
+        )
+        async for item in stream:
+            if isinstance(item, str):
+                if on_text is not None:
+                    await on_text(item)
+            elif isinstance(item, Thinking):
+                if item.text:
+                    await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
+            else:
+                turn = item
+        record_turn(span, turn)
     rec.count(phase, turn)
     return turn
 

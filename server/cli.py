@@ -52,6 +52,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
 
 def _serve(args: argparse.Namespace) -> int:
     from server.app import create_app
+    from server.telemetry import configure_tracing
 
     config_path: Path | None = args.config
     if config_path is None and Path("config.toml").is_file():
@@ -59,6 +60,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(config_path, {"server": {"host": args.host, "port": args.port}})
         app = create_app(settings)
+        stop_tracing = configure_tracing(settings.telemetry)
     except ConfigError as exc:
         print(f"agent-server: {exc}", file=sys.stderr)
         return 2
@@ -66,7 +68,11 @@ def _serve(args: argparse.Namespace) -> int:
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     raise_open_file_limit()
-    AgentServer(uvicorn_config(app, settings)).run()
+    try:
+        AgentServer(uvicorn_config(app, settings)).run()
+    finally:
+        if stop_tracing is not None:
+            stop_tracing()  # send the spans still batched
     return 0
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "StorageSettings",
+    "TelemetrySettings",
     "ToolSettings",
     "load_settings",
 ]
@@ -144,6 +145,13 @@ class AuthSettings(_Section):
         return self
 
 
+class TelemetrySettings(_Section):
+    """OpenTelemetry traces of model and tool calls (server/telemetry.py); off when empty."""
+
+    otlp_endpoint: str = ""  # e.g. http://127.0.0.1:4318/v1/traces
+    service_name: str = Field("agent-server", min_length=1)
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""
 
@@ -162,6 +170,7 @@ class Settings(BaseSettings):
     context: ContextSettings = ContextSettings()  # the agent's ContextLimits
     tools: ToolSettings = ToolSettings()
     auth: AuthSettings = AuthSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @classmethod
     def settings_customise_sources(

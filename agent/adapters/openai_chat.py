@@ -89,6 +89,11 @@ class OpenAIChatModel:
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
 
+    @property
+    def model_name(self) -> str:
+        """The model requested, for traces (`gen_ai.request.model`)."""
+        return self._model
+
     async def aclose(self) -> None:
         await self._client.close()
 
