@@ -17,7 +17,8 @@ $(STAMP): pyproject.toml
 serve: install
 	$(BIN)/agent-server serve --config config.toml
 
-# What the tests need beyond Python packages (a browser for the UI tests, Go for FerretDB).
+# What the tests need beyond Python packages: a browser for the UI tests, Go for FerretDB,
+# cmake/ninja/g++ for llama-server, the MCP test servers (scripts/test-deps.sh).
 test-deps: install
 	@if [ -x scripts/test-deps.sh ]; then scripts/test-deps.sh; fi
 
@@ -25,7 +26,7 @@ test: install test-deps
 	$(BIN)/python -m pytest
 
 lint: install
-	$(BIN)/ruff check agent server tests bench
+	$(BIN)/ruff check agent server client tests bench
 	$(BIN)/mypy
 
 bench: install

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,10 +34,14 @@ from agent.events import (
 )
 from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
+from agent.metrics import Metric
 from agent.ports import ToolContext, ToolSpec
 from agent.run import RunContext, RunInterrupted, RunRecorder
+from agent.tracing import record_tool_failure, tool_call_span
 
 __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
+
+log = logging.getLogger(__name__)
 
 REQUEST_INPUT = "request_input"
 REQUEST_INPUT_SPEC = ToolSpec(
@@ -113,7 +118,7 @@ def _refuse_repeat(
     args, problem = parsed
     failures = rec.ledger.failures_of(call.name, args)
     if problem is None and failures >= REPEAT_LIMIT:
-        rec.ctx.metrics["repeated_failing_calls_refused"] += 1
+        rec.ctx.metrics[Metric.REPEATED_FAILING_CALLS_REFUSED] += 1
         problem = (
             f"This exact call already failed {failures} times in this run, so it was not run "
             "again. Try a different approach or tell the person what went wrong."
@@ -149,6 +154,16 @@ async def _finish_call(
 async def _execute(
     ctx: RunContext, rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
 ) -> _Outcome:
+    with tool_call_span(call.name, call.id, run_id=ctx.run_id, step=rec.step) as span:
+        outcome = await _run_tool(ctx, rec, call, parsed)
+        if not outcome.ok:
+            record_tool_failure(span, str(outcome.value), "tool_error")
+        return outcome
+
+
+async def _run_tool(
+    ctx: RunContext, rec: RunRecorder, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+) -> _Outcome:
     args, problem = parsed
     started = time.perf_counter()
     if problem is not None:
@@ -171,6 +186,8 @@ async def _execute(
             False, f"{call.name} did not finish within {limit:g} s.", _ms_since(started)
         )
     except Exception as exc:  # noqa: BLE001 - a broken tool must not end the run
+        # The model sees only the exception's type; the operator needs the traceback.
+        log.exception("tool %s (call %s, run %s) failed", call.name, call.id, ctx.run_id)
         return _Outcome(
             False, f"{call.name} failed unexpectedly ({type(exc).__name__}).", _ms_since(started)
         )

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import ConfigDict, Field
+from pydantic.dataclasses import dataclass as validated_dataclass
 
 from agent.messages import Usage
 
 __all__ = ["Budget", "Price"]
 
 
-@dataclass(frozen=True, slots=True)
+@validated_dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
 class Price:
-    """Dollars (or any currency) per million tokens."""
+    """Dollars (or any currency) per million tokens: also the `[llm.prices."model"]` setting."""
 
-    prompt_per_million: float
-    completion_per_million: float
+    prompt_per_million: Annotated[float, Field(ge=0)]
+    completion_per_million: Annotated[float, Field(ge=0)]
 
 
 @dataclass(frozen=True, slots=True)

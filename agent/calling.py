@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from agent.errors import ContextTooLong, ModelError
 from agent.events import ThinkingDelta
 from agent.messages import Message
+from agent.metrics import Metric
 from agent.ports import ModelTurn, Thinking, ToolChoice, ToolSpec
 from agent.run import RunContext, RunRecorder
+from agent.tracing import model_call_span, record_turn
 
 __all__ = ["call_model"]
 
@@ -39,7 +41,7 @@ async def call_model(
     except ContextTooLong as exc:
         if not rec.shrink_window(exc.window_tokens):
             raise ModelError(_too_small(exc.window_tokens)) from exc
-        ctx.metrics["context_overflow_retries"] += 1
+        ctx.metrics[Metric.CONTEXT_OVERFLOW_RETRIES] += 1
     try:
         return await _drain(ctx, rec, step, phase, await build(), tools, tool_choice, on_text)
     except ContextTooLong as exc:
@@ -57,18 +59,27 @@ async def _drain(
     on_text: TextSink | None,
 ) -> ModelTurn:
     turn = ModelTurn("")
-    stream = ctx.model.stream(
-        messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
-    )
-    async for item in stream:
-        if isinstance(item, str):
-            if on_text is not None:
-                await on_text(item)
-        elif isinstance(item, Thinking):
-            if item.text:
-                await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
-        else:
-            turn = item
+    model = getattr(ctx.model, "model_name", None)  # optional: not part of the port
+    with model_call_span(
+        model if isinstance(model, str) else None,
+        session_id=ctx.session_id,
+        run_id=ctx.run_id,
+        step=step,
+        phase=phase,
+    ) as span:
+        stream = ctx.model.stream(
+            messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
+        )
+        async for item in stream:
+            if isinstance(item, str):
+                if on_text is not None:
+                    await on_text(item)
+            elif isinstance(item, Thinking):
+                if item.text:
+                    await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
+            else:
+                turn = item
+        record_turn(span, turn)
     rec.count(phase, turn)
     return turn
 

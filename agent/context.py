@@ -18,7 +18,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.dataclasses import dataclass as validated_dataclass
 
 from agent.history import build_messages
 from agent.messages import Message
@@ -31,12 +34,22 @@ _RECALL_CAP_CHARS = 8000
 _CACHE_SIZE = 20_000
 
 
-@dataclass(frozen=True, slots=True)
+@validated_dataclass(frozen=True, slots=True, config=ConfigDict(extra="forbid"))
 class ContextLimits:
-    window_tokens: int = 32_000
-    reserve_tokens: int = 2_048
-    tool_result_tokens: int = 2_000
-    keep_recent_steps: int = 2
+    """Token budget per LLM call (docs/prompts.md): also the `[context]` settings section.
+    A `window_tokens` of 0 disables the budget."""
+
+    window_tokens: Annotated[int, Field(ge=0)] = 32_000  # the model's context window
+    reserve_tokens: Annotated[int, Field(ge=0)] = 2_048  # room left for the answer
+    # larger tool results are cut (the model may recall_details them)
+    tool_result_tokens: Annotated[int, Field(ge=100)] = 2_000
+    keep_recent_steps: Annotated[int, Field(ge=1)] = 2  # older steps may collapse to a line
+
+    @model_validator(mode="after")
+    def _room_left(self) -> ContextLimits:
+        if self.window_tokens and self.reserve_tokens >= self.window_tokens:
+            raise ValueError("reserve_tokens must be smaller than window_tokens")
+        return self
 
 
 @dataclass(slots=True)

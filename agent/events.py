@@ -1,6 +1,6 @@
 """What a run reports while it works: the internal event vocabulary.
 
-These are not wire frames. `server/protocol.py` maps each one to the frame PROTOCOL.md
+These are not wire frames. `server/protocol.py` maps each one to the frame docs/wire-protocol.md
 defines, so the loop can serve another transport unchanged.
 """
 

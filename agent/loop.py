@@ -1,4 +1,4 @@
-"""run_agent: the strict reason → act → observe loop of PROTOCOL.md.
+"""run_agent: the strict reason → act → observe loop of docs/wire-protocol.md.
 
 Every step has all three phases, in order. Reason and Observe stream plain text with a JSON
 control block (cut out before the user sees it); Act is the only phase that may call tools.
@@ -35,6 +35,7 @@ from agent.events import (
     StepStarted,
 )
 from agent.messages import Message
+from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
     REASON_KEYS,
@@ -88,7 +89,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
         _check_budget(rec)
         await _complete(ctx, rec, max_steps, await _summarize(ctx, rec, system, tools), "max_steps")
     except _BudgetSpent:
-        ctx.metrics["runs_over_budget"] += 1
+        ctx.metrics[Metric.RUNS_OVER_BUDGET] += 1
         await _complete(ctx, rec, rec.step, _budget_answer(rec), "budget")
 
 
@@ -159,7 +160,7 @@ async def _act(
     calls, content = turn.tool_calls, turn.content
     if not calls:
         calls, content = read_text_tool_calls(content, {t.name for t in tools})
-        ctx.metrics["text_tool_calls"] += len(calls)
+        ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
@@ -193,11 +194,11 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
         return True
     _check_budget(rec)
     verdict = await verify_finish(ctx, rec, step, answer)
-    ctx.metrics["verifications"] += 1
+    ctx.metrics[Metric.VERIFICATIONS] += 1
     await ctx.sink.emit(FinishVerified(step, verdict.done, verdict.reason))
     if verdict.done:
         return True
-    ctx.metrics["verifications_not_done"] += 1
+    ctx.metrics[Metric.VERIFICATIONS_NOT_DONE] += 1
     rec.answer_streamed = False  # the draft answer was discarded
     note = (
         f"A check of the proposed answer found the task is not finished: {verdict.reason} "
@@ -349,11 +350,11 @@ async def _stream_phase(
     block = stream.control
     if block is None:  # `key: value` lines instead of JSON: small models do that
         content, block = read_loose_control(content, keys)
-        ctx.metrics["control_block_loose"] += block is not None
+        ctx.metrics[Metric.CONTROL_BLOCK_LOOSE] += block is not None
     hint = ctx.prompts.render("control_block_hint", keys=", ".join(sorted(keys)))
     retry = [instruction, Message("assistant", content), Message("user", hint)]
     for _ in range(ctx.limits.control_retries if block is None else 0):
-        ctx.metrics["control_block_retries"] += 1
+        ctx.metrics[Metric.CONTROL_BLOCK_RETRIES] += 1
         _check_budget(rec)
         turn = await call_model(
             ctx,
@@ -368,7 +369,7 @@ async def _stream_phase(
         if block is not None:
             break
     if block is None:
-        ctx.metrics["control_block_fallbacks"] += 1
+        ctx.metrics[Metric.CONTROL_BLOCK_FALLBACKS] += 1
     return content, block, stream.answer
 
 

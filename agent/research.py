@@ -11,6 +11,7 @@ import logging
 
 from agent.events import ResearchDone
 from agent.messages import Message
+from agent.metrics import Metric
 from agent.ports import ToolContext
 from agent.run import RunContext, RunRecorder, Search
 
@@ -32,7 +33,7 @@ async def research_first_task(ctx: RunContext, rec: RunRecorder, search: Search)
         )
         results = [r for r in found.get("results", []) if isinstance(r, dict)][:_MAX_RESULTS]
     except Exception as exc:  # noqa: BLE001 - background is optional; the task goes on
-        ctx.metrics["research_failures"] += 1
+        ctx.metrics[Metric.RESEARCH_FAILURES] += 1
         log.info("pre-task research failed: %s", exc)
         return
     if not results:

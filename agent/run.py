@@ -9,13 +9,12 @@ that the run was stopped.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.budget import Budget
+from agent.clock import now_ms as wall_clock_ms
 from agent.context import ContextWindow
 from agent.control import RunControl
 from agent.events import (
@@ -29,6 +28,7 @@ from agent.events import (
 from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
+from agent.metrics import Metric, Metrics
 from agent.ports import (
     CallInfo,
     ChatModel,
@@ -97,8 +97,8 @@ class RunContext:
     control: RunControl
     limits: RunLimits = field(default_factory=RunLimits)
     tool_names: Sequence[str] | None = None
-    now_ms: Callable[[], int] = lambda: int(time.time() * 1000)
-    metrics: Counter[str] = field(default_factory=Counter)  # shared across runs by the host
+    now_ms: Callable[[], int] = wall_clock_ms
+    metrics: Metrics = field(default_factory=Metrics)  # shared across runs by the host
     context: ContextWindow | None = None  # None: no token budget, every message is sent
     research: Search | None = None  # a web search before the session's first task
     needs_approval: Callable[[str], bool] | None = None  # tool name -> ask the user first
@@ -173,7 +173,7 @@ class RunRecorder:
         )
         if report.changed and shown != self._context_shown:  # once per change, not per call
             self._context_shown = shown
-            ctx.metrics["context_trims"] += 1
+            ctx.metrics[Metric.CONTEXT_TRIMS] += 1
             await ctx.sink.emit(
                 ContextTrimmed(
                     step,

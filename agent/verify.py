@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from agent.calling import call_model
 from agent.messages import Message
+from agent.metrics import Metric
 from agent.parsing import split_control
 from agent.run import RunContext, RunRecorder
 
@@ -57,7 +58,7 @@ async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: st
     turn = await call_model(ctx, rec, step, "verify", build)
     text, control = split_control(turn.content, VERIFY_KEYS)
     if control is None or not isinstance(control.get("done"), bool):
-        ctx.metrics["verify_unreadable"] += 1
+        ctx.metrics[Metric.VERIFY_UNREADABLE] += 1
         return Verdict(True, "The check could not be read, so the answer stands.")
     reason = control.get("reason")
     return Verdict(control["done"], reason if isinstance(reason, str) and reason else text)

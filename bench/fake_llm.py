@@ -15,9 +15,9 @@ The fake's own time per request (from the request reaching the app to its last b
 recorded so that benchmarks can subtract it from what the agent server takes.
 
 Prefix-cache share: with the "steps" profile, each request's prompt is rendered the way chat
-templates order it (the tools, then the messages as sent) and kept per run. For every call from step 2 on, the
-share is the longest common prefix with any earlier call of the same run over the call's size:
-what a server-side prefix (KV) cache could reuse.
+templates order it (the tools, then the messages as sent) and kept per run. For every call
+from step 2 on, the share is the longest common prefix with any earlier call of the same
+run over the call's size: what a server-side prefix (KV) cache could reuse.
 """
 
 from __future__ import annotations

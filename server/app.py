@@ -20,8 +20,8 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from agent.adapters.openai_chat import OpenAIChatModel
-from agent.budget import Budget, Price
-from agent.context import ContextLimits, ContextWindow
+from agent.budget import Budget
+from agent.context import ContextWindow
 from agent.ports import ChatModel, PromptProvider, ToolContext
 from agent.prompts import FilePromptProvider
 from agent.run import Search
@@ -140,13 +140,7 @@ def _context_window(settings: Settings) -> ContextWindow | None:
     config = settings.context
     if not config.window_tokens:
         return None
-    limits = ContextLimits(
-        config.window_tokens,
-        config.reserve_tokens,
-        config.tool_result_tokens,
-        config.keep_recent_steps,
-    )
-    return ContextWindow(counter_for_model(settings.llm.model), limits)
+    return ContextWindow(counter_for_model(settings.llm.model), config)
 
 
 def _research(settings: Settings, registry: ToolCatalog) -> Search | None:
@@ -186,13 +180,7 @@ def _budget(settings: Settings) -> Budget:
             f"agent.max_run_cost needs a price for model {llm.model!r}: add "
             f'[llm.prices."{llm.model}"] with prompt_per_million and completion_per_million'
         )
-    return Budget(
-        max_tokens=agent.max_run_tokens,
-        max_cost=agent.max_run_cost,
-        price=None
-        if price is None
-        else Price(price.prompt_per_million, price.completion_per_million),
-    )
+    return Budget(max_tokens=agent.max_run_tokens, max_cost=agent.max_run_cost, price=price)
 
 
 def create_app(

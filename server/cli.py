@@ -59,6 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _supervise(args)
     from server.app import create_app
+    from server.telemetry import configure_tracing
 
     config_path: Path | None = args.config
     if config_path is None and Path("config.toml").is_file():
@@ -66,6 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(config_path, {"server": {"host": args.host, "port": args.port}})
         app = create_app(settings)
+        stop_tracing = configure_tracing(settings.telemetry)
     except ConfigError as exc:
         print(f"agent-server: {exc}", file=sys.stderr)
         return 2
@@ -76,7 +78,11 @@ def _serve(args: argparse.Namespace) -> int:
     sockets = (
         [_reuse_port_socket(settings.server.host, settings.server.port)] if args.worker else None
     )
-    AgentServer(uvicorn_config(app, settings)).run(sockets=sockets)
+    try:
+        AgentServer(uvicorn_config(app, settings)).run(sockets=sockets)
+    finally:
+        if stop_tracing is not None:
+            stop_tracing()  # send the spans still batched
     return 0
 
 
@@ -122,7 +128,7 @@ def _supervise(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from server.terminal import run_terminal_chat
+    from client.terminal import run_terminal_chat
 
     return run_terminal_chat(args.url, args.session, args.token)
 

@@ -1,4 +1,4 @@
-"""The HTTP API of PROTOCOL.md: /healthz and /api/sessions/…, all scoped by the caller.
+"""The HTTP API of docs/wire-protocol.md: /healthz and /api/sessions/…, all scoped by the caller.
 
 Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 409 or 503.
 """
@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agent.errors import StorageError
+from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
 from server.storage.base import Scope
@@ -217,7 +218,8 @@ async def session_usage(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     """Counters: process-wide for an operator token (or without auth), else the caller's
-    tenant's only (`"scope"` says which)."""
+    tenant's only (`"scope"` says which). JSON, or Prometheus text when asked for it
+    (`?format=prometheus`, or `Accept: text/plain`)."""
     services = _services(request)
     scope = services.auth.identify(request.headers)
     if scope is None:
@@ -227,13 +229,17 @@ async def metrics(request: Request) -> Response:
     head: dict[str, Any] = {"scope": "process"} if tenant is None else {"scope": "tenant"}
     if tenant is not None:
         head["tenant"] = tenant
-    body = {
-        **head,
+    gauges = {
         "runs_active": hub.active_runs(tenant),
         "sessions_in_memory": hub.live_count(tenant),
-        **dict(sorted(hub.metrics(tenant).items())),
     }
-    return _json(body)
+    counts = hub.metrics(tenant)
+    if wants_prometheus(request.headers.get("accept", ""), request.query_params.get("format")):
+        labels = {} if tenant is None else {"tenant": tenant}
+        text = prometheus_text(counts, gauges, labels)
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
+    counters = {str(name): count for name, count in sorted(counts.items())}
+    return _json({**head, **gauges, **counters})
 
 
 routes = [

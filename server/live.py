@@ -1,16 +1,15 @@
 """LiveSession: one session in memory while anyone watches it or a run works on it.
 
-It owns the session's write order. Every event and message goes through one lock, is stored,
-and only then reaches the subscribers, so each connection sees every event once, in `seq`
-order, and a replay returns exactly what a live client saw. Writes are shielded: a run
-cancelled by a stop cannot leave a write half done.
+It owns the session's write order. Every event and message goes through one queue drained by
+one writer task, is stored, and only then reaches the subscribers, so each connection sees
+every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
+are shielded: a run cancelled by a stop cannot leave a write half done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
+from agent.clock import now_ms
 from agent.control import RunControl
 from agent.errors import StorageError
 from agent.messages import Message
@@ -30,10 +30,6 @@ _QUEUE_HIGH_WATER = 16  # queued writes per session before a stream waits for st
 _QUESTION = ("question", "tool_call_id", "step", "expires_at")
 _APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Subscriber(Protocol):
@@ -115,7 +111,7 @@ class LiveSession:
         self._store = store
         self._writes: deque[_Write] = deque()
         self._writer: asyncio.Task[None] | None = None
-        self._unreported: StorageError | None = None  # a write nobody awaited failed
+        self._unreported: Exception | None = None  # a write nobody awaited failed
 
     @property
     def idle(self) -> bool:
@@ -236,7 +232,9 @@ class LiveSession:
             try:
                 await self._apply(batch)
             except Exception as exc:  # noqa: BLE001 - the waiting callers get the error
-                error = exc if isinstance(exc, StorageError) else StorageError(str(exc))
+                error = exc  # anything but a StorageError is a bug: the run reports it as one
+                if not isinstance(exc, StorageError):
+                    log.error("session %s: a write failed", self.session_id, exc_info=exc)
                 if not any(write.awaited for write in batch):
                     self._unreported = error  # reported once, by the session's next write
                 for write in batch:

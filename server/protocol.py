@@ -1,4 +1,4 @@
-"""The wire protocol of PROTOCOL.md: outbound frames from agent events, inbound frame parsing.
+"""The wire protocol (docs/wire-protocol.md): outbound frames from agent events, inbound parsing.
 
 Inbound frames are validated strictly (nothing is coerced); every failure maps to one of the
 protocol's error codes with a message that says what was expected and what arrived.
@@ -13,6 +13,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from agent.events import AgentEvent, RunStopped, UserMessage
+from agent.run import Style
+from agent.validation import describe_errors
 
 __all__ = [
     "MAX_WHOLE_NUMBER",
@@ -94,7 +96,7 @@ class ChatFrame(_Frame):
     agent_mode: StrictBool | None = None
     agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
     tools: list[StrictStr] | None = None
-    agent_style: Literal["balanced", "tool_first", "direct"] | None = None
+    agent_style: Style | None = None
 
 
 class AgentControlFrame(_Frame):
@@ -157,13 +159,7 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
 
 
 def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        field = ".".join(str(p) for p in err["loc"]) or "frame"
-        given = err.get("input")
-        shown = "" if err["type"] == "missing" else f" (got {orjson.dumps(given).decode()})"
-        parts.append(f"{field}: {err['msg']}{shown}")
-    return "; ".join(parts) + "."
+    return "; ".join(describe_errors(exc, root="frame")) + "."
 
 
 def _json_type(value: Any) -> str:
@@ -349,8 +345,8 @@ def run_frame(
 def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dict[str, Any]:
     """The wire frame for an internal event (without its final `seq`).
 
-    A run ended by the wall-clock limit has no `agent_stopped` reason in PROTOCOL.md; it is
-    reported as an `internal_error` that says so.
+    A run ended by the wall-clock limit has no `agent_stopped` reason in docs/wire-protocol.md;
+    it is reported as an `internal_error` that says so.
     """
     if isinstance(event, RunStopped) and event.reason == "run_timeout":
         return {

@@ -38,6 +38,7 @@ from agent.events import (
 )
 from agent.loop import run_agent
 from agent.messages import Message, Usage
+from agent.metrics import Metric, Metrics
 from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import RunContext, RunLimits, RunRecorder, Search, Style
 from server import remote
@@ -173,7 +174,7 @@ class SessionHub:
         self._lease_ms = int(run_lease_s * 1000)
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
         self._upkeep: asyncio.Task[None] | None = None
-        self._tenant_metrics: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        self._tenant_metrics: defaultdict[str, Metrics] = defaultdict(Metrics)
         self._live: dict[str, LiveSession] = {}
         self._active: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -260,11 +261,11 @@ class SessionHub:
             return len(self._live)
         return sum(1 for live in self._live.values() if live.scope.tenant_id == tenant)
 
-    def metrics(self, tenant: str | None = None) -> Counter[str]:
+    def metrics(self, tenant: str | None = None) -> Metrics:
         """Run counters (GET /metrics) of one tenant, or (None) summed over all tenants."""
         if tenant is not None:
-            return Counter(self._tenant_metrics.get(tenant, {}))
-        total: Counter[str] = Counter()
+            return Metrics(self._tenant_metrics.get(tenant, {}))
+        total = Metrics()
         for counters in self._tenant_metrics.values():
             total.update(counters)
         return total
@@ -481,7 +482,7 @@ class SessionHub:
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
         )
-        self._tenant_metrics[live.scope.tenant_id]["runs_started"] += 1
+        self._tenant_metrics[live.scope.tenant_id][Metric.RUNS_STARTED] += 1
         try:
             repair = self._needs_repair.get(live.session_id)
             if repair is not None:  # the last run's end was never stored: close it first
@@ -553,7 +554,7 @@ class SessionHub:
         await live.publish([], status="running", run_id=run.run_id)
 
     async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
-        self._tenant_metrics[live.scope.tenant_id][f"runs_failed_{code}"] += 1
+        self._tenant_metrics[live.scope.tenant_id][Metric.run_failed(code)] += 1
         frame = {
             **run_frame("error", live.session_id, run.run_id, now_ms()),
             **error_frame(code, message),

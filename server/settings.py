@@ -16,7 +16,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from agent.budget import Price
+from agent.context import ContextLimits
+from agent.run import Style
 from agent.tools.config import McpServerConfig, ToolsConfig
+from agent.validation import describe_errors
 
 __all__ = [
     "AgentSettings",
@@ -29,6 +33,7 @@ __all__ = [
     "ServerSettings",
     "Settings",
     "StorageSettings",
+    "TelemetrySettings",
     "ToolSettings",
     "load_settings",
 ]
@@ -65,11 +70,6 @@ class ServerSettings(_Section):
     message_burst: int = Field(200, ge=1)
 
 
-class Price(_Section):
-    prompt_per_million: float = Field(ge=0)
-    completion_per_million: float = Field(ge=0)
-
-
 class LLMSettings(_Section):
     base_url: str = ""
     api_key_env: str = "OPENAI_API_KEY"
@@ -92,7 +92,7 @@ class AgentSettings(_Section):
     tool_timeout_s: float = Field(30.0, gt=0)
     chat_tool_rounds: int = Field(5, ge=0)
     run_timeout_s: float = Field(1800.0, gt=0)
-    style: Literal["balanced", "tool_first", "direct"] = "balanced"
+    style: Style = "balanced"
     plan_every: int = Field(0, ge=0)  # 0: no rolling plan
     max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
     max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
@@ -110,19 +110,8 @@ class AgentSettings(_Section):
         return self
 
 
-class ContextSettings(_Section):
-    """Token budget per LLM call (docs/prompts.md); 0 disables it."""
-
-    window_tokens: int = Field(32_000, ge=0)  # the model's context window
-    reserve_tokens: int = Field(2_048, ge=0)  # room left for the answer
-    tool_result_tokens: int = Field(2_000, ge=100)  # larger results are cut (recall_details)
-    keep_recent_steps: int = Field(2, ge=1)  # older steps of a run may collapse to one line
-
-    @model_validator(mode="after")
-    def _room_left(self) -> ContextSettings:
-        if self.window_tokens and self.reserve_tokens >= self.window_tokens:
-            raise ValueError("reserve_tokens must be smaller than window_tokens")
-        return self
+# The agent's own definitions are the settings' (one definition each).
+ContextSettings = ContextLimits
 
 
 class StorageSettings(_Section):
@@ -164,6 +153,13 @@ class AuthSettings(_Section):
         return self
 
 
+class TelemetrySettings(_Section):
+    """OpenTelemetry traces of model and tool calls (server/telemetry.py); off when empty."""
+
+    otlp_endpoint: str = ""  # e.g. http://127.0.0.1:4318/v1/traces
+    service_name: str = Field("agent-server", min_length=1)
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""
 
@@ -179,9 +175,10 @@ class Settings(BaseSettings):
     llm: LLMSettings = LLMSettings()
     agent: AgentSettings = AgentSettings()
     storage: StorageSettings = StorageSettings()
-    context: ContextSettings = ContextSettings()
+    context: ContextSettings = ContextSettings()  # the agent's ContextLimits
     tools: ToolSettings = ToolSettings()
     auth: AuthSettings = AuthSettings()
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     @classmethod
     def settings_customise_sources(
@@ -293,13 +290,5 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
     where = f" in {path}" if path else ""
-    lines = [f"invalid configuration{where}:"]
-    for err in exc.errors(include_url=False):
-        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        given = err.get("input")
-        shown = "" if isinstance(given, dict) else f" (got {given!r})"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown key"
-        lines.append(f"  {key}: {message}{shown}")
-    return "\n".join(lines)
+    lines = describe_errors(exc, root="(top level)")
+    return "\n  ".join([f"invalid configuration{where}:", *lines])

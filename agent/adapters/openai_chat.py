@@ -91,6 +91,11 @@ class OpenAIChatModel:
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
 
+    @property
+    def model_name(self) -> str:
+        """The model requested, for traces (`gen_ai.request.model`)."""
+        return self._model
+
     async def aclose(self) -> None:
         await self._client.close()
 
@@ -245,7 +250,7 @@ class _StreamState:
     """What a streamed reply said so far, and the pieces not yet passed on (adjacent pieces of
     one kind merged)."""
 
-    __slots__ = ("finish_reason", "out", "parts", "text", "think", "usage")
+    __slots__ = ("events", "finish_reason", "out", "parts", "text", "think", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -254,10 +259,12 @@ class _StreamState:
         self.finish_reason: str | None = None
         self.think = ThinkSplitter()
         self.out: list[tuple[bool, str]] = []
+        self.events = 0  # server-sent `data:` lines: none at all is no answer, not an empty one
 
     def line(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
             return  # comments, event names, keep-alives
+        self.events += 1
         data = line[5:].strip()
         if data == b"[DONE]":
             return  # read to the end, so the connection goes back to the pool
@@ -305,6 +312,8 @@ class _StreamState:
         return [Thinking("".join(p)) if thinking else "".join(p) for thinking, p in merged]
 
     def finish(self) -> None:
+        if self.events == 0:
+            raise _MalformedChunk("the reply held no server-sent events")
         for is_thinking, piece in self.think.finish():
             self._put(is_thinking, piece)
 

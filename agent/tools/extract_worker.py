@@ -14,6 +14,7 @@ import os
 import resource
 import struct
 import sys
+import traceback
 from typing import BinaryIO
 
 import orjson
@@ -70,7 +71,10 @@ def serve(inbox: BinaryIO, outbox: BinaryIO, recycle_bytes: int = 1 << 62) -> No
         except MemoryError:
             answer = {"error": "the page needs more memory than allowed"}
         except Exception as exc:  # noqa: BLE001 - a page the extractor chokes on fails alone
-            answer = {"error": f"the page text could not be extracted ({exc!r:.80})"}
+            answer = {
+                "error": f"the page text could not be extracted ({exc!r:.80})",
+                "trace": traceback.format_exc(limit=-8),  # for the parent's log
+            }
         del body
         recycle = _grown_past(recycle_bytes)
         if recycle:

@@ -16,6 +16,7 @@ grew large on that page and exits after replying (it is then not reused).
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 import sys
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 import orjson
 
 __all__ = ["ExtractionFailed", "ExtractorPool"]
+
+log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 
@@ -53,6 +56,8 @@ class _Worker:
             raise ExtractionFailed("the extraction worker died (out of memory?)") from None
         self.retiring = bool(reply.get("recycle"))
         if "error" in reply:
+            if "trace" in reply:
+                log.warning("extracting %s failed in the worker:\n%s", url, reply["trace"])
             raise ExtractionFailed(str(reply["error"]))
         return reply["title"], reply["text"]
 

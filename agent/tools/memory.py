@@ -11,7 +11,6 @@ agent/tools/memory_policy.py; a store only keeps records (see MemoryStore).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
@@ -21,6 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.clock import now_ms
 from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
@@ -119,12 +119,8 @@ class MemoryRetrieveArgs(BaseModel):
     limit: int | None = Field(default=None, ge=1, le=50, description="At most this many.")
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def build_memory_tools(
-    config: MemoryConfig, store: MemoryStore, *, clock: Callable[[], int] = _now_ms
+    config: MemoryConfig, store: MemoryStore, *, clock: Callable[[], int] = now_ms
 ) -> list[Tool]:
     """Build memory_save and memory_retrieve over `store`; `clock` gives epoch ms."""
     locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = (

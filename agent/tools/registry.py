@@ -6,10 +6,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 
 from agent.errors import ModelBehaviorError
 from agent.ports import ToolContext, ToolSpec
 from agent.tools.base import Tool
+from agent.validation import describe_errors
 
 __all__ = ["ToolRegistry"]
 
@@ -54,15 +56,12 @@ class ToolRegistry:
             known = ", ".join(sorted(self._tools)) or "none"
             raise ModelBehaviorError(f"There is no tool named {name!r}. Available tools: {known}.")
         try:
-            args = tool.arguments.model_validate(arguments)
+            # Strict, in JSON mode: "5" is not 5 and 1 is not True, but an array still fills a
+            # tuple and a string an enum, as the schema the model was shown says.
+            args = tool.arguments.model_validate_json(to_json(arguments), strict=True)
         except ValidationError as exc:
-            raise ModelBehaviorError(f"Invalid arguments for {name}: {_describe(exc)}") from None
+            problems = "; ".join(describe_errors(exc, root="arguments"))
+            raise ModelBehaviorError(f"Invalid arguments for {name}: {problems}") from None
         return await tool.run(args, context)
 
 
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "arguments"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)

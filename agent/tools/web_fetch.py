@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import re
 import ssl
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from agent.tools.python import make_tool
 from agent.tools.ssrf import AddressGuard, Refused
 
 __all__ = ["MAX_URLS", "WebFetchArgs", "build_web_fetch"]
+
+log = logging.getLogger(__name__)
 
 MAX_URLS = 3
 _REDIRECTS = {301, 302, 303, 307, 308}
@@ -103,6 +106,7 @@ class _Fetcher:
         except _Failed as exc:
             return {"url": url, "error": str(exc)}
         except ExtractionFailed as exc:
+            log.warning("web_fetch %s: the page text could not be extracted: %s", url, exc)
             return {"url": url, "error": str(exc)}
         truncated = response.truncated or len(text) > self._config.max_chars
         return {
@@ -147,6 +151,8 @@ class _Fetcher:
         except httpx.TimeoutException:
             raise _Failed("the server did not answer in time") from None
         except httpx.HTTPError as exc:
+            # The model is told the failure's kind; the details go to the log.
+            log.warning("web_fetch %s: the connection failed", url, exc_info=exc)
             raise _Failed(f"the connection failed ({type(exc).__name__})") from None
         raise AssertionError("unreachable: tenacity either returns or raises")
 

@@ -1,4 +1,4 @@
-// The conversation view: turns PROTOCOL.md run events into DOM, one <article> per run
+// The conversation view: turns docs/wire-protocol.md run events into DOM, one <article> per run
 // (run.js), keeps the newest content in view unless the reader scrolled up, and offers a
 // way forward under the last run (Retry, Continue, Edit, Regenerate).
 

@@ -19,6 +19,7 @@ import orjson
 
 from agent.errors import StorageError
 from agent.tools.memory_policy import CATEGORIES, TIERS, MemoryRecord
+from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteMemoryStore"]
 
@@ -150,11 +151,7 @@ class SQLiteMemoryStore:
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-                conn.execute("PRAGMA busy_timeout=5000")
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.executescript(_SCHEMA)
+                conn = connect(self._path, schema=_SCHEMA)
             except (OSError, sqlite3.Error) as exc:
                 raise StorageError(f"cannot open the memory store {self._path}: {exc}") from exc
             self._conn = conn

@@ -32,6 +32,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
 
@@ -137,21 +138,14 @@ class SQLiteStore:
         self._reader.shutdown(wait=False)
 
     def _open_writer(self) -> None:
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.executescript(_SCHEMA)
+        conn = connect(self._path, schema=_SCHEMA, synchronous_normal=True)
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "lease_until" not in columns:  # files written before leases existed
             conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
         self._write_conn = conn
 
     def _open_reader(self) -> None:
-        conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout=5000")
-        self._read_conn = conn
+        self._read_conn = connect(self._path)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -260,7 +254,7 @@ class SQLiteStore:
             rows = []
             for offset, frame in enumerate(frames, start=last - len(frames) + 1):
                 frame["seq"] = offset
-                body = orjson.dumps(frame)
+                body = _encode(frame)
                 bodies.append(body)
                 rows.append((session_id, offset, frame.get("run_id"), frame.get("ts", now), body))
             conn.executemany(
@@ -585,13 +579,23 @@ def _isolated(conn: sqlite3.Connection, op: _Op) -> Any:
     except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
         conn.execute("ROLLBACK TO op")
         conn.execute("RELEASE op")
-        return StorageError(str(exc))
+        # A StorageError (a missing session, a frame that is not JSON) is the caller's to
+        # handle; anything else is a bug, not a storage failure, and keeps its type so the
+        # run reports it as an internal error.
+        return exc
     conn.execute("RELEASE op")
     return result
 
 
-class _Missing(Exception):
+class _Missing(StorageError):
     """The session row an operation needs does not exist in the caller's scope."""
+
+
+def _encode(frame: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(frame)
+    except orjson.JSONEncodeError as exc:  # as MongoStore reports it
+        raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
 
 
 def _bump(

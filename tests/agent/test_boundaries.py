@@ -37,3 +37,12 @@ def test_agent_imports_no_transport_and_sdks_only_in_adapters():
             assert not used & SDK_ONLY_IN_ADAPTERS, f"{path} imports an SDK"
         if "tools" not in path.relative_to(AGENT).parts:
             assert not used & SDK_ONLY_IN_TOOLS, f"{path} imports the MCP SDK"
+
+
+def test_the_terminal_client_speaks_only_the_wire_protocol():
+    client = AGENT.parent / "client"
+    files = sorted(client.rglob("*.py"))
+    assert files
+    for path in files:
+        used = _imports(path)
+        assert not used & {"agent", "server"}, f"{path} imports {used & {'agent', 'server'}}"

@@ -94,7 +94,8 @@ def _build(target: Path) -> None:
     if go is None:
         raise RuntimeError(
             f"FerretDB {FERRETDB_VERSION} is not cached at {target} and Go is not installed "
-            "to build it (run `make test-deps`, or set MONGODB_URI to a real MongoDB)"
+            "to build it: install Go >= 1.22 (`make test-deps` does it where apt offers one, "
+            "else prints what to install), or set MONGODB_URI to a real MongoDB"
         )
     with tempfile.TemporaryDirectory(prefix="ferretbuild-") as tmp:
         work = Path(tmp)

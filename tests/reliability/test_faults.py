@@ -41,8 +41,9 @@ async def test_garbage_from_the_llm_is_an_llm_error(server, fake_llm: FakeLLM, g
         frames = await c.run("hello")
     assert kind(frames[-1]) == "response_complete"
     codes = [f.get("code") for f in frames if f["type"] == "error"]
-    # An unreadable stream fails the run; one the SDK reads as empty text is free text.
-    assert codes in (["llm_error"], [])
+    # An unreadable stream fails the run, and says so: never a silently empty answer.
+    assert codes == ["llm_error"]
+    assert not [f for f in frames if kind(f) == "agent_completion"]
 
 
 async def test_tool_call_with_garbage_name_and_arguments(server, fake_llm: FakeLLM):

@@ -1,5 +1,5 @@
 """Throw random and mutated frames at a live server: it never crashes, never leaks a run, and
-always answers with a PROTOCOL.md error code or valid run events."""
+always answers with a docs/wire-protocol.md error code or valid run events."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from agent.tools.ssrf import AddressGuard, Refused
 from server.redact import redact
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
-from tests.fakes.openai_server import FakeLLM
+from tests.fakes.openai_server import FakeLLM, Reply
 from tests.fakes.processes import free_port, start_server_process
 
 TOKEN_A = "tenant-a-token-0123456789"
@@ -159,6 +159,34 @@ async def test_metrics_show_a_tenant_only_its_own_figures(
     assert b["scope"] == "tenant" and b["tenant"] == "b" and b.get("runs_started", 0) == 0
     assert b["runs_active"] == 0 and b["sessions_in_memory"] == 0
     assert ops["scope"] == "process" and ops["runs_started"] == 2 and "tenant" not in ops
+
+
+async def test_metrics_as_prometheus_text_keep_the_tenant_scope(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    fake_llm.script("reason", Reply(status=500))
+    async with server_factory(auth={"tokens": TOKENS}, llm={"max_retries": 0}) as running:
+        async with await Client.connect(running.address, headers=bearer(TOKEN_A)) as client:
+            await client.recv()
+            await client.run("this one fails")
+            await client.run("hello")
+        async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
+            scraped = await http.get(
+                "/metrics", headers={**bearer(TOKEN_A2), "Accept": "text/plain;version=0.0.4"}
+            )
+            other = await http.get("/metrics?format=prometheus", headers=bearer(TOKEN_B))
+            ops = await http.get("/metrics?format=prometheus", headers=bearer(OPERATOR))
+            as_json = await http.get("/metrics", headers={**bearer(TOKEN_A2), "Accept": "*/*"})
+    assert scraped.headers["content-type"].startswith("text/plain; version=0.0.4")
+    lines = set(scraped.text.splitlines())
+    assert 'agent_server_runs_started_total{tenant="a"} 2.0' in lines
+    assert 'agent_server_runs_failed_total{code="llm_error",tenant="a"} 1.0' in lines
+    assert 'agent_server_runs_failed_total{code="storage_error",tenant="a"} 0.0' in lines
+    assert 'agent_server_runs_active{tenant="a"} 0.0' in lines
+    assert "# TYPE agent_server_verifications_total counter" in lines
+    assert 'agent_server_runs_started_total{tenant="b"} 0.0' in other.text.splitlines()
+    assert "agent_server_runs_started_total 2.0" in ops.text.splitlines()
+    assert as_json.json()["runs_started"] == 2 and as_json.json()["runs_failed_llm_error"] == 1
 
 
 # -- item 7: SSRF edges ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Every error code of PROTOCOL.md, and that none of them closes the connection."""
+"""Every error code of docs/wire-protocol.md, and that none of them closes the connection."""
 
 from __future__ import annotations
 

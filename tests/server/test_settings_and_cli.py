@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.budget import Price
+from agent.context import ContextLimits
 from server.settings import ConfigError, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +51,14 @@ def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
         ("[server]\nprot = 1\n", "server.prot: unknown key"),
         ("[server\n", "not valid TOML"),
         ('[auth]\ntokens = { "short" = { tenant = "a", user = "b" } }\n', "16 characters"),
+        # Sections defined by the agent's own dataclasses keep their checks and messages.
+        ("[context]\nwindow_tokens = 1000\nreserve_tokens = 1000\n", "reserve_tokens must be"),
+        ("[context]\nkeep_recent_steps = 0\n", "context.keep_recent_steps"),
+        ("[context]\nwindow = 1\n", "context.window: unknown key"),
+        ('[llm.prices."m"]\nprompt_per_million = -1\ncompletion_per_million = 1\n',
+         "llm.prices.m.prompt_per_million"),
+        ('[llm.prices."m"]\nprompt_per_million = 1\n', "completion_per_million: Field required"),
+        ('[agent]\nstyle = "loud"\n', "agent.style"),
     ],
 )
 def test_wrong_values_are_named(tmp_path, toml, message):
@@ -56,6 +66,17 @@ def test_wrong_values_are_named(tmp_path, toml, message):
     config.write_text(toml)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         load_settings(config, environ={})
+
+
+def test_the_agent_receives_its_settings_as_they_were_parsed(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[context]\nwindow_tokens = 9000\n[llm]\nmodel = "m"\n'
+        '[llm.prices."m"]\nprompt_per_million = 1.5\ncompletion_per_million = 6\n'
+    )
+    settings = load_settings(config, environ={})
+    assert settings.context == ContextLimits(window_tokens=9000)
+    assert settings.llm.prices["m"] == Price(1.5, 6.0)
 
 
 def test_a_missing_config_file_is_an_error(tmp_path):

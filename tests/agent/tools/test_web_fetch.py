@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import ssl
 import subprocess
@@ -92,6 +93,13 @@ class Site:
                     await asyncio.sleep(0)
             finally:
                 self.stream_closed.set()
+
+        return StreamingResponse(chunks(), media_type="text/plain")
+
+    async def page_broken(self, request: Request) -> Response:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"half a page"
+            raise RuntimeError("the server broke mid-response")
 
         return StreamingResponse(chunks(), media_type="text/plain")
 
@@ -335,6 +343,17 @@ async def test_cookies_are_never_kept_between_fetches(
     await fetch_one(tool, site.url("/cookie"))
     page = await fetch_one(tool, site.url("/cookie"))
     assert page["text"] == "cookie="
+
+
+async def test_a_failed_connection_is_logged_with_its_details(
+    site: Site, http: httpx.AsyncClient, extractor: ExtractorPool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="agent.tools.web_fetch")
+    with pytest.raises(ToolError, match="the connection failed"):
+        await call(fetcher(http, extractor, max_retries=0), {"urls": [site.url("/broken")]})
+    (record,) = [r for r in caplog.records if r.name == "agent.tools.web_fetch"]
+    assert site.url("/broken") in record.getMessage()
+    assert record.exc_info is not None and isinstance(record.exc_info[1], httpx.HTTPError)
 
 
 async def test_arguments_are_strict(http: httpx.AsyncClient, extractor: ExtractorPool) -> None:

@@ -1,0 +1,159 @@
+"""The loop's logic in-process, through its own ports: a ScriptedModel, an in-memory event
+sink and transcript, real tools. No server, no socket: each test takes milliseconds.
+
+What these do not check (frames, `seq`, persistence order, headers) is tested over the wire
+in tests/server/test_agent_run.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from agent.events import (
+    ChatDelta,
+    ChatDone,
+    ObserveDone,
+    ReasonDone,
+    RunCompleted,
+    RunStopped,
+    StepStarted,
+    ToolCompleted,
+    ToolFailed,
+    ToolStarted,
+)
+from agent.tools.current_time import make_current_time_tool
+from tests.fakes.openai_server import FakeToolCall, Reply, act, observe, reason, text
+from tests.fakes.scripted_model import Harness
+from tests.fakes.tools import echo_tool
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return Harness(tools=[make_current_time_tool(), echo_tool])
+
+
+async def test_a_run_goes_reason_act_observe_and_finishes(harness: Harness):
+    call = FakeToolCall("get_current_time", {"timezone": "Europe/Paris"})
+    harness.model.script("reason", reason("I'll check the time in Paris."))
+    harness.model.script("act", act(call))
+    harness.model.script("observe", observe("It is daytime.", final="It is **noon** in Paris."))
+
+    record = await harness.run("What time is it in Paris?", max_steps=3)
+
+    assert harness.model.phases() == ["reason", "act", "observe"]
+    assert record.kinds()[0] == "run_started" and record.kinds()[-1] == "run_completed"
+    assert [e.content for e in record.of(ReasonDone)] == ["I'll check the time in Paris."]
+    (started,) = record.of(ToolStarted)
+    assert (started.call_id, started.arguments) == (call.id, {"timezone": "Europe/Paris"})
+    (done,) = record.of(ToolCompleted)
+    assert done.result["timezone"] == "Europe/Paris"
+    assert [e.content for e in record.of(ObserveDone)] == ["It is daytime."]
+    (completion,) = record.of(RunCompleted)
+    assert completion.final_answer == "It is **noon** in Paris."
+    assert (completion.stop_reason, completion.steps) == ("finished", 1)
+    assert completion.usage["total_tokens"] == 45  # three calls of 10 + 5 tokens
+    # The transcript holds the tool call and its result for the next run.
+    tool_results = [m for m in record.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_results] == [call.id]
+    assert json.loads(tool_results[0].content)["timezone"] == "Europe/Paris"
+    # Every phase shows the same tools (a cacheable prefix); only Act may call them.
+    reason_call, act_call, observe_call = harness.model.calls
+    assert reason_call.tool_choice == observe_call.tool_choice == "none"
+    assert act_call.tool_choice == "auto"
+    assert reason_call.tools == act_call.tools == observe_call.tools
+
+
+async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(harness: Harness):
+    harness.model.script("reason", reason("I know this already.", finish=True))
+    harness.model.script("observe", observe("Nothing to look up.", final="Paris is in France."))
+    record = await harness.run("Where is Paris?")
+    assert harness.model.phases() == ["reason", "observe"]
+    assert record.of(ReasonDone) and record.of(ObserveDone)
+    assert record.of(RunCompleted)[0].final_answer == "Paris is in France."
+
+
+async def test_max_steps_ends_with_a_summary(harness: Harness):
+    for _ in range(2):
+        harness.model.script("observe", observe("Still more to do."))
+    harness.model.script("summarize", text("I ran out of steps; here is what I found."))
+    record = await harness.run("Do a long task", max_steps=2)
+    assert [e.step for e in record.of(StepStarted)] == [1, 2]
+    assert harness.model.phases() == ["reason", "act", "observe"] * 2 + ["summarize"]
+    assert harness.model.calls[-1].tool_choice == "none"
+    (completion,) = record.of(RunCompleted)
+    assert (completion.stop_reason, completion.steps) == ("max_steps", 2)
+    assert completion.final_answer == "I ran out of steps; here is what I found."
+
+
+async def test_missing_control_block_is_free_text_and_the_run_continues(harness: Harness):
+    harness.model.script("reason", text("Just thinking aloud, no block."))
+    harness.model.script("observe", text("No block here either."), observe("ok", final="Final."))
+    record = await harness.run("go", max_steps=3)
+    assert record.of(ReasonDone)[0].content == "Just thinking aloud, no block."
+    assert [e.step for e in record.of(StepStarted)] == [1, 2]
+    assert record.of(RunCompleted)[0].final_answer == "Final."
+
+
+async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+):
+    calls = [
+        FakeToolCall("no_such_tool", {}),
+        FakeToolCall("get_current_time", {"timezone": "Mars/Olympus"}),
+        FakeToolCall("get_current_time", {"timezone": 42}),
+        FakeToolCall("get_current_time", '{"timezone": "UTC"'),
+        FakeToolCall("echo", {"text": "crash"}),
+        FakeToolCall("echo", {"text": "hi", "delay_ms": "5"}),  # strict: "5" is not 5
+    ]
+    harness.model.script("act", act(*calls))
+    harness.model.script("observe", observe("Several calls failed.", final="I could not do it."))
+    with caplog.at_level(logging.ERROR, logger="agent.acting"):
+        record = await harness.run("break things")
+
+    failed = record.of(ToolFailed)
+    assert [e.call_id for e in failed] == [c.id for c in calls]
+    errors = [e.error for e in failed]
+    assert "no tool named 'no_such_tool'" in errors[0]
+    assert "Mars/Olympus" in errors[1]
+    assert "timezone" in errors[2]
+    assert "not valid JSON" in errors[3]
+    assert "failed unexpectedly" in errors[4] and "Traceback" not in errors[4]
+    assert "delay_ms" in errors[5]
+    assert record.of(RunCompleted)[0].stop_reason == "finished"
+    # The model sees only the kind of a crash; the operator's log has the traceback.
+    (crash,) = [r for r in caplog.records if r.name == "agent.acting"]
+    assert "echo" in crash.getMessage() and calls[4].id in crash.getMessage()
+    assert crash.exc_info is not None and crash.exc_info[0] is not None
+    observe_call = [c for c in harness.model.calls if c.phase == "observe"][-1]
+    tool_messages = [m for m in observe_call.messages if m.role == "tool"]
+    assert [m.tool_call_id for m in tool_messages] == [c.id for c in calls]
+
+
+async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):
+    harness.model.script("reason", Reply(chunks=["Let me ", "think"], hang_after=1))
+    task = harness.start("go")
+    async with asyncio.timeout(5):
+        await harness.model.hanging.wait()
+    assert harness.control.request_stop("user")
+    async with asyncio.timeout(5):
+        await task
+    (stopped,) = harness.record.of(RunStopped)
+    assert (stopped.step, stopped.reason) == (1, "user")
+    assert harness.model.cancelled == 1
+    assert not harness.record.of(RunCompleted)
+    assert harness.record.messages[-1].phase == "stop"  # a note for the model's next run
+
+
+async def test_chat_mode_streams_deltas_and_may_call_tools(harness: Harness):
+    call = FakeToolCall("echo", {"text": "hello"})
+    harness.model.script("chat", act(call), text("Echoed: ", "hello"))
+    record = await harness.run("say hello", agent=False)
+    assert harness.model.phases() == ["chat", "chat"]
+    assert [e.result for e in record.of(ToolCompleted)] == [{"echo": "hello"}]
+    assert "".join(e.delta for e in record.of(ChatDelta)) == "Echoed: hello"
+    assert record.of(ChatDone)[-1].content == "Echoed: hello"
+    assert record.kinds()[-1] == "chat_done"
