@@ -120,10 +120,10 @@ async def test_welcome_state_with_the_model_and_example_prompts(
     await expect(welcome).to_be_hidden()
 
 
-async def test_the_welcome_state_without_a_model_name(ui_server: Any, page: Any) -> None:
-    await open_page(page, ui_server.url)  # the real server: no `model` in its session frame
+async def test_the_welcome_state_names_the_servers_model(ui_server: Any, page: Any) -> None:
+    await open_page(page, ui_server.url)  # the real server's session frame carries `model`
     await expect(page.locator("#welcome")).to_be_visible()
-    await expect(page.locator("#welcome-model")).to_be_hidden()
+    await expect(page.locator("#welcome-model")).to_contain_text("gpt-4o-mini")
 
 
 CODE = "def greet(name):\n    return f\"Hello, {name}!\"  # <b>not bold</b>"
