@@ -217,26 +217,8 @@ async def _summarize(
     instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
     stream = ControlStream(OBSERVE_KEYS)
     rec.answer_streamed = False
-
-    async def show(shown: str) -> None:
-        if shown:
-            rec.answer_streamed = True
-            await ctx.sink.emit(AnswerDelta(step, shown))
-
-    async def feed(piece: str) -> None:
-        await show(stream.feed(piece))
-
-    await call_model(
-        ctx,
-        rec,
-        step,
-        "summarize",
-        lambda: rec.messages(step, "summarize", system, [instruction]),
-        tools=tools,
-        tool_choice="none",
-        on_text=feed,
-    )
-    await show(stream.finish())
+    await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
+    rec.end_stream()  # the answer is stored by _complete
     control = read_observe_control(stream.control)
     answer = stream.content or (control.final_answer or control.observation if control else "")
     if answer.strip():
@@ -384,16 +366,19 @@ async def stream_text(
     tools: Sequence[ToolSpec] = (),
 ) -> str:
     """Stream a call that may not use tools through `stream`, emitting the shown text as
-    deltas (and the answer after an answer-starting block as `AnswerDelta`s).
+    deltas (and the answer after an answer-starting block as `AnswerDelta`s); everything the
+    max-steps summary shows is answer.
 
     The recorder stays in streaming state: the caller ends it with `commit_stream`.
     """
-    make_delta = ReasonDelta if phase == "reason" else ObserveDelta
+    deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
+    make_delta = deltas[phase]
     rec.begin_stream(phase)
 
     async def show(shown: str) -> None:
         if shown:
             rec.streamed.append(shown)
+            rec.answer_streamed = rec.answer_streamed or make_delta is AnswerDelta
             await ctx.sink.emit(make_delta(step, shown))
         answer = stream.take_answer()
         if answer:
