@@ -26,11 +26,14 @@ __all__ = ["read_text_tool_calls"]
 _NAME_KEYS = ("name", "tool", "tool_name")
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
 _OPEN_TAG, _CLOSE_TAG = "<tool_call>", "</tool_call>"
+_MAX_TEXT = 20_000  # a reply longer than this is prose: scanning it for calls could cost seconds
 _EMPTY_FENCE = re.compile(r"```(?:json)?\s*```")  # what is left of a fence whose call was read
 
 
 def read_text_tool_calls(text: str, offered: Collection[str]) -> tuple[tuple[ToolCall, ...], str]:
     """Return (the calls written in `text`, the text without them)."""
+    if len(text) > _MAX_TEXT:  # unbalanced braces make the scan quadratic: never on the loop
+        return (), text
     whole = _function_syntax(text, offered)
     if whole:
         return whole, ""

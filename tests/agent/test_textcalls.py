@@ -67,3 +67,10 @@ def test_a_leading_think_block_is_split_out_across_chunks(size):
     shown = "".join(p for is_thinking, p in pieces if not is_thinking)
     assert thinking == "plan it"
     assert shown == "The answer. <think>not thinking</think>"
+
+
+def test_an_oversized_reply_is_not_scanned():
+    call = '{"name": "get_current_time", "arguments": {}}'
+    huge = "{ " * 60_000 + call  # unbalanced braces: a scan would be quadratic
+    assert read_text_tool_calls(huge, OFFERED) == ((), huge)
+    assert read_text_tool_calls(call, OFFERED)[0]  # a normal reply still is read
