@@ -12,9 +12,7 @@ the second sends `agent_control stop`; latency = stop sent → `agent_stopped` r
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -47,24 +45,17 @@ def _sqlite_env(bench: Bench) -> dict[str, str]:
 
 
 async def _on_ferretdb(bench: Bench) -> dict[str, Any]:
-    from bench.storage import _ferretdb_binary
-    from tests.fakes.ferretdb import FerretDB
+    from bench.storage import NO_FERRETDB, running_ferretdb
 
-    binary = _ferretdb_binary()
-    if binary is None:
-        return {"skipped": "no FerretDB binary cached (`make test-deps` builds one)"}
-    with tempfile.TemporaryDirectory(prefix="bench-ferret-", dir=bench.workdir) as tmp:
-        server = FerretDB(binary, Path(tmp))
-        await asyncio.to_thread(server.start)
-        try:
-            env = {
-                "AGENT__STORAGE__BACKEND": "mongodb",
-                "AGENT__STORAGE__MONGODB_URI": server.uri,
-                "AGENT__STORAGE__MONGODB_DATABASE": "bench_replicas",
-            }
-            return await _measure(bench, env)
-        finally:
-            await asyncio.to_thread(server.stop)
+    async with running_ferretdb(bench) as uri:
+        if uri is None:
+            return NO_FERRETDB
+        env = {
+            "AGENT__STORAGE__BACKEND": "mongodb",
+            "AGENT__STORAGE__MONGODB_URI": uri,
+            "AGENT__STORAGE__MONGODB_DATABASE": "bench_replicas",
+        }
+        return await _measure(bench, env)
 
 
 def _start(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:

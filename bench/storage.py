@@ -13,6 +13,8 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,25 +91,35 @@ async def _sqlite(bench: Bench) -> dict[str, Any]:
     return _summary(rates)
 
 
-def _ferretdb_binary() -> Path | None:
-    from tests.fakes.ferretdb import FERRETDB_VERSION, cache_dir
+NO_FERRETDB = {"skipped": "no FerretDB binary cached (`make test-deps` builds one)"}
+
+
+@asynccontextmanager
+async def running_ferretdb(bench: Bench) -> AsyncIterator[str | None]:
+    """A FerretDB on a temporary folder for one benchmark: its URI, or None when no binary is
+    cached (benchmarks never build one)."""
+    from tests.fakes.ferretdb import FERRETDB_VERSION, FerretDB, cache_dir
 
     binary = cache_dir() / f"ferretdb-{FERRETDB_VERSION}"
-    return binary if os.access(binary, os.X_OK) else None
+    if not os.access(binary, os.X_OK):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-ferret-", dir=bench.workdir) as tmp:
+        server = FerretDB(binary, Path(tmp))
+        await asyncio.to_thread(server.start)
+        try:
+            yield server.uri
+        finally:
+            await asyncio.to_thread(server.stop)
 
 
 async def _mongo(bench: Bench) -> dict[str, Any]:
     from server.storage.mongo import MongoStore
-    from tests.fakes.ferretdb import FerretDB
 
-    binary = _ferretdb_binary()
-    if binary is None:
-        return {"skipped": "no FerretDB binary cached (`make test-deps` builds one)"}
-    with tempfile.TemporaryDirectory(prefix="bench-ferret-", dir=bench.workdir) as tmp:
-        server = FerretDB(binary, Path(tmp))
-        await asyncio.to_thread(server.start)
-        settings = StorageSettings(backend="mongodb", mongodb_uri=server.uri,
-                                   mongodb_database="bench")
+    async with running_ferretdb(bench) as uri:
+        if uri is None:
+            return NO_FERRETDB
+        settings = StorageSettings(backend="mongodb", mongodb_uri=uri, mongodb_database="bench")
         store = MongoStore(settings)
         try:
             await store.open()
@@ -116,7 +128,6 @@ async def _mongo(bench: Bench) -> dict[str, Any]:
                                 sizes.reps)
         finally:
             await store.close()
-            await asyncio.to_thread(server.stop)
     return {**_summary(rates), "server": "FerretDB (SQLite handler)"}
 
 
