@@ -46,8 +46,8 @@ SUBSYSTEMS: dict[str, tuple[str, ...]] = {
         ("SQLiteStore._write ", "SQLiteStore._flush ", "SQLiteStore._in_writer ",
          "SQLiteStore._in_reader ", "SQLiteStore._read "),
     "storage, writer thread (SQLiteStore._commit)": ("SQLiteStore._commit ",),
-    "publish path (_RunSink → LiveSession: frame, shielded task, lock, store call, deliver)":
-        ("_RunSink.emit ", "_RunSink.append ", "LiveSession.publish ",
+    "publish path (RunSink → LiveSession: frame, shielded task, lock, store call, deliver)":
+        ("RunSink.emit ", "RunSink.append ", "LiveSession.publish ",
          "LiveSession.save_messages ", "LiveSession._locked ", "shielded "),
     "WebSocket send (Connection.write_forever)": ("Connection.write_forever ",),
     "control-block parsing (ControlStream)": ("ControlStream.feed ", "ControlStream.finish "),

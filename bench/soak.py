@@ -145,7 +145,7 @@ async def soak(sessions: int, runs: int, rounds: int, seconds: float, seed: int)
                         await asyncio.wait_for(hub.wait_empty(), 30)
                     except TimeoutError:
                         held = [(lv.session_id, len(lv.subscribers), lv.run is not None, lv.status)
-                                for lv in hub._live.values()]
+                                for lv in hub.sessions.values()]
                         print("STUCK", held[:5], len(held), file=sys.stderr)
                         raise
                     gc.collect()

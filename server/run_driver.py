@@ -1,0 +1,264 @@
+"""RunDriver: start each run as a task and see it to its one `response_complete`.
+
+A run is a task. Its RunControl (stop Event, input queue) is what `agent_control` and
+`agent_user_input` act on; its sink and transcript write through the LiveSession, so every
+event is stored before any socket sees it. Whatever way a run ends (finished, stopped,
+failed), the driver sends exactly one `response_complete` as its last event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from agent.budget import Budget
+from agent.chat import run_chat
+from agent.control import RunControl
+from agent.errors import ModelError, StorageError
+from agent.events import RunStopped, UserMessage
+from agent.loop import run_agent
+from agent.messages import Message, Usage
+from agent.metrics import Metric
+from agent.ports import ToolSpec
+from agent.run import RunLimits
+from server.live import ActiveRun, LiveSession, now_ms, shielded
+from server.protocol import (
+    AgentControlFrame,
+    ChatFrame,
+    ProtocolError,
+    error_frame,
+    run_frame,
+)
+from server.run_context import BuildContext
+from server.run_quota import RunQuota, run_in_progress
+from server.run_recovery import Repairs
+from server.run_request import Origin, RunRequest, read_request
+from server.session_registry import SessionRegistry
+from server.settings import AgentSettings
+from server.storage.base import Store, UnfinishedRun
+from server.tenant_metrics import TenantMetrics
+
+__all__ = ["RunDriver"]
+
+log = logging.getLogger(__name__)
+
+_TAIL_EVENTS = 400  # how far back `retry`/`continue` look for the last run's message
+_CONTINUE = "Please continue the task from where you stopped."
+
+
+class RunDriver:
+    """Start, retry and continue runs; end each one exactly once, however it ends."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: SessionRegistry,
+        quota: RunQuota,
+        repairs: Repairs,
+        context: BuildContext,
+        metrics: TenantMetrics,
+        settings: AgentSettings,
+        tools_for: Callable[[str], Sequence[str]],
+        budget: Budget | None = None,
+        approval_timeout_s: float = 300.0,
+    ) -> None:
+        self._store = store
+        self._registry = registry
+        self._quota = quota
+        self._repairs = repairs
+        self._context = context
+        self._metrics = metrics
+        self._settings = settings
+        self._tools_for = tools_for  # the tools a tenant may use now (MCP servers come and go)
+        self._budget = budget or Budget()
+        self._approval_timeout_s = approval_timeout_s
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start_run(
+        self,
+        live: LiveSession,
+        frame: ChatFrame,
+        origin: Origin = "chat",
+        client_tools: Sequence[ToolSpec] = (),
+    ) -> str:
+        """Start a run for `frame`; raise ProtocolError when the frame cannot start one now.
+        `client_tools` (AG-UI's frontend tools) are offered to the model with ours.
+
+        On a shared store the run first takes its slots there (one per session, and one of
+        the tenant's `max_concurrent_runs_per_tenant`), so the limits hold across processes.
+        """
+        available = self._tools_for(live.scope.tenant_id)
+        request = read_request(frame, self._settings, available, origin, client_tools)
+        if live.run is not None:  # a run elsewhere holds the session's slot in the store
+            raise run_in_progress()
+        self._quota.reserve(live.scope.tenant_id)
+        run = ActiveRun(uuid.uuid4().hex, RunControl())
+        live.run = run
+        if self._store.shared:
+            repair = self._repairs.pending(live.session_id)
+            if repair is not None:  # the last run's end (and slot) never reached the store
+                await self._repairs.repair(repair)
+            try:
+                await self._quota.take_slot(live.scope, live.session_id, run.run_id)
+            except BaseException:
+                live.run = None
+                raise
+        task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
+        run.task = task
+        run.control.attach(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return run.run_id
+
+    async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
+        """`retry`: run the session's last user message again (after an error, a stop, or to
+        regenerate an answer); `continue`: go on after a run that hit its step limit or budget.
+        """
+        if live.run is not None:
+            raise run_in_progress()
+        last = await self._last_run(live)
+        if last is None:
+            raise ProtocolError("nothing_to_retry", "This session has no earlier message to run.")
+        content, agent_mode, ending = last
+        if frame.action == "continue":
+            if ending not in ("max_steps", "budget"):
+                raise ProtocolError(
+                    "nothing_to_retry",
+                    "Only a run that stopped at its step limit or budget can be continued.",
+                )
+            content, agent_mode = _CONTINUE, True
+        chat = ChatFrame(
+            type="chat",
+            content=content,
+            agent_mode=agent_mode,
+            agent_max_steps=frame.agent_max_steps,
+            id=frame.id,
+        )
+        return await self.start_run(live, chat, "retry" if frame.action == "retry" else "continue")
+
+    async def stop_all(self, timeout_s: float) -> None:
+        """Stop every run ("shutdown") and wait, at most `timeout_s`, until each has ended."""
+        for live in list(self._registry.sessions.values()):
+            if live.run is not None:
+                live.run.control.request_stop("shutdown")
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout_s)
+
+    async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
+        """(the last run's user message, its mode, how it ended), from the stored events;
+        older sessions without `agent_user_message` events fall back to the messages."""
+        tail = await self._store.read_events(
+            live.scope, live.session_id, max(0, live.last_seq - _TAIL_EVENTS)
+        )
+        frames = [orjson.loads(raw) for raw in tail]
+        ending = ""
+        for frame in reversed(frames):
+            kind = frame.get("update_type") or frame.get("type")
+            if not ending and kind in ("agent_completion", "agent_stopped", "error"):
+                ending = str(frame.get("stop_reason") or frame.get("reason") or kind)
+            if kind == "agent_user_message":
+                return str(frame["content"]), bool(frame.get("agent_mode", True)), ending
+        history = await self._store.load_history(live.scope, live.session_id)
+        for message in reversed(history):
+            if message.role == "user" and message.run_id:
+                return message.content, self._settings.default_mode, ending
+        return None
+
+    async def _drive(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
+        limits = RunLimits(
+            max_steps=request.max_steps,
+            request_input_timeout_s=self._settings.request_input_timeout_s,
+            tool_timeout_s=self._settings.tool_timeout_s,
+            chat_tool_rounds=self._settings.chat_tool_rounds,
+            budget=self._budget,
+            plan_every=self._settings.plan_every,
+            style=request.style,
+            control_retries=self._settings.control_retries,
+            max_verifications=self._settings.max_verifications,
+            approval_timeout_s=self._approval_timeout_s,
+        )
+        ctx = self._context(live, run, limits, request.tools, request.client_tools)
+        sink = ctx.sink
+        limit = asyncio.get_running_loop().call_later(
+            self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
+        )
+        self._metrics.of(live.scope.tenant_id)[Metric.RUNS_STARTED] += 1
+        try:
+            repair = self._repairs.pending(live.session_id)
+            if repair is not None:  # the last run's end was never stored: close it first
+                await self._repairs.repair(repair)
+            await self._begin(live, run, request)
+            await sink.emit(
+                UserMessage(request.content, request.agent_mode, request.origin, request.client_id)
+            )
+            history = await self._store.load_history(live.scope, live.session_id)
+            runner = run_agent if request.agent_mode else run_chat
+            await runner(ctx, history)
+        except asyncio.CancelledError:
+            reason = run.control.stop_reason
+            if reason is None:
+                raise
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            await sink.emit(RunStopped(0, reason, Usage().as_dict()))  # before the loop began
+        except ModelError as exc:
+            await self._fail(live, run, "llm_error", str(exc))
+        except StorageError as exc:
+            log.error("storage failed in session %s: %s", live.session_id, exc)
+            await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
+        except Exception:
+            log.exception("run %s failed", run.run_id)
+            await self._fail(live, run, "internal_error", "Something went wrong on the server.")
+        finally:
+            limit.cancel()
+            run.control.detach()
+            await self._finish(live, run)
+
+    async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
+        await live.ensure_stored()
+        if not live.title:
+            await live.set_title(" ".join(request.content.split())[:80])
+        await live.save_messages([Message("user", request.content, run_id=run.run_id)])
+        await live.publish([], status="running", run_id=run.run_id)
+
+    async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
+        self._metrics.of(live.scope.tenant_id)[Metric.run_failed(code)] += 1
+        frame = {
+            **run_frame("error", live.session_id, run.run_id, now_ms()),
+            **error_frame(code, message),
+        }
+        try:
+            await live.publish([frame])
+        except StorageError:
+            frame.pop("seq")
+            live.deliver_unstored(orjson.dumps(frame).decode())
+
+    async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
+        """Send the run's one `response_complete`; the session turns idle (and releases the
+        run) at that moment, so the session is never seen without a run but still running."""
+        self._quota.release(live.scope.tenant_id)
+        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        try:
+            await live.publish([frame], status="idle")
+        except StorageError:
+            frame.pop("seq")
+            live.status, live.pending_input = "idle", None
+            if live.run is run:
+                live.run = None
+            live.deliver_unstored(orjson.dumps(frame).decode())
+            # The store still shows the run as active: close it there once it is back.
+            self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id))
+        finally:
+            if live.run is run:  # a chat sent on receiving response_complete may own it now
+                live.run = None
+            self._registry.release(live)
+        if self._store.shared:
+            try:
+                await shielded(self._quota.free_slot(live.session_id, run.run_id))
+            except StorageError as exc:
+                log.warning("controls of run %s stay stored: %s", run.run_id, exc)

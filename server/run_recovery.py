@@ -1,0 +1,179 @@
+"""RunRecovery: close the runs nobody will finish, and keep this process's runs claimed.
+
+Two kinds of runs stay open in the store: those of a process that died (closed at startup,
+or on a shared store once their lease expired), and those whose end could not be stored
+(queued, and closed once the store is back). Either is closed the same way: `agent_stopped`
+("interrupted"), then `response_complete`, with the conversation repaired.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+import orjson
+
+from agent.control import RunControl
+from agent.errors import StorageError
+from agent.run import RunLimits, RunRecorder
+from server.live import ActiveRun, LiveSession, now_ms, shielded
+from server.protocol import run_frame
+from server.relay import StoreRelay
+from server.run_context import BuildContext
+from server.storage.base import SessionRecord, Store, UnfinishedRun
+
+__all__ = ["Repairs", "RunRecovery"]
+
+log = logging.getLogger(__name__)
+
+
+class Repairs(Protocol):
+    """The queue of runs whose end could not be stored (RunRecovery implements it)."""
+
+    def pending(self, session_id: str) -> UnfinishedRun | None: ...
+
+    def defer(self, item: UnfinishedRun) -> None: ...
+
+    async def repair(self, item: UnfinishedRun) -> None: ...
+
+
+class RunRecovery:
+    """Recover dead processes' runs, renew our leases, and settle runs queued for repair."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        sessions: Mapping[str, LiveSession],
+        context: BuildContext,
+        release_run: Callable[[str, str], Awaitable[None]],
+        relay: StoreRelay | None,
+        lease_ms: int,
+    ) -> None:
+        self._store = store
+        self._live = sessions  # the registry's, read only
+        self._context = context
+        self._release_run = release_run  # gives back a run's slots in the shared store
+        self._relay = relay
+        self._lease_ms = lease_ms
+        self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
+        self._upkeep: asyncio.Task[None] | None = None
+
+    # -- repair queue ------------------------------------------------------------------------
+
+    def pending(self, session_id: str) -> UnfinishedRun | None:
+        """The session's run whose end is still to be stored, if any."""
+        return self._needs_repair.get(session_id)
+
+    def defer(self, item: UnfinishedRun) -> None:
+        """Queue a run whose end could not be stored, to be closed once the store is back."""
+        self._needs_repair[item.session_id] = item
+
+    async def repair(self, item: UnfinishedRun) -> None:
+        """Close a run whose end could not be stored; keep it for later if the store fails."""
+        try:
+            await shielded(self._recover_one(item))
+        except StorageError:
+            return
+        self._needs_repair.pop(item.session_id, None)
+
+    # -- dead processes ----------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Close runs a dead process left open: `agent_stopped` ("interrupted"), then
+        `response_complete`, with the conversation repaired. Return how many.
+
+        A store used by one process (SQLite) closes every run it shows active at startup; on
+        a shared store (MongoDB) only runs whose lease expired are claimed and closed.
+        """
+        now = now_ms()
+        unfinished = await self._store.unfinished_runs(now if self._store.shared else None)
+        closed = 0
+        for item in unfinished:
+            held = self._live.get(item.session_id)
+            if held is not None and (held.run is not None or not self._store.shared):
+                continue  # ours and alive
+            if self._store.shared and not await self._store.claim_run(
+                item, now, now + self._lease_ms
+            ):
+                continue  # another process took it
+            await shielded(self._recover_one(item, followed=True))
+            closed += 1
+        return closed
+
+    def start_upkeep(self) -> None:
+        """Renew this process's run leases, close expired runs of dead processes (shared
+        stores), and settle runs that ended while the store was down."""
+        if self._upkeep is None:
+            self._upkeep = asyncio.create_task(self._upkeep_forever(), name="session-upkeep")
+        if self._relay is not None:
+            self._relay.start()
+
+    async def stop_upkeep(self) -> None:
+        if self._relay is not None:
+            await self._relay.stop()
+        if self._upkeep is not None:
+            self._upkeep.cancel()
+            await asyncio.gather(self._upkeep, return_exceptions=True)
+            self._upkeep = None
+
+    async def _upkeep_forever(self) -> None:
+        period = max(0.2, self._lease_ms / 3000)
+        ticks = 0
+        while True:
+            await asyncio.sleep(period)  # a timer, not synchronization: leases are time-based
+            ticks += 1
+            try:
+                active = [lv.session_id for lv in self._live.values() if lv.run is not None]
+                await self._store.renew_leases(active, now_ms() + self._lease_ms)
+                for item in list(self._needs_repair.values()):
+                    await self.repair(item)
+                if self._store.shared and ticks % 3 == 0:
+                    await self.recover()
+            except StorageError as exc:
+                log.warning("session upkeep failed, will retry: %s", exc)
+
+    def _new_live(self, record: SessionRecord) -> LiveSession:
+        return LiveSession(record, self._store, lease_ms=self._lease_ms)
+
+    async def _recover_one(self, item: UnfinishedRun, *, followed: bool = False) -> None:
+        """Close the run in the store. `followed`: it died in another process, so watchers
+        here have not seen it end and get the closing events; else they saw it end live."""
+        record = await self._store.get_session(item.scope, item.session_id)
+        if record is None:
+            return
+        live = self._new_live(record)  # detached: watchers already saw this run end live
+        run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
+        ctx = self._context(live, run, RunLimits(), None)
+        history = await self._store.load_history(item.scope, item.session_id)
+        recorder = RunRecorder(ctx, history)
+        recorder.step, recorder.open_events = await self._last_step(live, run.run_id)
+        await recorder.record_stop("interrupted")
+        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        await live.publish([frame], status="idle")
+        if self._store.shared:
+            await self._release_run(item.session_id, run.run_id)
+        held = self._live.get(item.session_id)
+        if followed and held is not None and self._relay is not None and held.run is None:
+            await self._relay.poll()  # its watchers follow the closing events now
+        elif held is not None:  # keep the in-memory view in step with what was stored
+            held.last_seq = max(held.last_seq, live.last_seq)
+
+    async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:
+        """The last step the dead run started, and its tool calls that never ended."""
+        frames = await self._store.read_events(live.scope, live.session_id, 0)
+        step = 0
+        open_calls: dict[str, str] = {}
+        for raw in frames:
+            frame = orjson.loads(raw)
+            if frame.get("run_id") != run_id:
+                continue
+            step = max(step, int(frame.get("step", 0) or 0))
+            if frame["type"] == "tool_start":
+                open_calls[frame["tool_call_id"]] = frame["tool_name"]
+            elif frame["type"] in ("tool_complete", "tool_error"):
+                open_calls.pop(frame["tool_call_id"], None)
+        return step, open_calls

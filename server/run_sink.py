@@ -1,0 +1,70 @@
+"""RunSink: where a run's events and messages go, through its session's LiveSession.
+
+Questions and approval requests change the session's status with their frame; streamed
+deltas are batched when they come fast; everything is stored before any socket sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agent.events import (
+    AgentEvent,
+    AnswerDelta,
+    ApprovalRequested,
+    ChatDelta,
+    InputRequested,
+    ObserveDelta,
+    ReasonDelta,
+    ThinkingDelta,
+)
+from agent.messages import Message
+from server.live import LiveSession, now_ms
+from server.protocol import event_frame
+
+__all__ = ["RunSink"]
+
+_STREAMED = (ReasonDelta, ObserveDelta, ChatDelta, AnswerDelta, ThinkingDelta)  # batched writes
+
+
+class RunSink:
+    """EventSink of one run: frames, status changes, then delivery, via the LiveSession."""
+
+    def __init__(self, live: LiveSession, run_id: str) -> None:
+        self._live = live
+        self._run_id = run_id
+
+    async def emit(self, event: AgentEvent) -> None:
+        frame = event_frame(event, self._live.session_id, self._run_id, now_ms())
+        if isinstance(event, InputRequested):
+            pending = {
+                "question": event.question,
+                "tool_call_id": event.call_id,
+                "step": event.step,
+                "expires_at": event.expires_at,
+            }
+            await self._live.publish(
+                [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
+            )
+        elif isinstance(event, ApprovalRequested):
+            pending = {
+                "tool_name": event.name,
+                "arguments": event.arguments,
+                "tool_call_id": event.call_id,
+                "step": event.step,
+                "expires_at": event.expires_at,
+            }
+            await self._live.publish(
+                [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
+            )
+        elif isinstance(event, _STREAMED):
+            await self._live.publish_streamed([frame])  # in order; batched when fast
+        else:
+            await self._live.publish([frame])
+
+    async def emit_all(self, events: Sequence[AgentEvent]) -> None:
+        session, run, now = self._live.session_id, self._run_id, now_ms()
+        await self._live.publish([event_frame(e, session, run, now) for e in events])
+
+    async def append(self, messages: Sequence[Message]) -> None:
+        await self._live.save_messages(messages)

@@ -1,0 +1,138 @@
+"""SessionRegistry: the sessions held in memory, one LiveSession per session id.
+
+A session is held while a connection watches it or a run works on it, and forgotten as soon
+as neither does, so memory follows activity, not history. Every connection and run of a
+session shares its one LiveSession, hence one write order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+
+from server import remote
+from server.live import LiveSession, now_ms
+from server.protocol import ProtocolError
+from server.run_recovery import Repairs
+from server.storage.base import Scope, SessionRecord, Store
+
+__all__ = ["SessionRegistry"]
+
+
+class SessionRegistry:
+    """Open, hold and release sessions; close their watchers."""
+
+    def __init__(
+        self,
+        store: Store,
+        repairs: Repairs,
+        *,
+        sessions: dict[str, LiveSession] | None = None,
+        lease_ms: int = 30_000,
+    ) -> None:
+        self._store = store
+        self._repairs = repairs
+        self._lease_ms = lease_ms
+        self._live: dict[str, LiveSession] = {} if sessions is None else sessions
+        self._emptied = asyncio.Event()
+
+    @property
+    def sessions(self) -> Mapping[str, LiveSession]:
+        """The sessions held now, by id (read only: open and release change it)."""
+        return self._live
+
+    async def open(
+        self, scope: Scope, session_id: str | None, *, create: bool = False
+    ) -> tuple[LiveSession, bool]:
+        """Return (live session, resumed). A new session is made when `session_id` is None,
+        or (`create`, for AG-UI's client-chosen thread ids) when no session of the caller has
+        that id; the caller must then `ensure_stored` it, which fails on another's id.
+
+        A new session is stored with its first `chat`; until then it lives only while a
+        connection holds it, so page loads that never chat leave nothing behind.
+        Raise ProtocolError("session_not_found") for an unknown or foreign id.
+        """
+        if session_id is None or (create and await self._unknown(scope, session_id)):
+            now = now_ms()
+            record = SessionRecord(
+                session_id or uuid.uuid4().hex,
+                scope.tenant_id,
+                scope.user_id,
+                "idle",
+                "",
+                now,
+                now,
+                0,
+            )
+            live = self._live[record.session_id] = self._new_live(record, stored=False)
+            self._emptied.clear()
+            return live, False
+        repair = self._repairs.pending(session_id)
+        if repair is not None and repair.scope == scope and session_id not in self._live:
+            await self._repairs.repair(repair)  # the store may be back: settle the run first
+        live_or_none = self._live.get(session_id)
+        if live_or_none is None:
+            stored = await self._store.get_session(scope, session_id)
+            live_or_none = self._live.get(session_id)  # another connection may have won
+            if live_or_none is None and stored is not None:
+                live_or_none = self._live[session_id] = self._new_live(stored)
+                self._emptied.clear()
+                if stored.status == "awaiting_approval" and self._store.shared:
+                    await remote.find_pending_approval(self._store, live_or_none)
+        if live_or_none is None or live_or_none.scope != scope:
+            raise ProtocolError("session_not_found", "There is no such session.")
+        return live_or_none, True
+
+    async def _unknown(self, scope: Scope, session_id: str) -> bool:
+        """No session of that id, neither in memory nor (for this caller) in the store."""
+        if session_id in self._live:
+            return False
+        stored = await self._store.get_session(scope, session_id)
+        return stored is None and session_id not in self._live  # nobody made it meanwhile
+
+    def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
+        return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
+
+    def release(self, live: LiveSession) -> None:
+        """Forget the session when nobody watches it and no run works on it."""
+        if live.idle and self._live.get(live.session_id) is live:
+            del self._live[live.session_id]
+            if not self._live:
+                self._emptied.set()
+
+    def run_active(self, session_id: str) -> bool:
+        """True while a run of this session is working in this process."""
+        live = self._live.get(session_id)
+        return live is not None and live.run is not None
+
+    def live_count(self, tenant: str | None = None) -> int:
+        """Sessions held in memory (watched or running), of one tenant or (None) of all."""
+        if tenant is None:
+            return len(self._live)
+        return sum(1 for live in self._live.values() if live.scope.tenant_id == tenant)
+
+    async def wait_empty(self) -> None:
+        """Return once no session is held in memory (leak checks, tests)."""
+        while self._live:
+            self._emptied.clear()
+            await self._emptied.wait()
+
+    def close_watchers(self, session_id: str, code: int) -> None:
+        """Close every connection watching the session (e.g. it was deleted) with `code`."""
+        live = self._live.get(session_id)
+        for subscriber in list(live.subscribers if live is not None else ()):
+            subscriber.finish(code)
+
+    async def close_all(self, code: int, timeout_s: float) -> None:
+        """Let every connection send what it has queued and close with `code`; wait for them
+        at most `timeout_s` (at least 0.1 s)."""
+        closing = []
+        for live in list(self._live.values()):
+            for subscriber in list(live.subscribers):
+                subscriber.finish(code)
+                closing.append(asyncio.ensure_future(subscriber.wait_closed()))
+        if closing:
+            _, late = await asyncio.wait(closing, timeout=max(0.1, timeout_s))
+            for waiter in late:
+                waiter.cancel()
