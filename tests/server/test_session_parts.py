@@ -1,0 +1,251 @@
+"""The session hub's parts alone, in process, on a real SQLite file: the run quota (here and
+across two processes' store slots), the session registry, a chat frame's checks, and the
+per-tenant counters."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agent.metrics import Metric
+from agent.ports import ToolSpec
+from server.protocol import ChatFrame, ProtocolError
+from server.run_quota import RunQuota
+from server.run_request import read_request
+from server.session_registry import SessionRegistry
+from server.settings import AgentSettings
+from server.storage.base import Scope, UnfinishedRun
+from server.storage.sqlite import SQLiteStore
+from server.tenant_metrics import TenantMetrics
+
+ALICE = Scope("acme", "alice")
+BOB = Scope("acme", "bob")
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path / "agent.db", shared=True)
+    await store.open()
+    yield store
+    await store.close()
+
+
+class Repairs:
+    """A repair queue that records which runs it was asked to close."""
+
+    def __init__(self) -> None:
+        self.queued: dict[str, UnfinishedRun] = {}
+        self.repaired: list[UnfinishedRun] = []
+
+    def pending(self, session_id: str) -> UnfinishedRun | None:
+        return self.queued.get(session_id)
+
+    def defer(self, item: UnfinishedRun) -> None:
+        self.queued[item.session_id] = item
+
+    async def repair(self, item: UnfinishedRun) -> None:
+        self.repaired.append(item)
+        self.queued.pop(item.session_id, None)
+
+
+class Watcher:
+    """A connection as the registry sees it: closed with a code."""
+
+    def __init__(self) -> None:
+        self.codes: list[int] = []
+        self.closed = asyncio.Event()
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        pass
+
+    def finish(self, code: int) -> None:
+        self.codes.append(code)
+        self.closed.set()
+
+    async def wait_closed(self) -> None:
+        await self.closed.wait()
+
+
+def _chat(**fields: object) -> ChatFrame:
+    return ChatFrame.model_validate({"type": "chat", "content": "hi", **fields})
+
+
+# -- RunQuota --------------------------------------------------------------------------------
+
+
+async def test_the_quota_counts_each_tenant_apart_and_refuses_at_the_limit(
+    store: SQLiteStore,
+) -> None:
+    quota = RunQuota(store, limit=2)
+    quota.reserve("acme")
+    quota.reserve("acme")
+    quota.reserve("globex")
+    with pytest.raises(ProtocolError) as refused:
+        quota.reserve("acme")
+    assert refused.value.code == "too_many_runs"
+    assert "2 active runs" in refused.value.message
+    assert (quota.active_runs("acme"), quota.active_runs("globex"), quota.active_runs()) == (
+        2,
+        1,
+        3,
+    )
+    quota.release("acme")
+    quota.reserve("acme")  # the freed place is usable again
+    assert quota.active_runs("acme") == 2
+
+
+async def test_store_slots_hold_the_limit_across_processes(tmp_path: Path) -> None:
+    first, second = (SQLiteStore(tmp_path / "shared.db", shared=True) for _ in range(2))
+    await first.open()
+    await second.open()
+    try:
+        here, there = RunQuota(first, limit=1), RunQuota(second, limit=1)
+        here.reserve("acme")
+        await here.take_slot(ALICE, "s1", "r1")
+        there.reserve("acme")
+        with pytest.raises(ProtocolError) as refused:
+            await there.take_slot(BOB, "s2", "r2")  # the tenant's one slot is taken elsewhere
+        assert refused.value.code == "too_many_runs"
+        assert there.active_runs("acme") == 0  # the refused run is not counted
+        await here.free_slot("s1", "r1")
+        there.reserve("acme")
+        await there.take_slot(BOB, "s2", "r2")
+        assert there.active_runs("acme") == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_a_session_has_one_run_slot(store: SQLiteStore) -> None:
+    quota = RunQuota(store, limit=5)
+    quota.reserve("acme")
+    await quota.take_slot(ALICE, "s1", "r1")
+    quota.reserve("acme")
+    with pytest.raises(ProtocolError) as refused:
+        await quota.take_slot(ALICE, "s1", "r2")
+    assert refused.value.code == "run_in_progress"
+    assert quota.active_runs("acme") == 1
+
+
+# -- SessionRegistry -------------------------------------------------------------------------
+
+
+async def test_a_new_session_is_held_until_released(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    live, resumed = await registry.open(ALICE, None)
+    assert not resumed and not live.stored
+    assert registry.live_count() == registry.live_count("acme") == 1
+    assert registry.live_count("globex") == 0
+    registry.release(live)
+    await asyncio.wait_for(registry.wait_empty(), 5)
+    assert registry.live_count() == 0
+    assert await store.get_session(ALICE, live.session_id) is None  # never chatted: not stored
+
+
+async def test_every_opener_of_a_session_shares_one_live_session(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    made, _ = await registry.open(ALICE, None)
+    await made.ensure_stored()
+    registry.release(made)
+    first, resumed = await registry.open(ALICE, made.session_id)
+    second, _ = await registry.open(ALICE, made.session_id)
+    assert resumed and first is second is not made
+
+
+async def test_unknown_and_foreign_ids_are_not_found(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    with pytest.raises(ProtocolError) as unknown:
+        await registry.open(ALICE, "nope")
+    assert unknown.value.code == "session_not_found"
+    mine, _ = await registry.open(ALICE, None)
+    await mine.ensure_stored()
+    for held in (1, 0):  # held in memory, then only stored
+        assert registry.live_count() == held
+        with pytest.raises(ProtocolError) as foreign:
+            await registry.open(BOB, mine.session_id)
+        assert foreign.value.code == "session_not_found"
+        registry.release(mine)
+
+
+async def test_create_makes_a_session_with_the_client_chosen_id(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    live, resumed = await registry.open(ALICE, "thread-1", create=True)
+    assert (live.session_id, resumed) == ("thread-1", False)
+    again, resumed = await registry.open(ALICE, "thread-1", create=True)
+    assert again is live and resumed
+
+
+async def test_a_run_queued_for_repair_is_closed_before_its_session_loads(
+    store: SQLiteStore,
+) -> None:
+    repairs = Repairs()
+    registry = SessionRegistry(store, repairs)
+    live, _ = await registry.open(ALICE, None)
+    await live.ensure_stored()
+    registry.release(live)
+    item = UnfinishedRun(ALICE, live.session_id, "r1")
+    repairs.defer(item)
+    with pytest.raises(ProtocolError):
+        await registry.open(BOB, live.session_id)
+    assert repairs.repaired == []  # another user's open does not touch it
+    await registry.open(ALICE, live.session_id)
+    assert repairs.repaired == [item]
+
+
+async def test_closing_watchers_closes_each_with_the_code(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    one, _ = await registry.open(ALICE, None)
+    other, _ = await registry.open(BOB, None)
+    watchers = [Watcher(), Watcher(), Watcher()]
+    one.subscribers.update(watchers[:2])
+    other.subscribers.add(watchers[2])
+    registry.close_watchers(one.session_id, 4404)
+    assert [w.codes for w in watchers] == [[4404], [4404], []]
+    await registry.close_all(1001, timeout_s=5)
+    assert [w.codes for w in watchers] == [[4404, 1001], [4404, 1001], [1001]]
+    assert not registry.run_active(one.session_id)
+
+
+# -- read_request ----------------------------------------------------------------------------
+
+
+def test_a_chat_frame_gets_the_settings_defaults() -> None:
+    settings = AgentSettings(default_max_steps=7, default_mode=False, style="direct")
+    request = read_request(_chat(id="c1"), settings, ["web_search"], "retry")
+    assert (request.max_steps, request.agent_mode, request.style) == (7, False, "direct")
+    assert (request.tools, request.client_id, request.origin) == (None, "c1", "retry")
+
+
+@pytest.mark.parametrize(
+    ("fields", "client_tools", "says"),
+    [
+        ({"agent_max_steps": 51}, (), "agent_max_steps: must be at most 50 (got 51)."),
+        ({"tools": ["shell"]}, (), "tools: unknown tool 'shell' (enabled: web_search)."),
+        ({}, ("web_search",), "tools: 'web_search' is a server tool's name."),
+        ({}, ("request_input",), "tools: 'request_input' is a server tool's name."),
+    ],
+)
+def test_a_chat_frame_that_cannot_run_is_refused(
+    fields: dict[str, object], client_tools: tuple[str, ...], says: str
+) -> None:
+    specs = [ToolSpec(name, "", {}) for name in client_tools]
+    with pytest.raises(ProtocolError) as refused:
+        read_request(_chat(**fields), AgentSettings(), ["web_search"], client_tools=specs)
+    assert (refused.value.code, refused.value.message) == ("invalid_message", says)
+
+
+# -- TenantMetrics ---------------------------------------------------------------------------
+
+
+def test_each_tenant_sees_its_own_counters_and_the_total_sums_them() -> None:
+    metrics = TenantMetrics()
+    metrics.of("acme")[Metric.RUNS_STARTED] += 2
+    metrics.of("globex")[Metric.RUNS_STARTED] += 1
+    acme = metrics.snapshot("acme")
+    acme[Metric.RUNS_STARTED] += 10  # a snapshot is a copy
+    assert metrics.snapshot("acme")[Metric.RUNS_STARTED] == 2
+    assert metrics.snapshot("initech")[Metric.RUNS_STARTED] == 0
+    assert metrics.snapshot()[Metric.RUNS_STARTED] == 3
