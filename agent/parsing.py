@@ -51,6 +51,8 @@ _TAG_PREFIXES = frozenset(tag[:n] for tag in _TAGS for n in range(1, len(tag) + 
 _LONGEST_TAG = max(len(t) for t in _TAGS)
 _MARKERS = ("`", "{", "<")  # a chunk with none of these cannot start a block or a tag
 _UNDECIDED = -1
+_SPACES = re.compile(r"\s*")
+_CANDIDATE_START = re.compile(re.escape(_FENCE) + "|" + re.escape(_ACTION_OPEN) + r"|\{")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class ControlStream:
         self._answer: list[str] = []
         self._answer_taken = 0
         self._answering = False  # past the block that starts the answer
+        self._scan: _ObjectScan | None = None  # the open object being read, resumed per chunk
+        self._fence_searched = (-1, 0)  # (open fence's start, where its closing search resumes)
         self.control: dict[str, Any] | None = None
 
     @property
@@ -188,23 +192,19 @@ class ControlStream:
     def _find_candidate(self, pos: int, *, final: bool) -> int:
         text = self._text
         i = pos
-        while True:
-            fence = text.find(_FENCE, i)
-            brace = text.find("{", i)
-            action = text.find(_ACTION_OPEN, i)
-            hits = [h for h in (fence, brace, action) if h != -1]
-            if not hits:
-                return _UNDECIDED
-            i = min(hits)
-            if i == action:
+        while (hit := _CANDIDATE_START.search(text, i)) is not None:
+            i = hit.start()
+            marker = hit.group()
+            if marker == _ACTION_OPEN:
                 return i
-            if i == fence and _at_line_start(text, i):
+            if marker == _FENCE and _at_line_start(text, i):
                 return i
-            if i == brace and _after_space(text, i):
-                nxt = text[i + 1 :].lstrip()
-                if nxt.startswith('"') or (not nxt and not final):
+            if marker == "{" and _after_space(text, i):
+                nxt = _skip_space(text, i + 1)
+                if text.startswith('"', nxt) or (nxt == len(text) and not final):
                     return i
             i += 1
+        return _UNDECIDED
 
     def _read_candidate(self, start: int) -> _Candidate:
         text = self._text
@@ -227,12 +227,12 @@ class ControlStream:
                 balanced = self._read_fenced_object(start, line_end)
                 if balanced is not None:
                     return balanced
-            close = text.find(_FENCE, line_end + 1)
+            close = self._closing_fence(start, line_end + 1)
             if close == -1:
                 return _Candidate(start, _UNDECIDED, True, label_json, None)
             end = close + len(_FENCE)
             return _Candidate(start, end, True, label_json, self._control(text[line_end:close]))
-        end = json_object_end(text, start)
+        end = self._object_end(start)
         if end == _UNDECIDED:
             return _Candidate(start, _UNDECIDED, False, False, None)
         return _Candidate(start, end, False, False, self._control(text[start:end]))
@@ -248,7 +248,7 @@ class ControlStream:
             return _Candidate(start, _UNDECIDED, True, True, None)
         if text[body] != "{":
             return None
-        end = json_object_end(text, body)
+        end = self._object_end(body)
         if end == _UNDECIDED:
             return _Candidate(start, _UNDECIDED, True, True, None)
         after = end
@@ -259,6 +259,23 @@ class ControlStream:
         if not text.startswith(_FENCE, after):
             return None
         return _Candidate(start, after + len(_FENCE), True, True, self._control(text[body:end]))
+
+    def _object_end(self, start: int) -> int:
+        """`json_object_end`, resumed where the previous chunk's scan stopped: a long reply
+        with an unclosed `{` is read once, not once per chunk."""
+        if self._scan is None or self._scan.start != start:
+            self._scan = _ObjectScan(start)
+        return self._scan.advance(self._text)
+
+    def _closing_fence(self, start: int, after: int) -> int:
+        """The closing fence of the fence opened at `start`, searched only in new text."""
+        opened, resume = self._fence_searched
+        if opened == start:
+            after = max(after, resume)
+        close = self._text.find(_FENCE, after)
+        if close == -1:
+            self._fence_searched = (start, max(after, len(self._text) - len(_FENCE) + 1))
+        return close
 
     def _control(self, raw: str) -> dict[str, Any] | None:
         try:
@@ -277,6 +294,12 @@ def _at_line_start(text: str, i: int) -> bool:
     return j < 0 or text[j] == "\n"
 
 
+def _skip_space(text: str, i: int) -> int:
+    """The index of the first non-space character at or after `i` (len(text) if none)."""
+    match = _SPACES.match(text, i)
+    return match.end() if match else i
+
+
 def _after_space(text: str, i: int) -> bool:
     return i == 0 or text[i - 1].isspace()
 
@@ -285,29 +308,50 @@ def _label_is_json(fence_line: str) -> bool:
     return fence_line[len(_FENCE) :].strip().lower() in ("json", "")
 
 
+class _ObjectScan:
+    """Where a scan for the end of one JSON object stopped, so it can go on as text grows."""
+
+    __slots__ = ("depth", "end", "escaped", "in_string", "pos", "start")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.pos = start  # the next index to read
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+        self.end = _UNDECIDED
+
+    def advance(self, text: str) -> int:
+        """Read `text` from where the last call stopped; the index after the object, or
+        _UNDECIDED while it is still open."""
+        if self.end != _UNDECIDED:
+            return self.end
+        depth, in_string, escaped = self.depth, self.in_string, self.escaped
+        for i in range(self.pos, len(text)):
+            ch = text[i]
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif ch == "\\":
+                    escaped = True
+                elif ch == '"':
+                    in_string = False
+            elif ch == '"':
+                in_string = True
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    self.end = i + 1
+                    return self.end
+        self.pos, self.depth, self.in_string, self.escaped = len(text), depth, in_string, escaped
+        return _UNDECIDED
+
+
 def json_object_end(text: str, start: int) -> int:
     """Return the index after the object that opens at `start`, or _UNDECIDED."""
-    depth = 0
-    in_string = False
-    escaped = False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return _UNDECIDED
+    return _ObjectScan(start).advance(text)
 
 
 def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] | None]:

@@ -192,6 +192,7 @@ class Printer:
         self.stream_key: tuple[str, str, int] | None = None  # (run, phase, step) streaming now
         self.held = ""  # trailing whitespace of the stream, written only if more text follows
         self.streamed: set[tuple[str, str, int]] = set()
+        self.drafted: set[str] = set()  # runs whose answer is streaming (a draft until completion)
         self.at_prompt = False  # a prompt is shown and the cursor waits after it
 
     def write(self, text: str) -> None:
@@ -215,7 +216,9 @@ class Printer:
             self.stream_key, self.held = None, ""
             self.write("\n")
 
-    def stream(self, key: tuple[str, str, int], header: str, delta: str) -> None:
+    def stream(
+        self, key: tuple[str, str, int], header: str, delta: str, paint: Callable[[str], str] = str
+    ) -> None:
         if self.stream_key != key:
             self.end_stream()
             self.stream_key = key
@@ -224,7 +227,8 @@ class Printer:
         text = self.held + _clean(delta)
         body = text.rstrip()
         self.held = text[len(body) :]
-        self.write(body)
+        if body:
+            self.write(paint(body))
 
     def full(self, key: tuple[str, str, int], header: str, content: str) -> None:
         """The complete text of a streamed block: written only if no delta showed it."""
@@ -269,11 +273,27 @@ class Printer:
         elif kind == "agent_stopped":
             reason = STOP_REASONS.get(str(f.get("reason")), f"stopped ({f.get('reason')})")
             self.line(s.bad(f"■ {reason}" + (f" at step {step}" if step else "")))
+        elif kind == "agent_reasoning_delta":
+            key = (run, f"reasoning {f.get('phase')}", step)
+            self.stream(key, "  " + s.dim("reasoning: "), str(f.get("delta", "")), s.dim)
+        elif kind == "agent_llm_retry":
+            self.line("  " + s.dim(_retry(f)))
+        elif kind == "agent_answer_delta":
+            self.drafted.add(run)
+            self.stream((run, "answer", step), s.bold("answer:") + "\n", str(f.get("delta", "")))
+        elif kind == "agent_verify" and not f.get("done") and run in self.drafted:
+            self.drafted.discard(run)
+            self.line("  " + s.dim("(that answer was a draft: the agent goes on)"))
         elif kind == "agent_completion":
             steps = int(f.get("steps") or 0)
             how = COMPLETIONS.get(str(f.get("stop_reason")), str(f.get("stop_reason")))
-            self.line(s.bold(f"answer ({how} in {steps} step{'' if steps == 1 else 's'}):"))
-            self.line(_clean(str(f.get("final_answer", ""))).strip())
+            summary = f"{how} in {steps} step{'' if steps == 1 else 's'}"
+            if run in self.drafted:  # the answer is on screen already
+                self.drafted.discard(run)
+                self.line(s.dim(f"({summary})"))
+            else:
+                self.line(s.bold(f"answer ({summary}):"))
+                self.line(_clean(str(f.get("final_answer", ""))).strip())
         elif kind == "chat_delta":
             self.stream((run, "chat", 0), s.bold("assistant: "), str(f.get("delta", "")))
         elif kind == "chat_response":
@@ -282,6 +302,14 @@ class Printer:
             self.line(s.bad(f"! {_clean(str(f.get('message')))} ({f.get('code')})"))
         elif kind == "response_complete":
             self.end_stream()
+
+
+def _retry(f: Frame) -> str:
+    delay_s = int(f.get("delay_ms") or 0) / 1000
+    return (
+        f"↻ the model call failed ({_clean(str(f.get('reason')))}); "
+        f"attempt {f.get('attempt')} of {f.get('max_attempts')} in {delay_s:.1f} s"
+    )
 
 
 def _short(text: str, limit: int = 400) -> str:

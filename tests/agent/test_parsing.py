@@ -115,3 +115,31 @@ def test_prose_without_any_key_is_no_block():
     from agent.parsing import read_loose_control
 
     assert read_loose_control("Just words.", OBSERVE_KEYS) == ("Just words.", None)
+
+
+def test_an_open_object_is_scanned_once_across_chunks():
+    """A long reply with an unclosed `{` must not be rescanned from its start on every chunk
+    (that made long replies quadratic on the event loop)."""
+    stream = ControlStream(REASON_KEYS)
+    stream.feed('Plan first.\n{"plan": "a')
+    scan = stream._scan
+    assert scan is not None and scan.pos == len(stream._text)
+    for _ in range(50):
+        stream.feed(" { b")
+        assert stream._scan is scan and scan.pos == len(stream._text)
+    stream.feed('"}')
+    stream.finish()
+    assert stream.content == "Plan first."
+    assert stream.control == {"plan": "a" + " { b" * 50}
+
+
+def test_an_open_code_fence_is_searched_only_in_new_text():
+    stream = ControlStream(REASON_KEYS)
+    stream.feed("Code:\n```python\nx = 1\n")
+    for _ in range(50):
+        stream.feed("y = {`}\n")
+        opened, resume = stream._fence_searched
+        assert resume >= len(stream._text) - 2
+    stream.feed("```\nDone.")
+    assert stream.finish() == ""
+    assert stream.content.startswith("Code:\n```python") and stream.content.endswith("Done.")

@@ -161,13 +161,33 @@ async def test_a_run_streams_its_phases_and_the_final_answer(
     await term.expect(r"observing: The tool returned the time\.\]0;pwned\n")  # ESC, BEL dropped
     await term.expect(r"\[step 2\] thinking: I have the time now\.\n")
     await term.expect(r"observing: Done\.\n")
-    await term.expect(r"answer \(finished in 2 steps\):\nIt is \*\*noon\*\* in UTC\.\n")
+    await term.expect(r"answer:\nIt is \*\*noon\*\* in UTC\.\n\(finished in 2 steps\)\n")
     await term.expect(r"you> ")
     assert b"\x1b]0;pwned" not in term.raw  # model text cannot send terminal commands
 
     term.type("\x04")  # Ctrl-D: end of input
     await term.expect(rf"resume it with: agent-server chat --session {session_id}")
     assert await term.exit_code() == 0
+
+
+async def test_retries_reasoning_and_the_answer_stream_as_they_happen(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    fake_llm.script(
+        "reason",
+        Reply(status=503),
+        reason("Simple enough.", finish=True, reasoning=["weigh the ", "options"]),
+    )
+    fake_llm.script("observe", observe("Known.", final="Forty-two."))
+    term = await terminals(ws_url(server))
+    await term.expect(r"you> ")
+    term.type("The answer?\r")
+
+    await term.expect(r"↻ the model call failed \(.+\); attempt 2 of 2 in \d+\.\d s\n")
+    await term.expect(r"reasoning: weigh the options\n")
+    await term.expect(r"\[step 1\] thinking: Simple enough\.\n")
+    await term.expect(r"answer:\nForty-two\.\n\(finished in 1 step\)\n")
+    assert "answer (" not in term.text  # the streamed answer is not printed twice
 
 
 async def test_a_question_from_the_agent_is_answered_inline(
@@ -183,7 +203,7 @@ async def test_a_question_from_the_agent_is_answered_inline(
     await term.expect(r"answer> ")
     term.type("Paris\r")
     await term.expect(r"observing: The user chose Paris\.")
-    await term.expect(r"answer \(finished in 1 step\):\nParis: 12:00\.\n")
+    await term.expect(r"answer:\nParis: 12:00\.\n\(finished in 1 step\)\n")
     await term.expect(r"you> ")
     observed = await fake_llm.wait_for("observe")
     assert [m["content"] for m in observed.body["messages"] if m["role"] == "tool"] == ["Paris"]
@@ -206,7 +226,7 @@ async def test_ctrl_c_stops_a_run_and_a_second_ctrl_c_quits(
     assert fake_llm.disconnects >= 1  # the model call in flight was cancelled
 
     term.type("Then answer now\r")  # the session is still usable
-    await term.expect(r"answer \(finished in 1 step\):\nHere is the answer\.\n")
+    await term.expect(r"answer:\nHere is the answer\.\n\(finished in 1 step\)\n")
     await term.expect(r"you> ")
 
     fake_llm.script("reason", Reply(chunks=["Again"], hang_after=1))
@@ -247,7 +267,7 @@ async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
     again = await terminals(ws_url(server), "--session", session_id)
     await again.expect(rf"session {session_id} \(resumed\)")
     await again.expect(r"replaying \d+ event\(s\) not shown here yet")
-    await again.expect(r"answer \(finished in 1 step\):\nSecond answer\.\n")
+    await again.expect(r"answer:\nSecond answer\.\n\(finished in 1 step\)\n")
     await again.expect(r"you> ")
     again.type("three\r")
     await again.expect(r"Third answer\.")
@@ -296,7 +316,7 @@ async def test_an_open_question_can_be_answered_after_resuming(
     await again.expect(r"\? the agent asks: Which city\?\n")
     await again.expect(r"answer> ")
     again.type("Lyon\r")
-    await again.expect(r"answer \(finished in 1 step\):\nLyon it is\.\n")
+    await again.expect(r"answer:\nLyon it is\.\n\(finished in 1 step\)\n")
     await again.expect(r"you> ")
 
 
@@ -322,5 +342,5 @@ async def test_a_call_that_needs_approval_is_asked_y_or_n(
         await term.expect(r'\? approve this call: get_current_time \{"timezone": "Asia/Tokyo"\}')
         term.type("n not Tokyo\r")
         await term.expect(r"✗ error: The user declined: not Tokyo\.")
-        await term.expect(r"answer \(finished in 2 steps\):\nNo time for you\.\n")
+        await term.expect(r"answer:\nNo time for you\.\n\(finished in 2 steps\)\n")
         await term.expect(r"you> ")
