@@ -465,17 +465,11 @@ class SessionHub:
         )
 
     async def _drive(self, live: LiveSession, run: ActiveRun, request: _RunRequest) -> None:
-        limits = RunLimits(
-            max_steps=request.max_steps,
-            request_input_timeout_s=self._settings.request_input_timeout_s,
-            tool_timeout_s=self._settings.tool_timeout_s,
-            chat_tool_rounds=self._settings.chat_tool_rounds,
+        limits = self._settings.limits(
             budget=self._budget,
-            plan_every=self._settings.plan_every,
-            style=request.style,
-            control_retries=self._settings.control_retries,
-            max_verifications=self._settings.max_verifications,
             approval_timeout_s=self._approval_timeout_s,
+            max_steps=request.max_steps,
+            style=request.style,
         )
         ctx = self._context(live, run, limits, request.tools, request.client_tools)
         sink = ctx.sink
