@@ -58,7 +58,7 @@ async def _stream_round(
     rec.begin_stream("chat")
 
     async def show(piece: str) -> None:
-        rec.streamed.append(piece)
+        rec.add_streamed(piece)
         shown.append(piece)
         await ctx.sink.emit(ChatDelta(piece))
 
