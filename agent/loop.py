@@ -47,7 +47,8 @@ from agent.parsing import (
 )
 from agent.ports import ToolSpec
 from agent.research import research_first_task
-from agent.run import RunContext, RunRecorder, run_guarded
+from agent.run import RunContext, RunRecorder
+from agent.stopping import stop_recorded
 from agent.textcalls import read_text_tool_calls
 from agent.verify import needs_verification, verify_finish
 
@@ -65,7 +66,8 @@ async def run_agent(ctx: RunContext, history: Sequence[Message]) -> None:
     question. Raises ModelError or StorageError when the run cannot go on.
     """
     recorder = RunRecorder(ctx, history)
-    await run_guarded(ctx, recorder, _steps(ctx, recorder))
+    async with stop_recorded(ctx, recorder):
+        await _steps(ctx, recorder)
 
 
 async def _steps(ctx: RunContext, rec: RunRecorder) -> None:

@@ -8,7 +8,6 @@ that the run was stopped.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -46,15 +45,7 @@ from agent.ports import (
 
 Search = Callable[[str, ToolContext], Awaitable[Any]]
 
-__all__ = [
-    "RunContext",
-    "RunInterrupted",
-    "RunLimits",
-    "RunRecorder",
-    "Search",
-    "Style",
-    "run_guarded",
-]
+__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Search", "Style"]
 
 _STOP_NOTES: dict[StopReason, str] = {
     "user": "The user stopped the previous run at step {step} before it finished.",
@@ -367,24 +358,3 @@ class RunRecorder:
             self._unanswered.pop(message.tool_call_id, None)
         if message.tool_calls:
             self._unanswered.update({c.id: c for c in message.tool_calls})
-
-
-async def run_guarded(ctx: RunContext, recorder: RunRecorder, body: Awaitable[None]) -> None:
-    """Await `body`; turn a stop (cancellation with a reason) into a recorded stop.
-
-    A cancellation without a stop reason is not ours (e.g. the event loop is closing): it
-    propagates untouched.
-    """
-    try:
-        await body
-    except asyncio.CancelledError:
-        reason = ctx.control.stop_reason
-        if reason is None:
-            raise
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        await recorder.record_stop(reason)
-    except RunInterrupted as interrupted:
-        ctx.control.claim_stop(interrupted.reason)
-        await recorder.record_stop(interrupted.reason)

@@ -7,13 +7,49 @@ for the model (the text shown so far, a result for every call, a note on the sto
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
 from agent.acting import REQUEST_INPUT
-from agent.messages import Message
-from agent.run import RunContext, RunRecorder
+from agent.events import RunStopped, StopReason
+from agent.messages import Message, Usage
+from agent.run import RunContext, RunInterrupted, RunRecorder
 
-__all__ = ["close_interrupted"]
+__all__ = ["close_interrupted", "stop_recorded"]
+
+
+@asynccontextmanager
+async def stop_recorded(
+    ctx: RunContext, recorder: RunRecorder | None = None
+) -> AsyncIterator[None]:
+    """Turn a stop inside the block (a cancellation with a stop reason, or RunInterrupted)
+    into a recorded stop, and end the block normally.
+
+    With a `recorder`, it records what the run cut short; without one (the run had not begun)
+    only `agent_stopped` at step 0. A cancellation without a stop reason is not ours (e.g. the
+    event loop is closing): it propagates untouched.
+    """
+    try:
+        yield
+    except asyncio.CancelledError:
+        reason = ctx.control.stop_reason
+        if reason is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        await _record(ctx, recorder, reason)
+    except RunInterrupted as interrupted:
+        ctx.control.claim_stop(interrupted.reason)
+        await _record(ctx, recorder, interrupted.reason)
+
+
+async def _record(ctx: RunContext, recorder: RunRecorder | None, reason: StopReason) -> None:
+    if recorder is None:
+        await ctx.sink.emit(RunStopped(0, reason, Usage().as_dict()))
+    else:
+        await recorder.record_stop(reason)
 
 
 async def close_interrupted(ctx: RunContext, history: Sequence[Message], step: int) -> None:

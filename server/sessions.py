@@ -32,16 +32,15 @@ from agent.events import (
     InputRequested,
     ObserveDelta,
     ReasonDelta,
-    RunStopped,
     ThinkingDelta,
     UserMessage,
 )
 from agent.loop import run_agent
-from agent.messages import Message, Usage
+from agent.messages import Message
 from agent.metrics import Metric, Metrics
 from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import RunContext, RunLimits, Search, Style
-from agent.stopping import close_interrupted
+from agent.stopping import close_interrupted, stop_recorded
 from server import remote
 from server.client_tools import ClientToolbox
 from server.live import ActiveRun, LiveSession, now_ms, shielded
@@ -479,22 +478,19 @@ class SessionHub:
         )
         self._tenant_metrics[live.scope.tenant_id][Metric.RUNS_STARTED] += 1
         try:
-            repair = self._needs_repair.get(live.session_id)
-            if repair is not None:  # the last run's end was never stored: close it first
-                await self._repair(repair)
-            await self._begin(live, run, request)
-            await sink.emit(
-                UserMessage(request.content, request.agent_mode, request.origin, request.client_id)
-            )
-            history = await self._store.load_history(live.scope, live.session_id)
-            runner = run_agent if request.agent_mode else run_chat
-            await runner(ctx, history)
-        except asyncio.CancelledError:
-            reason = run.control.stop_reason
-            if reason is None:
-                raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            await sink.emit(RunStopped(0, reason, Usage().as_dict()))  # before the loop began
+            async with stop_recorded(ctx):  # also a stop before the loop began
+                repair = self._needs_repair.get(live.session_id)
+                if repair is not None:  # the last run's end was never stored: close it first
+                    await self._repair(repair)
+                await self._begin(live, run, request)
+                await sink.emit(
+                    UserMessage(
+                        request.content, request.agent_mode, request.origin, request.client_id
+                    )
+                )
+                history = await self._store.load_history(live.scope, live.session_id)
+                runner = run_agent if request.agent_mode else run_chat
+                await runner(ctx, history)
         except ModelError as exc:
             await self._fail(live, run, "llm_error", str(exc))
         except StorageError as exc:
