@@ -1,9 +1,9 @@
 """What every run shares: its collaborators, its conversation, and a clean stop.
 
-`RunRecorder` keeps just enough bookkeeping that a run cut short at any await still leaves a
-conversation an LLM API accepts: the text streamed so far is stored, every tool call the model
-made gets a result, every `tool_start` gets its `tool_error`, and a note tells the model later
-that the run was stopped.
+`RunRecorder` owns the run's state and keeps just enough bookkeeping that a run cut short at
+any await still leaves a conversation an LLM API accepts: the text streamed so far is stored,
+every tool call the model made gets a result, every `tool_start` gets its `tool_error`, and a
+note tells the model later that the run was stopped. agent/stopping.py decides when.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ class RunRecorder:
     """
 
     def __init__(self, ctx: RunContext, history: Sequence[Message]) -> None:
-        self.ctx = ctx
-        self.ledger = CallLedger()  # every tool call of the run and how it went
+        self._ctx = ctx
+        self._ledger = CallLedger()  # every tool call of the run and how it went
         self._conversation: list[Message] = list(history)
         self._usage = Usage()
         self._plan: tuple[str, ...] = ()
@@ -156,6 +156,15 @@ class RunRecorder:
                 self._track(message)
 
     # -- what the run has done so far ------------------------------------------------------
+
+    @property
+    def ctx(self) -> RunContext:
+        return self._ctx
+
+    @property
+    def ledger(self) -> CallLedger:
+        """Every tool call of the run and how it went; tools record their outcome in it."""
+        return self._ledger
 
     @property
     def conversation(self) -> Sequence[Message]:
@@ -193,22 +202,22 @@ class RunRecorder:
     def task(self) -> str:
         """The user's message that started this run."""
         for message in reversed(self._conversation):
-            if message.role == "user" and message.run_id == self.ctx.run_id:
+            if message.role == "user" and message.run_id == self._ctx.run_id:
                 return message.content
         return ""
 
     def usage_report(self) -> dict[str, float | int]:
-        return self.ctx.limits.budget.report(self._usage)
+        return self._ctx.limits.budget.report(self._usage)
 
     def over_budget(self) -> bool:
-        return self.ctx.limits.budget.exhausted(self._usage)
+        return self._ctx.limits.budget.exhausted(self._usage)
 
     # -- what happens ----------------------------------------------------------------------
 
     async def start_step(self, step: int) -> None:
         """Enter `step` and show it; a stop from here on is reported at this step."""
         self._step = step
-        await self.ctx.sink.emit(StepStarted(step))
+        await self._ctx.sink.emit(StepStarted(step))
 
     def adopt_plan(self, plan: tuple[str, ...]) -> None:
         self._plan = plan
@@ -228,7 +237,7 @@ class RunRecorder:
         """Append to the conversation and persist it."""
         self._track(message)
         self._conversation.append(message)
-        await self.ctx.transcript.append([message])
+        await self._ctx.transcript.append([message])
 
     def begin_stream(self, phase: str) -> None:
         """`phase` starts streaming text: a stop keeps what it shows; its answer is new."""
@@ -258,7 +267,7 @@ class RunRecorder:
     async def open_call(self, step: int, call: ToolCall, arguments: dict[str, Any]) -> None:
         """Show that `call` started; until `close_call`, a stop reports it as failed."""
         self._open_calls[call.id] = call.name
-        await self.ctx.sink.emit(ToolStarted(step, call.id, call.name, arguments))
+        await self._ctx.sink.emit(ToolStarted(step, call.id, call.name, arguments))
 
     def close_call(self, call_id: str) -> None:
         """The call's end is being shown: a stop no longer reports it."""
@@ -277,7 +286,7 @@ class RunRecorder:
     def shrink_window(self, server_window: int | None) -> bool:
         """After the server refused a prompt as too long: fit later calls into the window it
         named, or half the one used. False when there is no token budget to shrink."""
-        context = self.ctx.context
+        context = self._ctx.context
         if context is None:
             return False
         current = self._window_tokens or context.window_tokens
@@ -291,7 +300,7 @@ class RunRecorder:
         self, step: int, phase: str, system: str, extra: Sequence[Message] = ()
     ) -> list[Message]:
         """The message list of one LLM call, fitted to the context budget (and said so)."""
-        ctx = self.ctx
+        ctx = self._ctx
         if ctx.context is None:
             return [*build_messages(system, self._conversation, ctx.run_id), *extra]
         messages, report = ctx.context.build(
@@ -325,7 +334,7 @@ class RunRecorder:
         open call, then `agent_stopped`), then one for the messages (the text streamed so far,
         a result for every call, a note for the model). Two writes, so a stop is fast even
         when the store is busy."""
-        ctx = self.ctx
+        ctx = self._ctx
         cut = _CUT_SHORT[reason]
         messages: list[Message] = []
         if self._streaming is not None:
