@@ -29,7 +29,6 @@ from agent.events import (
     InputTimedOut,
     ToolCompleted,
     ToolFailed,
-    ToolStarted,
     UserAnswered,
 )
 from agent.ledger import REPEAT_LIMIT
@@ -92,9 +91,7 @@ async def run_tool_calls(
     questions = [c for c in calls if c.name == REQUEST_INPUT]
     parsed = {c.id: _parse_arguments(c.arguments) for c in calls}
     for call in ordinary:
-        args, _ = parsed[call.id]
-        rec.open_events[call.id] = call.name
-        await ctx.sink.emit(ToolStarted(step, call.id, call.name, args))
+        await rec.open_call(step, call, parsed[call.id][0])
     await approve_calls(ctx, step, ordinary, parsed)  # risky calls wait for the user's yes
     tasks = [
         asyncio.create_task(_execute(ctx, rec, call, _refuse_repeat(rec, call, parsed[call.id])))
@@ -129,7 +126,7 @@ def _refuse_repeat(
 async def _finish_call(
     ctx: RunContext, rec: RunRecorder, step: int, call: ToolCall, outcome: _Outcome
 ) -> None:
-    rec.open_events.pop(call.id, None)
+    rec.close_call(call.id)
     rec.ledger.record(
         step, call.name, _parse_arguments(call.arguments)[0], outcome.ok, outcome.value
     )

@@ -14,7 +14,8 @@ from agent.events import ChatDelta, ChatDone
 from agent.loop import system_message
 from agent.messages import Message
 from agent.ports import ModelTurn, ToolSpec
-from agent.run import RunContext, RunRecorder, run_guarded
+from agent.run import RunContext, RunRecorder
+from agent.stopping import stop_recorded
 from agent.textcalls import read_text_tool_calls
 
 __all__ = ["run_chat"]
@@ -23,7 +24,8 @@ __all__ = ["run_chat"]
 async def run_chat(ctx: RunContext, history: Sequence[Message]) -> None:
     """Answer the last user message of `history`, streaming; ends with `chat_response`."""
     recorder = RunRecorder(ctx, history)
-    await run_guarded(ctx, recorder, _rounds(ctx, recorder))
+    async with stop_recorded(ctx, recorder):
+        await _rounds(ctx, recorder)
 
 
 async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
@@ -58,7 +60,7 @@ async def _stream_round(
     rec.begin_stream("chat")
 
     async def show(piece: str) -> None:
-        rec.streamed.append(piece)
+        rec.add_streamed(piece)
         shown.append(piece)
         await ctx.sink.emit(ChatDelta(piece))
 

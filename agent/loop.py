@@ -32,7 +32,6 @@ from agent.events import (
     ReasonDone,
     RunCompleted,
     RunStarted,
-    StepStarted,
 )
 from agent.messages import Message
 from agent.metrics import Metric
@@ -48,7 +47,8 @@ from agent.parsing import (
 )
 from agent.ports import ToolSpec
 from agent.research import research_first_task
-from agent.run import RunContext, RunRecorder, run_guarded
+from agent.run import RunContext, RunRecorder
+from agent.stopping import stop_recorded
 from agent.textcalls import read_text_tool_calls
 from agent.verify import needs_verification, verify_finish
 
@@ -66,7 +66,8 @@ async def run_agent(ctx: RunContext, history: Sequence[Message]) -> None:
     question. Raises ModelError or StorageError when the run cannot go on.
     """
     recorder = RunRecorder(ctx, history)
-    await run_guarded(ctx, recorder, _steps(ctx, recorder))
+    async with stop_recorded(ctx, recorder):
+        await _steps(ctx, recorder)
 
 
 async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
@@ -78,8 +79,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
         await research_first_task(ctx, rec, ctx.research)
     try:
         for step in range(1, max_steps + 1):
-            rec.step = step
-            await ctx.sink.emit(StepStarted(step))
+            await rec.start_step(step)
             finish = await _reason(ctx, rec, step, system, tools)
             await _act(ctx, rec, step, system, tools, skip=finish)
             final_answer = await _observe(ctx, rec, step, system, tools)
@@ -118,10 +118,10 @@ async def _reason(
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
-        rec.expected_tools.update(t for t in control.tools_to_consider if t != REQUEST_INPUT)
+        rec.expect_tools(t for t in control.tools_to_consider if t != REQUEST_INPUT)
     plan = _plan_steps(block) if planning else ()
     if plan:
-        rec.plan = plan
+        rec.adopt_plan(plan)
         await ctx.sink.emit(PlanMade(step, plan))
     return control is not None and control.finish
 
@@ -173,7 +173,6 @@ async def _observe(
 ) -> str | None:
     """Stream the Observe phase; return the final answer when the model wants to end."""
     _check_budget(rec)
-    rec.answer_streamed = False
     instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step)
     content, block, answer = await _stream_phase(
         ctx, rec, step, "observe", system, instruction, OBSERVE_KEYS, tools, observe_ends_run
@@ -199,7 +198,7 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     if verdict.done:
         return True
     ctx.metrics[Metric.VERIFICATIONS_NOT_DONE] += 1
-    rec.answer_streamed = False  # the draft answer was discarded
+    rec.discard_answer()  # the draft is not the answer: the run goes on
     note = (
         f"A check of the proposed answer found the task is not finished: {verdict.reason} "
         "Continue the work, or if it cannot be done, say plainly what failed."
@@ -216,16 +215,14 @@ async def _summarize(
     step = rec.step
     instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
     stream = ControlStream(OBSERVE_KEYS)
-    rec.answer_streamed = False
     await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
     rec.end_stream()  # the answer is stored by _complete
+    if not stream.content.strip():
+        rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
     answer = stream.content or (control.final_answer or control.observation if control else "")
     if answer.strip():
-        if not stream.content:
-            rec.answer_streamed = False  # the answer came from the block: send it whole
         return answer.strip()
-    rec.answer_streamed = False
     return f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
 
 
@@ -377,13 +374,11 @@ async def stream_text(
 
     async def show(shown: str) -> None:
         if shown:
-            rec.streamed.append(shown)
-            rec.answer_streamed = rec.answer_streamed or make_delta is AnswerDelta
+            rec.add_streamed(shown, answer=make_delta is AnswerDelta)
             await ctx.sink.emit(make_delta(step, shown))
         answer = stream.take_answer()
         if answer:
-            rec.streamed.append(answer)
-            rec.answer_streamed = True
+            rec.add_streamed(answer, answer=True)
             await ctx.sink.emit(AnswerDelta(step, answer))
 
     async def feed(piece: str) -> None:

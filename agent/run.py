@@ -1,15 +1,15 @@
 """What every run shares: its collaborators, its conversation, and a clean stop.
 
-`RunRecorder` keeps just enough bookkeeping that a run cut short at any await still leaves a
-conversation an LLM API accepts: the text streamed so far is stored, every tool call the model
-made gets a result, every `tool_start` gets its `tool_error`, and a note tells the model later
-that the run was stopped.
+`RunRecorder` owns the run's state and keeps just enough bookkeeping that a run cut short at
+any await still leaves a conversation an LLM API accepts: the text streamed so far is stored,
+every tool call the model made gets a result, every `tool_start` gets its `tool_error`, and a
+note tells the model later that the run was stopped. agent/stopping.py decides when.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,8 +22,10 @@ from agent.events import (
     ContextTrimmed,
     ModelRetrying,
     RunStopped,
+    StepStarted,
     StopReason,
     ToolFailed,
+    ToolStarted,
 )
 from agent.history import build_messages
 from agent.ledger import CallLedger
@@ -43,7 +45,7 @@ from agent.ports import (
 
 Search = Callable[[str, ToolContext], Awaitable[Any]]
 
-__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Style", "run_guarded"]
+__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Search", "Style"]
 
 _STOP_NOTES: dict[StopReason, str] = {
     "user": "The user stopped the previous run at step {step} before it finished.",
@@ -126,46 +128,185 @@ class RunInterrupted(Exception):
 
 
 class RunRecorder:
-    """The conversation of a run, plus what a stop must close."""
+    """The conversation of a run, plus what a stop must close.
+
+    It is the one owner of the run's state: the loop says what happens (a step started, text
+    was shown, a call started or ended, a model call was counted) and reads the rest back.
+    """
 
     def __init__(self, ctx: RunContext, history: Sequence[Message]) -> None:
-        self.ctx = ctx
-        self.conversation: list[Message] = list(history)
-        self.usage = Usage()
-        self.ledger = CallLedger()
-        self.plan: tuple[str, ...] = ()
-        self.expected_tools: set[str] = set()  # tools Reason said it would consider
-        self.verifications = 0
-        self.results_cut = False  # a tool result was cut to fit the context budget
-        self.step = 0
-        self.streaming: str | None = None  # the phase whose text is streaming now
-        self.streamed: list[str] = []  # what that phase has shown so far
-        self.window_tokens: int | None = None  # the model server's window, once it refused one
-        self.answer_streamed = False  # answer deltas went out for the answer being written
+        self._ctx = ctx
+        self._ledger = CallLedger()  # every tool call of the run and how it went
+        self._conversation: list[Message] = list(history)
+        self._usage = Usage()
+        self._plan: tuple[str, ...] = ()
+        self._expected_tools: set[str] = set()  # tools Reason said it would consider
+        self._verifications = 0
+        self._results_cut = False  # a tool result was cut to fit the context budget
+        self._step = 0
+        self._streaming: str | None = None  # the phase whose text is streaming now
+        self._streamed: list[str] = []  # what that phase has shown so far
+        self._answer_streamed = False  # answer deltas went out for the answer being written
+        self._window_tokens: int | None = None  # the server's window, once it refused one
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
-        self.open_events: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
-        self.unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
-        for message in self.conversation:  # a recovered run may have left calls open
+        self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
+        self._unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
+        for message in self._conversation:  # a recovered run may have left calls open
             if message.run_id == ctx.run_id:
                 self._track(message)
+
+    # -- what the run has done so far ------------------------------------------------------
+
+    @property
+    def ctx(self) -> RunContext:
+        return self._ctx
+
+    @property
+    def ledger(self) -> CallLedger:
+        """Every tool call of the run and how it went; tools record their outcome in it."""
+        return self._ledger
+
+    @property
+    def conversation(self) -> Sequence[Message]:
+        return self._conversation
+
+    @property
+    def step(self) -> int:
+        return self._step
+
+    @property
+    def plan(self) -> tuple[str, ...]:
+        return self._plan
+
+    @property
+    def expected_tools(self) -> AbstractSet[str]:
+        return self._expected_tools
+
+    @property
+    def verifications(self) -> int:
+        return self._verifications
+
+    @property
+    def results_cut(self) -> bool:
+        return self._results_cut
+
+    @property
+    def window_tokens(self) -> int | None:
+        return self._window_tokens
+
+    @property
+    def answer_streamed(self) -> bool:
+        """True when the answer being completed has already gone out as `AnswerDelta`s."""
+        return self._answer_streamed
+
+    def task(self) -> str:
+        """The user's message that started this run."""
+        for message in reversed(self._conversation):
+            if message.role == "user" and message.run_id == self._ctx.run_id:
+                return message.content
+        return ""
+
+    def usage_report(self) -> dict[str, float | int]:
+        return self._ctx.limits.budget.report(self._usage)
+
+    def over_budget(self) -> bool:
+        return self._ctx.limits.budget.exhausted(self._usage)
+
+    # -- what happens ----------------------------------------------------------------------
+
+    async def start_step(self, step: int) -> None:
+        """Enter `step` and show it; a stop from here on is reported at this step."""
+        self._step = step
+        await self._ctx.sink.emit(StepStarted(step))
+
+    def adopt_plan(self, plan: tuple[str, ...]) -> None:
+        self._plan = plan
+
+    def expect_tools(self, names: Iterable[str]) -> None:
+        """Reason named these tools: finishing without any call succeeding is suspect."""
+        self._expected_tools.update(names)
+
+    def count_verification(self) -> None:
+        self._verifications += 1
+
+    def count(self, phase: str, turn: ModelTurn) -> None:
+        """Add one model call's tokens to the run's usage."""
+        self._usage.add(phase, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
 
     async def add(self, message: Message) -> None:
         """Append to the conversation and persist it."""
         self._track(message)
-        self.conversation.append(message)
-        await self.ctx.transcript.append([message])
+        self._conversation.append(message)
+        await self._ctx.transcript.append([message])
+
+    def begin_stream(self, phase: str) -> None:
+        """`phase` starts streaming text: a stop keeps what it shows; its answer is new."""
+        self._streaming = phase
+        self._streamed = []
+        self._answer_streamed = False
+
+    def add_streamed(self, text: str, *, answer: bool = False) -> None:
+        """The streaming phase showed `text`; `answer`: as part of the final answer."""
+        self._streamed.append(text)
+        self._answer_streamed = self._answer_streamed or answer
+
+    def discard_answer(self) -> None:
+        """The answer streamed so far is not the one the run completes with: send it whole."""
+        self._answer_streamed = False
+
+    def end_stream(self) -> None:
+        """The streaming phase is over and nothing of it needs keeping."""
+        self._streaming = None
+        self._streamed = []
+
+    async def commit_stream(self, message: Message) -> None:
+        """Store the finished phase's message; from here on a stop has nothing partial to keep."""
+        self.end_stream()
+        await self.add(message)
+
+    async def open_call(self, step: int, call: ToolCall, arguments: dict[str, Any]) -> None:
+        """Show that `call` started; until `close_call`, a stop reports it as failed."""
+        self._open_calls[call.id] = call.name
+        await self._ctx.sink.emit(ToolStarted(step, call.id, call.name, arguments))
+
+    def close_call(self, call_id: str) -> None:
+        """The call's end is being shown: a stop no longer reports it."""
+        self._open_calls.pop(call_id, None)
+
+    def continue_from(self, step: int, started: Iterable[ToolCall]) -> None:
+        """Take over a run another process began: it reached `step`, and showed `started`
+        calls start without showing their end."""
+        self._step = step
+        self._open_calls = {call.id: call.name for call in started}
+
+    def unanswered_calls(self) -> list[ToolCall]:
+        """The run's tool calls that have no result in the conversation yet, in order."""
+        return list(self._unanswered.values())
+
+    def shrink_window(self, server_window: int | None) -> bool:
+        """After the server refused a prompt as too long: fit later calls into the window it
+        named, or half the one used. False when there is no token budget to shrink."""
+        context = self._ctx.context
+        if context is None:
+            return False
+        current = self._window_tokens or context.window_tokens
+        target = server_window if server_window and server_window < current else current // 2
+        if target < 512:
+            return False
+        self._window_tokens = target
+        return True
 
     async def messages(
         self, step: int, phase: str, system: str, extra: Sequence[Message] = ()
     ) -> list[Message]:
         """The message list of one LLM call, fitted to the context budget (and said so)."""
-        ctx = self.ctx
+        ctx = self._ctx
         if ctx.context is None:
-            return [*build_messages(system, self.conversation, ctx.run_id), *extra]
+            return [*build_messages(system, self._conversation, ctx.run_id), *extra]
         messages, report = ctx.context.build(
-            system, self.conversation, ctx.run_id, extra, window_tokens=self.window_tokens
+            system, self._conversation, ctx.run_id, extra, window_tokens=self._window_tokens
         )
-        self.results_cut = self.results_cut or bool(report.compressed)
+        self._results_cut = self._results_cut or bool(report.compressed)
         shown = (
             tuple(item["result_id"] for item in report.compressed),
             report.dropped_messages,
@@ -188,103 +329,41 @@ class RunRecorder:
             )
         return messages
 
-    def _track(self, message: Message) -> None:
-        if message.role == "tool" and message.tool_call_id:
-            self.unanswered.pop(message.tool_call_id, None)
-        if message.tool_calls:
-            self.unanswered.update({c.id: c for c in message.tool_calls})
-
-    def begin_stream(self, phase: str) -> None:
-        self.streaming = phase
-        self.streamed = []
-
-    def end_stream(self) -> None:
-        self.streaming = None
-        self.streamed = []
-
-    async def commit_stream(self, message: Message) -> None:
-        """Store the finished phase's message; from here on a stop has nothing partial to keep."""
-        self.end_stream()
-        await self.add(message)
-
-    def count(self, phase: str, turn: ModelTurn) -> None:
-        self.usage.add(phase, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
-
-    def shrink_window(self, server_window: int | None) -> bool:
-        """After the server refused a prompt as too long: fit later calls into the window it
-        named, or half the one used. False when there is no token budget to shrink."""
-        context = self.ctx.context
-        if context is None:
-            return False
-        current = self.window_tokens or context.window_tokens
-        target = server_window if server_window and server_window < current else current // 2
-        if target < 512:
-            return False
-        self.window_tokens = target
-        return True
-
-    def usage_report(self) -> dict[str, float | int]:
-        return self.ctx.limits.budget.report(self.usage)
-
-    def over_budget(self) -> bool:
-        return self.ctx.limits.budget.exhausted(self.usage)
-
-    def task(self) -> str:
-        """The user's message that started this run."""
-        for message in reversed(self.conversation):
-            if message.role == "user" and message.run_id == self.ctx.run_id:
-                return message.content
-        return ""
-
     async def record_stop(self, reason: StopReason) -> None:
         """Close what the stop cut short: one write for the events (`tool_error` for every
         open call, then `agent_stopped`), then one for the messages (the text streamed so far,
         a result for every call, a note for the model). Two writes, so a stop is fast even
         when the store is busy."""
-        ctx = self.ctx
+        ctx = self._ctx
         cut = _CUT_SHORT[reason]
         messages: list[Message] = []
-        if self.streaming is not None:
-            phase, text = self.streaming, "".join(self.streamed).strip()
+        if self._streaming is not None:
+            phase, text = self._streaming, "".join(self._streamed).strip()
             self.end_stream()
             if text:
                 messages.append(
                     Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
                 )
         events: list[AgentEvent] = [
-            ToolFailed(self.step, call_id, name, cut) for call_id, name in self.open_events.items()
+            ToolFailed(self._step, call_id, name, cut)
+            for call_id, name in self._open_calls.items()
         ]
-        self.open_events.clear()
+        self._open_calls.clear()
         messages += [
             Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
-            for call in self.unanswered.values()
+            for call in self._unanswered.values()
         ]
-        note = _STOP_NOTES[reason].format(step=self.step)
+        note = _STOP_NOTES[reason].format(step=self._step)
         messages.append(Message("system", note, phase="stop", run_id=ctx.run_id))
-        events.append(RunStopped(self.step, reason, self.usage_report()))
+        events.append(RunStopped(self._step, reason, self.usage_report()))
         for message in messages:
             self._track(message)
-        self.conversation.extend(messages)
+        self._conversation.extend(messages)
         await ctx.sink.emit_all(events)
         await ctx.transcript.append(messages)
 
-
-async def run_guarded(ctx: RunContext, recorder: RunRecorder, body: Awaitable[None]) -> None:
-    """Await `body`; turn a stop (cancellation with a reason) into a recorded stop.
-
-    A cancellation without a stop reason is not ours (e.g. the event loop is closing): it
-    propagates untouched.
-    """
-    try:
-        await body
-    except asyncio.CancelledError:
-        reason = ctx.control.stop_reason
-        if reason is None:
-            raise
-        task = asyncio.current_task()
-        if task is not None:
-            task.uncancel()
-        await recorder.record_stop(reason)
-    except RunInterrupted as interrupted:
-        ctx.control.claim_stop(interrupted.reason)
-        await recorder.record_stop(interrupted.reason)
+    def _track(self, message: Message) -> None:
+        if message.role == "tool" and message.tool_call_id:
+            self._unanswered.pop(message.tool_call_id, None)
+        if message.tool_calls:
+            self._unanswered.update({c.id: c for c in message.tool_calls})

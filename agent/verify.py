@@ -38,7 +38,7 @@ def needs_verification(rec: RunRecorder) -> bool:
 
 async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> Verdict:
     """Ask the model, in a fresh context, whether `answer` really completes the task."""
-    rec.verifications += 1
+    rec.count_verification()
     failures = rec.ledger.unresolved_failures()
     state = ctx.prompts.render(
         "agent_verify_state",

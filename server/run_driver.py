@@ -20,12 +20,12 @@ from agent.budget import Budget
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
-from agent.events import RunStopped, UserMessage
+from agent.events import UserMessage
 from agent.loop import run_agent
-from agent.messages import Message, Usage
+from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ToolSpec
-from agent.run import RunLimits
+from agent.stopping import stop_recorded
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import (
     AgentControlFrame,
@@ -171,17 +171,11 @@ class RunDriver:
         return None
 
     async def _drive(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
-        limits = RunLimits(
-            max_steps=request.max_steps,
-            request_input_timeout_s=self._settings.request_input_timeout_s,
-            tool_timeout_s=self._settings.tool_timeout_s,
-            chat_tool_rounds=self._settings.chat_tool_rounds,
+        limits = self._settings.limits(
             budget=self._budget,
-            plan_every=self._settings.plan_every,
-            style=request.style,
-            control_retries=self._settings.control_retries,
-            max_verifications=self._settings.max_verifications,
             approval_timeout_s=self._approval_timeout_s,
+            max_steps=request.max_steps,
+            style=request.style,
         )
         ctx = self._context(live, run, limits, request.tools, request.client_tools)
         sink = ctx.sink
@@ -190,22 +184,19 @@ class RunDriver:
         )
         self._metrics.of(live.scope.tenant_id)[Metric.RUNS_STARTED] += 1
         try:
-            repair = self._repairs.pending(live.session_id)
-            if repair is not None:  # the last run's end was never stored: close it first
-                await self._repairs.repair(repair)
-            await self._begin(live, run, request)
-            await sink.emit(
-                UserMessage(request.content, request.agent_mode, request.origin, request.client_id)
-            )
-            history = await self._store.load_history(live.scope, live.session_id)
-            runner = run_agent if request.agent_mode else run_chat
-            await runner(ctx, history)
-        except asyncio.CancelledError:
-            reason = run.control.stop_reason
-            if reason is None:
-                raise
-            asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            await sink.emit(RunStopped(0, reason, Usage().as_dict()))  # before the loop began
+            async with stop_recorded(ctx):  # also a stop before the loop began
+                repair = self._repairs.pending(live.session_id)
+                if repair is not None:  # the last run's end was never stored: close it first
+                    await self._repairs.repair(repair)
+                await self._begin(live, run, request)
+                await sink.emit(
+                    UserMessage(
+                        request.content, request.agent_mode, request.origin, request.client_id
+                    )
+                )
+                history = await self._store.load_history(live.scope, live.session_id)
+                runner = run_agent if request.agent_mode else run_chat
+                await runner(ctx, history)
         except ModelError as exc:
             await self._fail(live, run, "llm_error", str(exc))
         except StorageError as exc:

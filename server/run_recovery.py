@@ -18,7 +18,8 @@ import orjson
 
 from agent.control import RunControl
 from agent.errors import StorageError
-from agent.run import RunLimits, RunRecorder
+from agent.run import RunLimits
+from agent.stopping import close_interrupted
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import run_frame
 from server.relay import StoreRelay
@@ -52,6 +53,7 @@ class RunRecovery:
         release_run: Callable[[str, str], Awaitable[None]],
         relay: StoreRelay | None,
         lease_ms: int,
+        limits: RunLimits,
     ) -> None:
         self._store = store
         self._live = sessions  # the registry's, read only
@@ -59,6 +61,7 @@ class RunRecovery:
         self._release_run = release_run  # gives back a run's slots in the shared store
         self._relay = relay
         self._lease_ms = lease_ms
+        self._limits = limits  # the configured ones: an interrupted stop reports usage as usual
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -147,11 +150,9 @@ class RunRecovery:
             return
         live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
-        ctx = self._context(live, run, RunLimits(), None)
+        ctx = self._context(live, run, self._limits, None)
         history = await self._store.load_history(item.scope, item.session_id)
-        recorder = RunRecorder(ctx, history)
-        recorder.step, recorder.open_events = await self._last_step(live, run.run_id)
-        await recorder.record_stop("interrupted")
+        await close_interrupted(ctx, history, await self._last_step(live, run.run_id))
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
         if self._store.shared:
@@ -162,18 +163,9 @@ class RunRecovery:
         elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
 
-    async def _last_step(self, live: LiveSession, run_id: str) -> tuple[int, dict[str, str]]:
-        """The last step the dead run started, and its tool calls that never ended."""
+    async def _last_step(self, live: LiveSession, run_id: str) -> int:
+        """The last step the dead run showed starting (a step's Reason is stored only when
+        it ends, so the conversation alone would say one less)."""
         frames = await self._store.read_events(live.scope, live.session_id, 0)
-        step = 0
-        open_calls: dict[str, str] = {}
-        for raw in frames:
-            frame = orjson.loads(raw)
-            if frame.get("run_id") != run_id:
-                continue
-            step = max(step, int(frame.get("step", 0) or 0))
-            if frame["type"] == "tool_start":
-                open_calls[frame["tool_call_id"]] = frame["tool_name"]
-            elif frame["type"] in ("tool_complete", "tool_error"):
-                open_calls.pop(frame["tool_call_id"], None)
-        return step, open_calls
+        steps = (orjson.loads(raw) for raw in frames)
+        return max((int(f.get("step") or 0) for f in steps if f.get("run_id") == run_id), default=0)

@@ -100,6 +100,9 @@ class SessionHub:
             release_run=self._quota.free_slot,
             relay=self._relay,
             lease_ms=lease_ms,
+            limits=settings.limits(
+                budget=budget or Budget(), approval_timeout_s=approval_timeout_s
+            ),
         )
         self._registry = SessionRegistry(store, self._recovery, sessions=live, lease_ms=lease_ms)
         self._runs = RunDriver(

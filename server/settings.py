@@ -6,6 +6,7 @@ Every wrong value is reported at once, with the key, what was expected and what 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import tomllib
@@ -16,9 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from agent.budget import Price
+from agent.budget import Budget, Price
 from agent.context import ContextLimits
-from agent.run import Style
+from agent.run import RunLimits, Style
 from agent.tools.config import McpServerConfig, ToolsConfig
 from agent.validation import describe_errors
 
@@ -84,6 +85,8 @@ class LLMSettings(_Section):
 
 
 class AgentSettings(_Section):
+    """`[agent]`. Every key named like a `RunLimits` field is that limit of each run."""
+
     default_mode: bool = True
     default_max_steps: int = Field(10, ge=1)
     max_steps_limit: int = Field(50, ge=1)
@@ -108,6 +111,33 @@ class AgentSettings(_Section):
                 f"max_steps_limit ({self.max_steps_limit})"
             )
         return self
+
+    def limits(
+        self,
+        *,
+        budget: Budget,
+        approval_timeout_s: float,
+        max_steps: int | None = None,
+        style: Style | None = None,
+    ) -> RunLimits:
+        """The limits of one run: each `RunLimits` field from the key of the same name, so
+        the two cannot drift apart; the rest from the run's request (steps and style, else
+        `default_max_steps` and `style`) and from other sections (the budget, which needs
+        `llm.prices`, and `tools.approval_timeout_s`)."""
+        same_name = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(RunLimits)
+            if f.name in type(self).model_fields
+        }
+        return RunLimits(
+            **{
+                **same_name,
+                "max_steps": max_steps or self.default_max_steps,
+                "style": style or self.style,
+                "budget": budget,
+                "approval_timeout_s": approval_timeout_s,
+            }
+        )
 
 
 # The agent's own definitions are the settings' (one definition each).

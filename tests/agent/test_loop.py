@@ -13,7 +13,9 @@ import logging
 
 import pytest
 
+from agent.budget import Budget
 from agent.events import (
+    AnswerDelta,
     ChatDelta,
     ChatDone,
     ObserveDone,
@@ -157,3 +159,17 @@ async def test_chat_mode_streams_deltas_and_may_call_tools(harness: Harness):
     assert "".join(e.delta for e in record.of(ChatDelta)) == "Echoed: hello"
     assert record.of(ChatDone)[-1].content == "Echoed: hello"
     assert record.kinds()[-1] == "chat_done"
+
+
+async def test_a_rejected_draft_answer_is_not_taken_for_the_final_one(harness: Harness):
+    # Step 1 streams a draft answer; the check says not done; the budget then ends the run,
+    # whose answer must still arrive as deltas, although a draft already streamed.
+    block = json.dumps({"observation": "Checked.", "should_continue": False})
+    harness.model.script("act", act(FakeToolCall("no_such_tool", {})))
+    harness.model.script("observe", text("Checked.\n```json\n", block, "\n```\n", "Draft."))
+    harness.model.script("verify", text('```json\n{"done": false, "reason": "It failed."}\n```'))
+    record = await harness.run("go", budget=Budget(max_tokens=50))  # spent by the check
+    (completed,) = record.of(RunCompleted)
+    assert completed.stop_reason == "budget"
+    deltas = [e.delta for e in record.of(AnswerDelta)]
+    assert deltas[0] == "Draft." and deltas[-1] == completed.final_answer

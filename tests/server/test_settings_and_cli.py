@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from agent.budget import Price
+from agent.budget import Budget, Price
 from agent.context import ContextLimits
-from server.settings import ConfigError, load_settings
+from agent.run import RunLimits
+from server.settings import AgentSettings, ConfigError, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,6 +80,45 @@ def test_the_agent_receives_its_settings_as_they_were_parsed(tmp_path):
     settings = load_settings(config, environ={})
     assert settings.context == ContextLimits(window_tokens=9000)
     assert settings.llm.prices["m"] == Price(1.5, 6.0)
+
+
+# RunLimits fields without an `[agent]` key of the same name, and where each comes from.
+_LIMITS_FROM_ELSEWHERE = {
+    "max_steps": "the chat's agent_max_steps, else agent.default_max_steps",
+    "budget": "agent.max_run_tokens and agent.max_run_cost, priced by llm.prices",
+    "approval_timeout_s": "tools.approval_timeout_s",
+}
+
+
+def test_every_run_limit_is_a_setting_or_says_where_it_comes_from():
+    keys = AgentSettings.model_fields
+    for field in dataclasses.fields(RunLimits):
+        assert field.name in keys or field.name in _LIMITS_FROM_ELSEWHERE, field.name
+        if field.name in keys:  # a run built without settings behaves as the shipped default
+            assert keys[field.name].default == getattr(RunLimits(), field.name), field.name
+    assert not set(_LIMITS_FROM_ELSEWHERE) & set(keys)
+
+
+def test_each_run_gets_the_agent_settings_and_its_request(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(
+        "[agent]\ncontrol_retries = 0\nmax_verifications = 5\nplan_every = 3\n"
+        'tool_timeout_s = 7\nstyle = "direct"\ndefault_max_steps = 4\n'
+    )
+    agent = load_settings(config, environ={}).agent
+    budget = Budget(max_tokens=100)
+    limits = agent.limits(budget=budget, approval_timeout_s=9.0)
+    assert (limits.control_retries, limits.max_verifications, limits.plan_every) == (0, 5, 3)
+    assert (limits.tool_timeout_s, limits.style, limits.max_steps) == (7.0, "direct", 4)
+    assert (limits.budget, limits.approval_timeout_s) == (budget, 9.0)
+    asked = agent.limits(budget=budget, approval_timeout_s=9.0, max_steps=2, style="tool_first")
+    assert (asked.max_steps, asked.style) == (2, "tool_first")
+
+
+def test_the_readme_documents_every_agent_key():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"`agent\.(\w+)`", readme))
+    assert set(AgentSettings.model_fields) - documented == set()
 
 
 def test_a_missing_config_file_is_an_error(tmp_path):

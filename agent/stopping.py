@@ -1,0 +1,65 @@
+"""How a run cut short is closed: stopped while it works, or left open by a process that died.
+
+Both end the same way, through `RunRecorder.record_stop`: a `tool_error` for every call shown
+starting and not ending, `agent_stopped`, and the messages that keep the conversation valid
+for the model (the text shown so far, a result for every call, a note on the stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from agent.acting import REQUEST_INPUT
+from agent.events import RunStopped, StopReason
+from agent.messages import Message, Usage
+from agent.run import RunContext, RunInterrupted, RunRecorder
+
+__all__ = ["close_interrupted", "stop_recorded"]
+
+
+@asynccontextmanager
+async def stop_recorded(
+    ctx: RunContext, recorder: RunRecorder | None = None
+) -> AsyncIterator[None]:
+    """Turn a stop inside the block (a cancellation with a stop reason, or RunInterrupted)
+    into a recorded stop, and end the block normally.
+
+    With a `recorder`, it records what the run cut short; without one (the run had not begun)
+    only `agent_stopped` at step 0. A cancellation without a stop reason is not ours (e.g. the
+    event loop is closing): it propagates untouched.
+    """
+    try:
+        yield
+    except asyncio.CancelledError:
+        reason = ctx.control.stop_reason
+        if reason is None:
+            raise
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        await _record(ctx, recorder, reason)
+    except RunInterrupted as interrupted:
+        ctx.control.claim_stop(interrupted.reason)
+        await _record(ctx, recorder, interrupted.reason)
+
+
+async def _record(ctx: RunContext, recorder: RunRecorder | None, reason: StopReason) -> None:
+    if recorder is None:
+        await ctx.sink.emit(RunStopped(0, reason, Usage().as_dict()))
+    else:
+        await recorder.record_stop(reason)
+
+
+async def close_interrupted(ctx: RunContext, history: Sequence[Message], step: int) -> None:
+    """Close the run `ctx.run_id`, which a dead process left open at `step`, as `interrupted`.
+
+    `history` is the session's stored conversation. Every call of the run without a result
+    there gets one; those the run had shown starting (every call but a question, which never
+    shows `tool_start`) also get their `tool_error`.
+    """
+    recorder = RunRecorder(ctx, history)
+    started = [c for c in recorder.unanswered_calls() if c.name != REQUEST_INPUT]
+    recorder.continue_from(step, started)
+    await recorder.record_stop("interrupted")

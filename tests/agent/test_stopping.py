@@ -1,0 +1,100 @@
+"""A run cut short is closed the same way whether it was stopped, ended itself, or was left
+open by a process that died: through its ports only, no server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agent.events import RunStopped, ToolFailed
+from agent.messages import Message, ToolCall
+from agent.run import RunInterrupted
+from agent.stopping import close_interrupted, stop_recorded
+from tests.fakes.scripted_model import Harness
+
+ZERO_USAGE = {
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "total_tokens": 0,
+    "cached_tokens": 0,
+    "llm_calls": 0,
+}
+CUT_BY_RESTART = "Not completed: the server restarted before this call finished."
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return Harness()
+
+
+async def test_a_dead_runs_open_calls_are_closed_from_the_conversation(harness: Harness):
+    answered = ToolCall("c1", "echo", '{"text": "a"}')
+    started = ToolCall("c2", "get_current_time", "{}")
+    question = ToolCall("c3", "request_input", '{"question": "Which city?"}')
+    earlier = ToolCall("c0", "echo", "{}")  # another run's: not this recovery's business
+    history = [
+        Message("assistant", "", tool_calls=(earlier,), phase="act", run_id="r0"),
+        Message("user", "go", run_id="r1"),
+        Message("assistant", "I will look.", phase="reason", run_id="r1"),
+        Message("assistant", "", tool_calls=(answered, started, question), run_id="r1"),
+        Message.tool_result(answered, "a", status="ok", run_id="r1"),
+    ]
+    await close_interrupted(harness.context(run_id="r1"), history, 2)
+    assert harness.record.events == [
+        ToolFailed(2, "c2", "get_current_time", CUT_BY_RESTART),
+        RunStopped(2, "interrupted", ZERO_USAGE),
+    ]
+    results = [m for m in harness.record.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.status) for m in results] == [("c2", "stopped"), ("c3", "stopped")]
+    assert all("restarted" in m.content for m in results)
+    (note,) = [m for m in harness.record.messages if m.phase == "stop"]
+    assert note.role == "system" and "step 2" in note.content and note.run_id == "r1"
+
+
+async def test_a_stop_before_the_run_began_is_recorded_at_step_zero(harness: Harness):
+    ctx = harness.context()
+    entered = asyncio.Event()
+
+    async def before_the_loop() -> None:
+        async with stop_recorded(ctx):
+            entered.set()
+            await asyncio.Event().wait()  # e.g. loading the history, until stopped
+
+    task = asyncio.ensure_future(before_the_loop())
+    harness.control.attach(task)  # type: ignore[arg-type]
+    async with asyncio.timeout(5):
+        await entered.wait()
+    assert harness.control.request_stop("user")
+    async with asyncio.timeout(5):
+        await task  # ends normally: the stop is recorded, not raised
+    assert not task.cancelled() and task.cancelling() == 0
+    assert harness.record.events == [RunStopped(0, "user", ZERO_USAGE)]
+
+
+async def test_a_cancellation_without_a_stop_reason_is_not_a_stop(harness: Harness):
+    ctx = harness.context()
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with stop_recorded(ctx):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.ensure_future(body())
+    async with asyncio.timeout(5):
+        await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await task
+    assert harness.record.events == []
+
+
+async def test_a_run_that_ends_itself_claims_the_stop(harness: Harness):
+    ctx = harness.context()
+    async with stop_recorded(ctx):
+        raise RunInterrupted("input_timeout")
+    assert harness.control.stop_reason == "input_timeout"
+    assert not harness.control.request_stop("user")  # a later stop finds one under way
+    assert harness.record.events == [RunStopped(0, "input_timeout", ZERO_USAGE)]
