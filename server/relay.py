@@ -9,6 +9,9 @@ interval for every session concerned, carry what crosses processes:
   exactly once (`LiveSession.follow`).
 - **Controls**: for each run this process owns, the stops, answers and approval decisions
   other processes left in the store (`server/remote.py`'s `apply_control`).
+- **Deletions**: for each followed session that is idle (only an idle session may be
+  deleted), whether it is still stored; the watchers of one another process deleted are
+  closed with 4404, as a local deletion closes them.
 
 A process alone on its store (SQLite by default) starts no relay, and a shared process polls
 nothing while it neither follows a session nor owns a run.
@@ -28,6 +31,7 @@ __all__ = ["StoreRelay"]
 
 log = logging.getLogger(__name__)
 TAIL_LIMIT = 2000  # events per poll, over every followed session
+SESSION_GONE = 4404  # the close code of a deleted session's watchers (docs/wire-protocol.md)
 PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
 
 
@@ -87,9 +91,11 @@ class StoreRelay:
                 log.warning("following other processes failed, will retry: %s", exc)
 
     async def poll(self) -> None:
-        """One round: deliver new events of followed sessions, apply controls of our runs."""
+        """One round: deliver new events of followed sessions, apply controls of our runs,
+        close the watchers of followed sessions another process deleted."""
         await self._follow()
         await self._controls()
+        await self._deletions()
 
     async def _follow(self) -> None:
         cursors = {
@@ -125,3 +131,17 @@ class StoreRelay:
                 continue
             run.applied.add(control.key)
             await self._apply(live, control)
+
+    async def _deletions(self) -> None:
+        idle = {
+            sid: live
+            for sid, live in self._sessions.items()
+            if live.run is None and live.subscribers and live.stored and live.status == "idle"
+        }
+        if not idle:
+            return
+        stored = await self._store.existing_sessions(list(idle))
+        for sid, live in idle.items():
+            if sid not in stored and live.run is None and self._sessions.get(sid) is live:
+                for subscriber in list(live.subscribers):
+                    subscriber.finish(SESSION_GONE)

@@ -19,7 +19,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
@@ -60,8 +62,13 @@ def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[s
 
 @asynccontextmanager
 async def replicas(
-    tmp_path: Path, fake_llm: FakeLLM, store_env: dict[str, str], count: int = 2
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    store_env: dict[str, str],
+    count: int = 2,
+    each: list[dict[str, str]] | None = None,
 ) -> AsyncIterator[Replicas]:
+    """`count` server processes on one store; `each[i]` adds settings for process i."""
     env = {
         **store_env,
         "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
@@ -70,8 +77,14 @@ async def replicas(
         "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "1",
     }
     ports = [free_port() for _ in range(count)]
+    extra = each or [{} for _ in ports]
     procs = list(
-        await asyncio.gather(*(start_server_process(tmp_path, port, env) for port in ports))
+        await asyncio.gather(
+            *(
+                start_server_process(tmp_path, port, {**env, **more})
+                for port, more in zip(ports, extra, strict=True)
+            )
+        )
     )
     try:
         yield Replicas([f"127.0.0.1:{p}" for p in ports], procs)
@@ -171,3 +184,33 @@ async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the
     assert tail[-2]["reason"] == "interrupted"
     assert closed_after < 2 * LEASE_S + 2  # two lease periods, plus the recovery tick
     assert seqs(b.seen[1:]) == list(range(1, len(seqs(b.seen[1:])) + 1))
+
+
+async def closed_with(client: Client, timeout: float = 5.0) -> int | None:
+    """Receive until the server closes the connection; its close code."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                await client.recv(timeout)
+    except ConnectionClosed as closed:
+        return None if closed.rcvd is None else closed.rcvd.code
+
+
+async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    async with replicas(tmp_path, fake_llm, store_env) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.run("a short one")
+        b = await group.client(1, session_id=session)
+        hello = await b.recv()
+        async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}") as http:
+            deleted = await http.delete(f"/api/sessions/{session}")
+        local, remote = await asyncio.gather(closed_with(a), closed_with(b))
+        async with await group.client(1, session_id=session) as late:
+            refused = await late.recv()
+
+    assert (hello["status"], deleted.status_code) == ("idle", 204)
+    assert (local, remote) == (4404, 4404)
+    assert refused["code"] == "session_not_found"
