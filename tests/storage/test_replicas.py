@@ -214,3 +214,38 @@ async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
     assert (hello["status"], deleted.status_code) == ("idle", 204)
     assert (local, remote) == (4404, 4404)
     assert refused["code"] == "session_not_found"
+
+
+async def test_an_answer_through_the_watching_process_shows_there_at_once(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """The watching process polls every 5 s here: its status cannot come from the run's
+    next event, only from the answer it passed on."""
+    question = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("act", act(question))
+    fake_llm.script("observe", observe("Got the city."))
+    fake_llm.script("reason", reason("Ask where."), Reply(chunks=["hm "], hang_after=1))
+    slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "5"}]
+    async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "plan a trip"})
+        await a.until("agent_request_input", timeout=10)
+        b = await group.client(1, session_id=session)
+        before = await b.recv()
+        await b.send({"type": "agent_user_input", "content": "Paris"})
+        await b.send({"type": "no_such_frame"})  # frames are handled in order: a marker
+        await b.until("error")
+        async with await group.client(1, session_id=session) as later:
+            after = await later.recv()
+        await a.until("agent_user_answer", timeout=10)
+        await a.send({"type": "agent_control", "action": "stop"})
+        await a.until("response_complete", timeout=10)
+        await asyncio.gather(a.close(), b.close())
+
+    assert (before["status"], before["pending_input"]["question"]) == (
+        "awaiting_input",
+        "Which city?",
+    )
+    assert [f["code"] for f in b.seen if f["type"] == "error"] == ["unknown_type"]
+    assert (after["status"], after["pending_input"]) == ("running", None)
