@@ -8,7 +8,7 @@ port that N workers listen on (`SO_REUSEPORT`), so the kernel spreads them, and 
 works in the worker its connection reached. Each level runs on a fresh store (a new SQLite
 file, a new FerretDB database) and a fresh process group, so levels do not inherit each
 other's data. The search doubles the number of runs until the bound is missed, then tries
-the midpoint once.
+the midpoint once. `--quick` measures 1 and 2 workers only.
 
     python -m bench --only workers
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.concurrency import BOUND_MS, PACED, Paced
-from bench.context import Bench, connect_many
+from bench.context import Bench, Sizes, connect_many
 from bench.procs import ROOT, _spawn, free_port
 from bench.stats import percentile
 from bench.wsclient import connect
@@ -207,7 +207,8 @@ async def _most(bench: Bench, store: str, uri: str, workers: int, start: int) ->
 
 
 async def _store(bench: Bench, store: str, uri: str) -> dict[str, Any]:
-    return {str(n): await _most(bench, store, uri, n, START[store]) for n in WORKERS}
+    counts = WORKERS[:2] if bench.sizes == Sizes.quick() else WORKERS  # --quick: 1 and 2
+    return {str(n): await _most(bench, store, uri, n, START[store]) for n in counts}
 
 
 async def run(bench: Bench) -> dict[str, Any]:
