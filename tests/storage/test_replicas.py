@@ -199,19 +199,25 @@ async def closed_with(client: Client, timeout: float = 5.0) -> int | None:
 async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
     fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
 ) -> None:
-    async with replicas(tmp_path, fake_llm, store_env) as group:
+    """Deleted as soon as the run ended: the watching process (polling every 2 s here) has
+    not seen the run's end, and never will, since its events are gone with the session."""
+    fake_llm.script("reason", Reply(chunks=[f"w{i} " for i in range(10)], delay_s=0.05))
+    slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "2"}]
+    async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
         a = await group.client(0)
         session = (await a.recv())["session_id"]
-        await a.run("a short one")
+        await a.send({"type": "chat", "content": "a short one"})
+        await a.until("agent_reason_delta")
         b = await group.client(1, session_id=session)
         hello = await b.recv()
+        await a.until("response_complete", timeout=10)
         async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}") as http:
             deleted = await http.delete(f"/api/sessions/{session}")
-        local, remote = await asyncio.gather(closed_with(a), closed_with(b))
+        local, remote = await asyncio.gather(closed_with(a), closed_with(b, timeout=10))
         async with await group.client(1, session_id=session) as late:
             refused = await late.recv()
 
-    assert (hello["status"], deleted.status_code) == ("idle", 204)
+    assert (hello["status"], deleted.status_code) == ("running", 204)
     assert (local, remote) == (4404, 4404)
     assert refused["code"] == "session_not_found"
 
