@@ -193,6 +193,9 @@ def rows(results: dict[str, Any]) -> list[Row]:
     wk = results.get("workers")
     if wk:
         b = f"8 --workers N ({wk['cpus']} CPUs, ~1 s/LLM call)"
+        for n, lock in (wk.get("sqlite_lock_wait") or {}).items():
+            out.append(Row(b, f"SQLite write-lock wait, {n} plain writer process(es), p99",
+                           _single(lock["p99_ms"]), "ms"))
         for name, label in (("sqlite", "SQLite"), ("mongodb", "FerretDB")):
             for n, data in (wk.get(name) or {}).items():
                 if isinstance(data, dict) and "most_runs_within_bound" in data:

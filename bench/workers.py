@@ -10,13 +10,19 @@ file, a new FerretDB database) and a fresh process group, so levels do not inher
 other's data. The search doubles the number of runs until the bound is missed, then tries
 the midpoint once. `--quick` measures 1 and 2 workers only.
 
+Alongside, what several SQLite writers cost by themselves: 1, 2 and 4 plain processes commit
+small `BEGIN IMMEDIATE` transactions into one WAL file (with the server's busy timeout), and
+each transaction's wait for the write lock is timed.
+
     python -m bench --only workers
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -226,3 +232,45 @@ async def run(bench: Bench) -> dict[str, Any]:
     finally:
         await bench.llm_default({"kind": "steps"})
     return out
+
+
+LOCK_SECONDS = 4.0
+
+
+def _lock_waits(bench: Bench, writers: int) -> dict[str, Any]:
+    """Lock waits (ms) of `writers` processes committing 5-row transactions into one file."""
+    path = bench.workdir / f"lock-{writers}.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE e(id INTEGER PRIMARY KEY, body BLOB)")
+    conn.close()
+    spawn = multiprocessing.get_context("spawn")
+    with spawn.Pool(writers) as pool:
+        results = pool.starmap(_commit_for, [(str(path), LOCK_SECONDS)] * writers)
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+    waits = [w for result in results for w in result]
+    return {
+        "transactions": len(waits),
+        "p50_ms": round(percentile(waits, 50), 2),
+        "p99_ms": round(percentile(waits, 99), 1),
+        "max_ms": round(max(waits), 1),
+    }
+
+
+def _commit_for(path: str, seconds: float) -> list[float]:
+    """In a child process: commit for `seconds` with a 2 ms pause between transactions (a
+    worker's loop does other things between batches); each wait for the lock, in ms."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=5000")  # as server/storage/sqlite_connect.py
+    waits: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        waits.append((time.perf_counter() - started) * 1000)
+        conn.executemany("INSERT INTO e(body) VALUES (?)", [(b"x" * 200,)] * 5)
+        conn.execute("COMMIT")
+        time.sleep(0.002)  # a pause between transactions, not synchronization
+    conn.close()
+    return waits
