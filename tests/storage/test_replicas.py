@@ -4,8 +4,9 @@ Each test starts two `python -m server` processes on the same SQLite file (`stor
 or the same MongoDB database (FerretDB), runs a session on the first and drives it through
 the second: the second follows the run live (replayed from 0, then every later event, no gap
 and no duplicate), stops it, answers its question (exactly one of two concurrent answers
-wins), and closes it as `interrupted` when the first is killed mid-run. `serve --workers 2` is
-tested behind HAProxy (test_load_balancer.py).
+wins), and closes it as `interrupted` when the first is killed mid-run; its watchers are
+closed (4404) when the first deletes the session, and an answer it passes on shows there at
+once. `serve --workers 2` is tested behind HAProxy (test_load_balancer.py).
 """
 
 from __future__ import annotations
