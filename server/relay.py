@@ -1,7 +1,7 @@
 """StoreRelay: several server processes meet in the store, with no broker between them.
 
 On a shared store (MongoDB, or SQLite with `storage.shared`), any process may hold a
-connection to a session whose run another process owns. Two polls, both by one query per
+connection to a session whose run another process owns. Three polls, each one query per
 interval for every session concerned, carry what crosses processes:
 
 - **Events**: for each session a local connection watches but no local run writes, the events
