@@ -220,11 +220,13 @@ async def _store(bench: Bench, store: str, uri: str) -> dict[str, Any]:
 async def run(bench: Bench) -> dict[str, Any]:
     from bench.storage import NO_FERRETDB, running_ferretdb
 
+    locks = {str(n): await asyncio.to_thread(_lock_waits, bench, n) for n in WORKERS}
     await bench.llm_default(PACED)
     try:
         out: dict[str, Any] = {
             "bound_ms": BOUND_MS,
             "cpus": os.cpu_count(),
+            "sqlite_lock_wait": locks,
             "sqlite": await _store(bench, "sqlite", ""),
         }
         async with running_ferretdb(bench) as uri:
