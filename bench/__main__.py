@@ -33,13 +33,14 @@ from bench import (
     stop_latency,
     storage,
     throughput,
+    workers,
 )
 from bench.context import Bench, Sizes
 from bench.procs import machine_info
 from bench.report import markdown, profile_markdown, rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("step", "throughput", "stop", "concurrency", "memory", "storage", "replicas")
+ALL = ("step", "throughput", "stop", "concurrency", "memory", "storage", "replicas", "workers")
 NOTES = [
     "Server, bare baseline and fake LLM run in separate processes; the load generator is a "
     "lean raw-asyncio WebSocket client (bench/wsclient.py). Server CPU is from /proc/PID/stat, "
@@ -108,6 +109,7 @@ async def _main(args: argparse.Namespace) -> int:
         ("memory", "memory", lambda: memory.run(bench)),
         ("storage", "storage", lambda: storage.run(bench)),
         ("replicas", "replicas", lambda: replicas.run(bench)),
+        ("workers", "workers", lambda: workers.run(bench)),
     ]
     failed = False
     try:

@@ -5,6 +5,8 @@ binary is cached). A run streams on the first (a chunk every 20 ms); a watcher o
 measures each event's delay (arrival minus the event's `ts`), next to a watcher on the first
 for reference. Then stops: a run starts on the first, its first delta arrives on the second,
 the second sends `agent_control stop`; latency = stop sent → `agent_stopped` received there.
+Last, with the servers stopped, the store's own floor: one event appended then read back by
+`tail_events` (the relay's query), on the data the benchmark left.
 
     python -m bench --only replicas
 """
@@ -31,8 +33,12 @@ SESSIONS = 4
 STOPS = 15
 
 
+FLOOR_ROUNDS = 30
+
+
 async def run(bench: Bench) -> dict[str, Any]:
     out: dict[str, Any] = {"sqlite": await _measure(bench, _sqlite_env(bench))}
+    out["sqlite"] |= await _floor(_sqlite_env(bench))
     out["mongodb"] = await _on_ferretdb(bench)
     return out
 
@@ -55,7 +61,7 @@ async def _on_ferretdb(bench: Bench) -> dict[str, Any]:
             "AGENT__STORAGE__MONGODB_URI": uri,
             "AGENT__STORAGE__MONGODB_DATABASE": "bench_replicas",
         }
-        return await _measure(bench, env)
+        return await _measure(bench, env) | await _floor(env)
 
 
 def _start(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:
@@ -162,3 +168,35 @@ async def _until(conn: WSConn, wanted: str) -> None:
         payload, _ = await conn.recv()
         if kind_of(payload) == wanted:
             return
+
+
+async def _floor(store_env: dict[str, str]) -> dict[str, Any]:
+    """Append one event, then read it back with the relay's query (`tail_events`): the least
+    a cross-process delay can be on this store, with the data the benchmark stored."""
+    from server.app import create_store
+    from server.settings import Settings, StorageSettings
+    from server.storage.base import Scope
+
+    fields = {k.removeprefix("AGENT__STORAGE__").lower(): v for k, v in store_env.items()}
+    store = create_store(Settings(storage=StorageSettings.model_validate(fields)))
+    await store.open()
+    scope = Scope("bench", "bench")
+    session_id = f"floor-{time.time_ns()}"
+    try:
+        await store.create_session(scope, session_id, int(time.time() * 1000))
+        trips: list[float] = []
+        for _ in range(FLOOR_ROUNDS):
+            frame = {"type": "agent_update", "update_type": "agent_reason_delta", "seq": 0,
+                     "session_id": session_id, "ts": int(time.time() * 1000), "delta": "tok "}
+            started = time.perf_counter()
+            await store.append_events(scope, session_id, [frame], frame["ts"])
+            rows = await store.tail_events({session_id: frame["seq"] - 1}, 10)
+            trips.append((time.perf_counter() - started) * 1000)
+            assert rows and rows[0][1] == frame["seq"], rows
+        clients = await store.list_sessions(Scope("local", "local"), -1)  # the servers' own
+        stored = sum(record.last_seq for record in clients)
+    finally:
+        await store.close()
+    return {"floor_events_stored": stored,
+            "floor_p50_ms": round(percentile(trips, 50), 1),
+            "floor_p99_ms": round(percentile(trips, 99), 1)}

@@ -186,6 +186,21 @@ def rows(results: dict[str, Any]) -> list[Row]:
                            _check(tail, lambda v: v < 250)))
             out.append(Row(b, f"{label}: stop via the other process, p99", stop, "ms",
                            "< 500 ms", _check(stop, lambda v: v < 500)))
+            if "floor_p99_ms" in data:
+                out.append(Row(b, f"  … floor: one append then tail_events, bare store, p99 "
+                               f"({data['floor_events_stored']} events stored)",
+                               _single(data["floor_p99_ms"]), "ms"))
+    wk = results.get("workers")
+    if wk:
+        b = f"8 --workers N ({wk['cpus']} CPUs, ~1 s/LLM call)"
+        for n, lock in (wk.get("sqlite_lock_wait") or {}).items():
+            out.append(Row(b, f"SQLite write-lock wait, {n} plain writer process(es), p99",
+                           _single(lock["p99_ms"]), "ms"))
+        for name, label in (("sqlite", "SQLite"), ("mongodb", "FerretDB")):
+            for n, data in (wk.get(name) or {}).items():
+                if isinstance(data, dict) and "most_runs_within_bound" in data:
+                    out.append(Row(b, f"{label}, {n} process(es): most runs with p99 < 100 ms",
+                                   _single(data["most_runs_within_bound"]), "runs"))
     return out
 
 

@@ -1,7 +1,7 @@
 """StoreRelay: several server processes meet in the store, with no broker between them.
 
 On a shared store (MongoDB, or SQLite with `storage.shared`), any process may hold a
-connection to a session whose run another process owns. Two polls, both by one query per
+connection to a session whose run another process owns. Three polls, each one query per
 interval for every session concerned, carry what crosses processes:
 
 - **Events**: for each session a local connection watches but no local run writes, the events
@@ -9,6 +9,9 @@ interval for every session concerned, carry what crosses processes:
   exactly once (`LiveSession.follow`).
 - **Controls**: for each run this process owns, the stops, answers and approval decisions
   other processes left in the store (`server/remote.py`'s `apply_control`).
+- **Deletions**: for each followed session that got no new event in the round (a deleted
+  session gets none), whether it is still stored; the watchers of one another process
+  deleted are closed with 4404, as a local deletion closes them.
 
 A process alone on its store (SQLite by default) starts no relay, and a shared process polls
 nothing while it neither follows a session nor owns a run.
@@ -28,6 +31,7 @@ __all__ = ["StoreRelay"]
 
 log = logging.getLogger(__name__)
 TAIL_LIMIT = 2000  # events per poll, over every followed session
+SESSION_GONE = 4404  # the close code of a deleted session's watchers (docs/wire-protocol.md)
 PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
 
 
@@ -87,11 +91,16 @@ class StoreRelay:
                 log.warning("following other processes failed, will retry: %s", exc)
 
     async def poll(self) -> None:
-        """One round: deliver new events of followed sessions, apply controls of our runs."""
-        await self._follow()
+        """One round: deliver new events of followed sessions, apply controls of our runs,
+        close the watchers of followed sessions another process deleted."""
+        advanced = await self._follow()
         await self._controls()
+        await self._deletions(advanced)
 
-    async def _follow(self) -> None:
+    async def _follow(self) -> set[str]:
+        """Deliver what was stored since each followed session's last event; return the
+        sessions that got some."""
+        advanced: set[str] = set()
         cursors = {
             sid: live.last_seq
             for sid, live in self._sessions.items()
@@ -103,14 +112,16 @@ class StoreRelay:
                 live = self._sessions.get(session_id)
                 if live is not None:
                     live.follow(seq, body)
+                    advanced.add(session_id)
             if len(rows) < TAIL_LIMIT:
-                return
+                return advanced
             cursors = {  # a long backlog: continue at once from what was delivered
                 sid: live.last_seq
                 for sid in cursors
                 if (live := self._sessions.get(sid)) is not None and live.run is None
             }
             await asyncio.sleep(0)
+        return advanced
 
     async def _controls(self) -> None:
         owned = {sid: live for sid, live in self._sessions.items() if live.run is not None}
@@ -125,3 +136,20 @@ class StoreRelay:
                 continue
             run.applied.add(control.key)
             await self._apply(live, control)
+
+    async def _deletions(self, advanced: set[str]) -> None:
+        """Close the watchers of followed sessions that are no longer stored. Only those
+        without news are asked about: the status is no guide, as a session deleted right
+        after its run ended never shows this process its closing events."""
+        quiet = {
+            sid: live
+            for sid, live in self._sessions.items()
+            if live.run is None and live.subscribers and live.stored and sid not in advanced
+        }
+        if not quiet:
+            return
+        stored = await self._store.existing_sessions(list(quiet))
+        for sid, live in quiet.items():
+            if sid not in stored and live.run is None and self._sessions.get(sid) is live:
+                for subscriber in list(live.subscribers):
+                    subscriber.finish(SESSION_GONE)

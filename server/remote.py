@@ -95,6 +95,7 @@ async def answer_elsewhere(store: Store, live: LiveSession, content: str) -> Non
     answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
     if not await store.send_control(live.scope, answer, now_ms()):
         raise not_awaiting_input()
+    _taken(live)
 
 
 async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, Any]) -> None:
@@ -109,6 +110,14 @@ async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, A
     decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
     if not await store.send_control(live.scope, decision, now_ms()):
         raise already_decided(call_id)
+    _taken(live)
+
+
+def _taken(live: LiveSession) -> None:
+    """The run goes on, as after a local answer or decision: say so here at once, not
+    with its next event (which this process reads at its next poll)."""
+    if live.run is None:
+        live.status, live.pending_input, live.pending_approval = "running", None, None
 
 
 def check_decision(run: ActiveRun, tool_call_id: str) -> None:

@@ -214,6 +214,10 @@ class Store(Protocol):
         """Free the slots `take_run_slot` took for this run."""
         ...
 
+    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
+        """Those of these sessions still stored (another process may have deleted one)."""
+        ...
+
 
 _OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "phase")
 

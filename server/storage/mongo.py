@@ -560,6 +560,15 @@ class MongoStore:
                 return int(errors[0]["index"])
         return len(docs)
 
+    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
+        if not session_ids:
+            return set()
+        cursor = self._col("sessions").find(
+            {"session_id": {"$in": list(session_ids)}}, {"_id": 0, "session_id": 1}
+        )
+        with _translated("check sessions"):
+            return {str(doc["session_id"]) async for doc in cursor}
+
 
 _ACTIVE = ["running", "awaiting_input", "awaiting_approval"]
 

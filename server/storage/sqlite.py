@@ -564,6 +564,22 @@ class SQLiteStore:
     async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
+    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
+        ids = list(session_ids)
+
+        def op(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), _TAIL_CHUNK):
+                chunk = ids[start : start + _TAIL_CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                rows = conn.execute(
+                    f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", chunk
+                ).fetchall()
+                found.update(r[0] for r in rows)
+            return found
+
+        return await self._read(op) if ids else set()
+
 
 def _isolated(conn: sqlite3.Connection, op: _Op) -> Any:
     """Run one operation in a savepoint; its own failure becomes its StorageError result."""

@@ -4,8 +4,9 @@ Each test starts two `python -m server` processes on the same SQLite file (`stor
 or the same MongoDB database (FerretDB), runs a session on the first and drives it through
 the second: the second follows the run live (replayed from 0, then every later event, no gap
 and no duplicate), stops it, answers its question (exactly one of two concurrent answers
-wins), and closes it as `interrupted` when the first is killed mid-run. `serve --workers 2` is
-tested behind HAProxy (test_load_balancer.py).
+wins), and closes it as `interrupted` when the first is killed mid-run; its watchers are
+closed (4404) when the first deletes the session, and an answer it passes on shows there at
+once. `serve --workers 2` is tested behind HAProxy (test_load_balancer.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
@@ -60,8 +63,13 @@ def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[s
 
 @asynccontextmanager
 async def replicas(
-    tmp_path: Path, fake_llm: FakeLLM, store_env: dict[str, str], count: int = 2
+    tmp_path: Path,
+    fake_llm: FakeLLM,
+    store_env: dict[str, str],
+    count: int = 2,
+    each: list[dict[str, str]] | None = None,
 ) -> AsyncIterator[Replicas]:
+    """`count` server processes on one store; `each[i]` adds settings for process i."""
     env = {
         **store_env,
         "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
@@ -70,8 +78,14 @@ async def replicas(
         "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "1",
     }
     ports = [free_port() for _ in range(count)]
+    extra = each or [{} for _ in ports]
     procs = list(
-        await asyncio.gather(*(start_server_process(tmp_path, port, env) for port in ports))
+        await asyncio.gather(
+            *(
+                start_server_process(tmp_path, port, {**env, **more})
+                for port, more in zip(ports, extra, strict=True)
+            )
+        )
     )
     try:
         yield Replicas([f"127.0.0.1:{p}" for p in ports], procs)
@@ -171,3 +185,74 @@ async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the
     assert tail[-2]["reason"] == "interrupted"
     assert closed_after < 2 * LEASE_S + 2  # two lease periods, plus the recovery tick
     assert seqs(b.seen[1:]) == list(range(1, len(seqs(b.seen[1:])) + 1))
+
+
+async def closed_with(client: Client, timeout: float = 5.0) -> int | None:
+    """Receive until the server closes the connection; its close code."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                await client.recv(timeout)
+    except ConnectionClosed as closed:
+        return None if closed.rcvd is None else closed.rcvd.code
+
+
+async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """Deleted as soon as the run ended: the watching process (polling every 2 s here) has
+    not seen the run's end, and never will, since its events are gone with the session."""
+    fake_llm.script("reason", Reply(chunks=[f"w{i} " for i in range(10)], delay_s=0.05))
+    slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "2"}]
+    async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "a short one"})
+        await a.until("agent_reason_delta")
+        b = await group.client(1, session_id=session)
+        hello = await b.recv()
+        await a.until("response_complete", timeout=10)
+        async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}") as http:
+            deleted = await http.delete(f"/api/sessions/{session}")
+        local, remote = await asyncio.gather(closed_with(a), closed_with(b, timeout=10))
+        async with await group.client(1, session_id=session) as late:
+            refused = await late.recv()
+
+    assert (hello["status"], deleted.status_code) == ("running", 204)
+    assert (local, remote) == (4404, 4404)
+    assert refused["code"] == "session_not_found"
+
+
+async def test_an_answer_through_the_watching_process_shows_there_at_once(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """The watching process polls every 5 s here: its status cannot come from the run's
+    next event, only from the answer it passed on."""
+    question = FakeToolCall("request_input", {"question": "Which city?"})
+    fake_llm.script("act", act(question))
+    fake_llm.script("observe", observe("Got the city."))
+    fake_llm.script("reason", reason("Ask where."), Reply(chunks=["hm "], hang_after=1))
+    slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "5"}]
+    async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "plan a trip"})
+        await a.until("agent_request_input", timeout=10)
+        b = await group.client(1, session_id=session)
+        before = await b.recv()
+        await b.send({"type": "agent_user_input", "content": "Paris"})
+        await b.send({"type": "no_such_frame"})  # frames are handled in order: a marker
+        await b.until("error")
+        async with await group.client(1, session_id=session) as later:
+            after = await later.recv()
+        await a.until("agent_user_answer", timeout=10)
+        await a.send({"type": "agent_control", "action": "stop"})
+        await a.until("response_complete", timeout=10)
+        await asyncio.gather(a.close(), b.close())
+
+    assert (before["status"], before["pending_input"]["question"]) == (
+        "awaiting_input",
+        "Which city?",
+    )
+    assert [f["code"] for f in b.seen if f["type"] == "error"] == ["unknown_type"]
+    assert (after["status"], after["pending_input"]) == ("running", None)
