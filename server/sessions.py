@@ -26,14 +26,11 @@ from agent.control import Decision, DecisionError, RunControl
 from agent.errors import ModelError, StorageError
 from agent.events import (
     AgentEvent,
-    AnswerDelta,
     ApprovalRequested,
-    ChatDelta,
+    ChatDone,
     InputRequested,
-    ObserveDelta,
-    ReasonDelta,
+    RunCompleted,
     RunStopped,
-    ThinkingDelta,
     UserMessage,
 )
 from agent.loop import run_agent
@@ -62,7 +59,7 @@ log = logging.getLogger(__name__)
 GOING_AWAY = 1001
 
 
-_STREAMED = (ReasonDelta, ObserveDelta, ChatDelta, AnswerDelta, ThinkingDelta)  # batched writes
+_LAST = (RunCompleted, RunStopped, ChatDone)  # awaited: a failed write before them is reported
 _TAIL_EVENTS = 400  # how far back `retry`/`continue` look for the last run's message
 _CONTINUE = "Please continue the task from where you stopped."
 def _too_many_runs(active: int) -> ProtocolError:
@@ -114,10 +111,10 @@ class _RunSink:
             await self._live.publish(
                 [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
             )
-        elif isinstance(event, _STREAMED):
-            await self._live.publish_streamed([frame])  # in order; batched when fast
-        else:
+        elif isinstance(event, _LAST):
             await self._live.publish([frame])
+        else:  # stored in order with the run's next awaited write (its messages, its end)
+            await self._live.publish_streamed([frame])
 
     async def emit_all(self, events: Sequence[AgentEvent]) -> None:
         session, run, now = self._live.session_id, self._run_id, now_ms()
