@@ -92,8 +92,9 @@ class LiveSession:
     Every write goes through one queue drained by one task, in order. Consecutive event and
     message writes are stored in one `append_events` and one `append_messages` call, made
     together so that SQLite commits them in one transaction (a fast token stream, or a phase,
-    costs one round trip per batch, not per event), then delivered. Callers await their write
-    shielded: a run cancelled by a stop cannot leave a write half done.
+    costs one round trip per batch, not per event), then delivered. A write is done by the
+    writer task whatever happens to its caller: a run cancelled by a stop cannot leave a
+    write half done.
     """
 
     def __init__(
@@ -166,7 +167,7 @@ class LiveSession:
         self._enqueue(write)
         if len(self._writes) > _QUEUE_HIGH_WATER:
             write.awaited = True
-            await asyncio.shield(write.future)
+            await write.future
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
         """Store messages, with the events queued before them."""
@@ -218,7 +219,7 @@ class LiveSession:
         if failed is not None:
             raise failed
         self._enqueue(write)
-        await asyncio.shield(write.future)
+        await write.future  # a cancelled caller cancels only this notice, not the write
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)

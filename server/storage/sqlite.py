@@ -22,7 +22,7 @@ import functools
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -122,7 +122,7 @@ class SQLiteStore:
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._pending: list[tuple[_Op | _Append, asyncio.Future[Any]]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._committing: asyncio.Future[None] | None = None  # done when no batch is left
         self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -140,8 +140,8 @@ class SQLiteStore:
             raise StorageError(f"cannot open the SQLite database {self._path}: {exc}") from exc
 
     async def close(self) -> None:
-        if self._flushing is not None:
-            await asyncio.gather(self._flushing, return_exceptions=True)
+        if self._committing is not None:
+            await asyncio.shield(self._committing)
         await self._in_writer(_close_conn, self._write_conn)
         await self._in_reader(_close_conn, self._read_conn)
         self._write_conn = self._read_conn = None
@@ -504,34 +504,62 @@ class SQLiteStore:
 
     async def _write(self, op: _Op | _Append) -> Any:
         """Queue `op` for the next group commit and wait for its result."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((op, future))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.create_task(self._flush())
+        if self._committing is None:  # send once the callers running now have queued theirs
+            self._committing = loop.create_future()
+            loop.call_soon(self._commit_next, loop)
         return await future
 
-    async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            ops = [op for op, _ in batch]
-            try:
-                results = await self._in_writer(self._commit, ops)
-            except StorageError as exc:
-                for op in ops:  # the numbers handed out were not used
-                    if isinstance(op, _Append):
-                        self._last_seq.pop(op.session_id, None)
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
+    def _commit_next(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand every queued operation to the writer thread as one batch. Callbacks rather
+        than a task and `run_in_executor`: a commit costs the event loop one wake-up."""
+        batch, self._pending = self._pending, []
+        try:
+            done = self._writer.submit(self._commit, [op for op, _ in batch])
+        except RuntimeError:  # the executor was shut down by close()
+            self._committed(loop, batch, StorageError("the SQLite store is closed"))
+            return
+
+        def back(done: Future[list[Any]]) -> None:  # in the writer thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._committed, loop, batch, done)
+
+        done.add_done_callback(back)
+
+    def _committed(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        batch: list[tuple[_Op | _Append, asyncio.Future[Any]]],
+        done: Future[list[Any]] | Exception,
+    ) -> None:
+        """Give each caller its result, then send the batch queued meanwhile, if any."""
+        ops = [op for op, _ in batch]
+        try:
+            if isinstance(done, Exception):
+                raise done
+            results = done.result()
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+            for op in ops:  # the numbers handed out were not used
+                if isinstance(op, _Append):
+                    self._last_seq.pop(op.session_id, None)
+            results = [exc] * len(batch)
+        else:
             self._remember_numbers(ops, results)
-            for (_, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self._pending:
+            self._commit_next(loop)
+            return
+        committing, self._committing = self._committing, None
+        if committing is not None and not committing.done():
+            committing.set_result(None)
 
     def _remember_numbers(self, ops: list[_Op | _Append], results: list[Any]) -> None:
         """After a commit: keep numbering from the last `seq` stored, unless appends queued

@@ -180,3 +180,12 @@ def test_the_file_keeps_one_row_per_seq(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("INSERT INTO events VALUES ('s', 1, NULL, 0, x'00')")
     conn.close()
+
+
+async def test_a_write_after_close_fails_instead_of_waiting_forever(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.open()
+    await store.create_session(ALICE, "s", 100)
+    await store.close()
+    with pytest.raises(StorageError, match="closed"):
+        await asyncio.wait_for(store.append_events(ALICE, "s", [{"type": "x"}], 200), 10)
