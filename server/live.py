@@ -160,18 +160,17 @@ class LiveSession:
         then wait, so a fast stream cannot run ahead of storage (and a stop, queued behind
         it, stays quick). They are delivered once stored, in order. If storing fails, a
         write awaited in the same batch raises, else the next write of the session."""
-        failed, self._unreported = self._unreported, None
-        if failed is not None:
-            raise failed
-        write = _Write(self._future(), frames, awaited=False)
-        self._enqueue(write)
-        if len(self._writes) > _QUEUE_HIGH_WATER:
-            write.awaited = True
-            await write.future
+        await self._queue(_Write(self._future(), frames, awaited=False))
 
-    async def save_messages(self, messages: Sequence[Message]) -> None:
-        """Store messages, with the events queued before them."""
-        await self._submit(_Write(self._future(), messages=messages))
+    async def save_messages(self, messages: Sequence[Message], *, wait: bool = True) -> None:
+        """Store messages, with the writes queued before them; `wait=False` queues them
+        like `publish_streamed` (a failure is reported by a later write or `flush`)."""
+        write = _Write(self._future(), messages=messages, awaited=wait)
+        await (self._submit(write) if wait else self._queue(write))
+
+    async def flush(self) -> None:
+        """Wait until every queued write is stored; raise the failure of one nobody awaited."""
+        await self._submit(_Write(self._future()))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -220,6 +219,15 @@ class LiveSession:
             raise failed
         self._enqueue(write)
         await write.future  # a cancelled caller cancels only this notice, not the write
+
+    async def _queue(self, write: _Write) -> None:
+        failed, self._unreported = self._unreported, None
+        if failed is not None:
+            raise failed
+        self._enqueue(write)
+        if len(self._writes) > _QUEUE_HIGH_WATER:
+            write.awaited = True
+            await write.future
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)
