@@ -5,9 +5,9 @@ one writer task, is stored, and only then reaches the subscribers, so each conne
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done.
 
-A run does not wait for its events to be stored, only for its messages, status changes and
-last event: what queues while the store is busy goes into the next batch, so the writes of a
-phase share store round trips instead of taking one each.
+A run waits for storage only at its status changes and its last event: its other events and
+its messages queue, and what queues while the store is busy goes into the next batch, so the
+writes of a phase share store round trips instead of taking one each.
 """
 
 from __future__ import annotations

@@ -265,8 +265,6 @@ class SQLiteStore:
     ) -> list[bytes]:
         """Number and encode the frames here, on the event loop, from the last `seq` this
         store gave the session; the first append of a session reads it in the writer."""
-        if not frames:
-            return []
         last = self._last_seq.get(session_id)
         append = _Append(scope, session_id, frames, now, 0 if last is None else last + 1)
         if last is not None:
