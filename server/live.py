@@ -5,9 +5,9 @@ one writer task, is stored, and only then reaches the subscribers, so each conne
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done.
 
-A run waits for storage only at its status changes and its last event: its other events and
-its messages queue, and what queues while the store is busy goes into the next batch, so the
-writes of a phase share store round trips instead of taking one each.
+A run does not wait for its events to be stored, only for its messages, status changes and
+last event: what queues while the store is busy goes into the next batch, so the writes of a
+phase share store round trips instead of taking one each.
 """
 
 from __future__ import annotations
@@ -160,17 +160,18 @@ class LiveSession:
         then wait, so a fast stream cannot run ahead of storage (and a stop, queued behind
         it, stays quick). They are delivered once stored, in order. If storing fails, a
         write awaited in the same batch raises, else the next write of the session."""
-        await self._queue(_Write(self._future(), frames, awaited=False))
+        failed, self._unreported = self._unreported, None
+        if failed is not None:
+            raise failed
+        write = _Write(self._future(), frames, awaited=False)
+        self._enqueue(write)
+        if len(self._writes) > _QUEUE_HIGH_WATER:
+            write.awaited = True
+            await write.future
 
-    async def save_messages(self, messages: Sequence[Message], *, wait: bool = True) -> None:
-        """Store messages, with the writes queued before them; `wait=False` queues them
-        like `publish_streamed` (a failure is reported by a later write or `flush`)."""
-        write = _Write(self._future(), messages=messages, awaited=wait)
-        await (self._submit(write) if wait else self._queue(write))
-
-    async def flush(self) -> None:
-        """Wait until every queued write is stored; raise the failure of one nobody awaited."""
-        await self._submit(_Write(self._future()))
+    async def save_messages(self, messages: Sequence[Message]) -> None:
+        """Store messages, with the events queued before them."""
+        await self._submit(_Write(self._future(), messages=messages))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -219,15 +220,6 @@ class LiveSession:
             raise failed
         self._enqueue(write)
         await write.future  # a cancelled caller cancels only this notice, not the write
-
-    async def _queue(self, write: _Write) -> None:
-        failed, self._unreported = self._unreported, None
-        if failed is not None:
-            raise failed
-        self._enqueue(write)
-        if len(self._writes) > _QUEUE_HIGH_WATER:
-            write.awaited = True
-            await write.future
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)

@@ -121,7 +121,7 @@ class _RunSink:
         await self._live.publish([event_frame(e, session, run, now) for e in events])
 
     async def append(self, messages: Sequence[Message]) -> None:
-        await self._live.save_messages(messages, wait=False)  # stored with the next events
+        await self._live.save_messages(messages)
 
 
 class SessionHub:
@@ -491,7 +491,6 @@ class SessionHub:
             history = await self._store.load_history(live.scope, live.session_id)
             runner = run_agent if request.agent_mode else run_chat
             await runner(ctx, history)
-            await live.flush()  # a queued write that failed ends the run with storage_error
         except asyncio.CancelledError:
             reason = run.control.stop_reason
             if reason is None:

@@ -131,29 +131,3 @@ async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
     await live.publish([{"type": "end", "seq": 0}])
 
     assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("end", 1)]
-
-
-async def test_messages_queued_without_waiting_share_the_next_batch(store: SQLiteStore) -> None:
-    live, watcher = await _live(store)
-    statements = await _traced(store)
-    await live.save_messages([Message("assistant", "thought")], wait=False)
-    await live.publish_streamed([{"type": "agent_reason", "seq": 0}])
-    assert watcher.frames == []
-    await live.flush()
-
-    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
-    assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("agent_reason", 1)]
-    assert [m.content for m in await store.load_history(ALICE, "s1")] == ["thought"]
-
-
-async def test_flush_reports_a_queued_message_write_that_failed(store: SQLiteStore) -> None:
-    live, _ = await _live(store)
-    await store._in_writer(_read_only, store, True)
-    await live.save_messages([Message("assistant", "lost")], wait=False)
-    assert live._writer is not None
-    await live._writer  # the batch failed, and nobody was waiting for it
-    await store._in_writer(_read_only, store, False)
-    with pytest.raises(StorageError):
-        await live.flush()
-    await live.flush()  # reported once
-    assert await store.load_history(ALICE, "s1") == []
