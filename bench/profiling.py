@@ -42,8 +42,9 @@ SUBSYSTEMS: dict[str, tuple[str, ...]] = {
     "LLM stream: OpenAI SDK chunk parsing (openai_chat.py _read)": ("OpenAIChatModel._read ",),
     "  of which pydantic chunk models (_process_response_data)":
         ("BaseClient._process_response_data ",),
-    "storage, event-loop side (SQLiteStore._write/_flush/_in_*)":
-        ("SQLiteStore._write ", "SQLiteStore._flush ", "SQLiteStore._in_writer ",
+    "storage, event-loop side (SQLiteStore._write/_commit_next/_committed/_in_*)":
+        ("SQLiteStore._write ", "SQLiteStore._commit_next ", "SQLiteStore._committed ",
+         "SQLiteStore._in_writer ",
          "SQLiteStore._in_reader ", "SQLiteStore._read "),
     "storage, writer thread (SQLiteStore._commit)": ("SQLiteStore._commit ",),
     "publish path (RunSink → LiveSession: frame, shielded task, lock, store call, deliver)":

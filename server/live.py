@@ -4,6 +4,10 @@ It owns the session's write order. Every event and message goes through one queu
 one writer task, is stored, and only then reaches the subscribers, so each connection sees
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done.
+
+A run does not wait for its events to be stored, only for its messages, status changes and
+last event: what queues while the store is busy goes into the next batch, so the writes of a
+phase share store round trips instead of taking one each.
 """
 
 from __future__ import annotations
@@ -68,29 +72,29 @@ def _retrieve(task: asyncio.Future[Any]) -> None:
 
 @dataclass(slots=True)
 class _Write:
-    """One queued write. Event writes without a status change may be stored together."""
+    """One queued write. Consecutive event and message writes are stored together, up to and
+    including the first with a status change (stored after them)."""
 
     future: asyncio.Future[None]
     frames: Sequence[dict[str, Any]] = ()
     status: SessionStatus | None = None
     pending_input: dict[str, Any] | None = None
     run_id: str | None = None
-    work: Callable[[], Awaitable[None]] | None = None  # anything else (messages, title…)
+    work: Callable[[], Awaitable[None]] | None = None  # anything else (session row, title)
     pending_approval: dict[str, Any] | None = None  # kept in memory: it lives with the run
-    awaited: bool = True  # False: a streamed delta whose caller did not wait for it
-
-    @property
-    def batchable(self) -> bool:
-        return self.work is None and self.status is None
+    awaited: bool = True  # False: a run event whose caller did not wait for it
+    messages: Sequence[Message] = ()
 
 
 class LiveSession:
     """In-memory state of one session: subscribers, the active run, status and last seq.
 
-    Every write goes through one queue drained by one task, in order. Consecutive event
-    writes are stored in one `append_events` call (a fast token stream costs one transaction
-    per batch, not per token), then delivered. Callers await their write shielded: a run
-    cancelled by a stop cannot leave a write half done.
+    Every write goes through one queue drained by one task, in order. Consecutive event and
+    message writes are stored in one `append_events` and one `append_messages` call, made
+    together so that SQLite commits them in one transaction (a fast token stream, or a phase,
+    costs one round trip per batch, not per event), then delivered. A write is done by the
+    writer task whatever happens to its caller: a run cancelled by a stop cannot leave a
+    write half done.
     """
 
     def __init__(
@@ -152,9 +156,10 @@ class LiveSession:
         await self._submit(write)
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
-        """Queue stream deltas without waiting for them to be stored, unless the queue is
-        long: then wait, so a fast stream cannot run ahead of storage (and a stop, queued
-        behind it, stays quick). If storing fails, the next write of the session raises."""
+        """Queue run events without waiting for them to be stored, unless the queue is long:
+        then wait, so a fast stream cannot run ahead of storage (and a stop, queued behind
+        it, stays quick). They are delivered once stored, in order. If storing fails, a
+        write awaited in the same batch raises, else the next write of the session."""
         failed, self._unreported = self._unreported, None
         if failed is not None:
             raise failed
@@ -162,13 +167,11 @@ class LiveSession:
         self._enqueue(write)
         if len(self._writes) > _QUEUE_HIGH_WATER:
             write.awaited = True
-            await asyncio.shield(write.future)
+            await write.future
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
-        async def write() -> None:
-            await self._store.append_messages(self.scope, self.session_id, messages, now_ms())
-
-        await self._submit(_Write(self._future(), work=write))
+        """Store messages, with the events queued before them."""
+        await self._submit(_Write(self._future(), messages=messages))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -216,7 +219,7 @@ class LiveSession:
         if failed is not None:
             raise failed
         self._enqueue(write)
-        await asyncio.shield(write.future)
+        await write.future  # a cancelled caller cancels only this notice, not the write
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)
@@ -227,7 +230,7 @@ class LiveSession:
         writes = self._writes
         while writes:
             batch = [writes.popleft()]
-            while batch[0].batchable and writes and writes[0].batchable:
+            while _open(batch[-1]) and writes and writes[0].work is None:
                 batch.append(writes.popleft())
             try:
                 await self._apply(batch)
@@ -248,33 +251,63 @@ class LiveSession:
                     write.future.set_result(None)
 
     async def _apply(self, batch: list[_Write]) -> None:
-        head = batch[0]
+        head, last = batch[0], batch[-1]
         if head.work is not None:
             await head.work()
             return
         frames = [f for write in batch for f in write.frames]
-        bodies: list[bytes] = []
-        if frames:
-            bodies = await self._store.append_events(self.scope, self.session_id, frames, now_ms())
-        if head.status is not None:
+        messages = [m for write in batch for m in write.messages]
+        bodies = await self._store_rows(frames, messages)
+        if last.status is not None:
             now = now_ms()
             await self._store.update_session(
                 self.scope,
                 self.session_id,
                 now,
-                status=head.status,
-                active_run_id=head.run_id,
-                pending_input=head.pending_input,
-                lease_until=None if head.status == "idle" else now + self._lease_ms,
+                status=last.status,
+                active_run_id=last.run_id,
+                pending_input=last.pending_input,
+                lease_until=None if last.status == "idle" else now + self._lease_ms,
             )
-            self.status = head.status
-            self.pending_input = head.pending_input
-            self.pending_approval = head.pending_approval
-            if head.status == "idle":
+            self.status = last.status
+            self.pending_input = last.pending_input
+            self.pending_approval = last.pending_approval
+            if last.status == "idle":
                 self.run = None  # before delivery: a chat sent on receiving it must be accepted
+        self._deliver(frames, bodies)
+
+    async def _store_rows(
+        self, frames: list[dict[str, Any]], messages: list[Message]
+    ) -> list[bytes]:
+        """Store events and messages, both calls made at once (one SQLite transaction).
+        Events stored when the messages fail are still delivered before the error rises."""
+        scope, session_id, now = self.scope, self.session_id, now_ms()
+        if not messages:
+            return await self._store.append_events(scope, session_id, frames, now) if frames else []
+        if not frames:
+            await self._store.append_messages(scope, session_id, messages, now)
+            return []
+        stored, saved = await asyncio.gather(
+            self._store.append_events(scope, session_id, frames, now),
+            self._store.append_messages(scope, session_id, messages, now),
+            return_exceptions=True,
+        )
+        if isinstance(stored, BaseException):
+            raise stored
+        if isinstance(saved, BaseException):
+            self._deliver(frames, stored)
+            raise saved
+        return stored
+
+    def _deliver(self, frames: list[dict[str, Any]], bodies: list[bytes]) -> None:
         for frame, body in zip(frames, bodies, strict=True):
             seq = int(frame["seq"])
             self.last_seq = seq
             text = body.decode()
             for sub in list(self.subscribers):
                 sub.deliver(text, seq)
+
+
+def _open(write: _Write) -> bool:
+    """May later writes join this one's batch? Not after a status change or other work."""
+    return write.work is None and write.status is None

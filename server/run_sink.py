@@ -1,7 +1,9 @@
 """RunSink: where a run's events and messages go, through its session's LiveSession.
 
-Questions and approval requests change the session's status with their frame; streamed
-deltas are batched when they come fast; everything is stored before any socket sees it.
+Questions and approval requests change the session's status with their frame. Other events
+queue without waiting and are stored with the run's next awaited write; a run's last event
+is awaited, so a failed write before it is reported. Everything is stored before any socket
+sees it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,11 @@ from collections.abc import Sequence
 
 from agent.events import (
     AgentEvent,
-    AnswerDelta,
     ApprovalRequested,
-    ChatDelta,
+    ChatDone,
     InputRequested,
-    ObserveDelta,
-    ReasonDelta,
-    ThinkingDelta,
+    RunCompleted,
+    RunStopped,
 )
 from agent.messages import Message
 from server.live import LiveSession, now_ms
@@ -24,7 +24,7 @@ from server.protocol import event_frame
 
 __all__ = ["RunSink"]
 
-_STREAMED = (ReasonDelta, ObserveDelta, ChatDelta, AnswerDelta, ThinkingDelta)  # batched writes
+_LAST = (RunCompleted, RunStopped, ChatDone)  # awaited: a failed write before them is reported
 
 
 class RunSink:
@@ -57,10 +57,10 @@ class RunSink:
             await self._live.publish(
                 [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
             )
-        elif isinstance(event, _STREAMED):
-            await self._live.publish_streamed([frame])  # in order; batched when fast
-        else:
+        elif isinstance(event, _LAST):
             await self._live.publish([frame])
+        else:  # stored in order with the run's next awaited write (its messages, its end)
+            await self._live.publish_streamed([frame])
 
     async def emit_all(self, events: Sequence[AgentEvent]) -> None:
         session, run, now = self._live.session_id, self._run_id, now_ms()

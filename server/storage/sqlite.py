@@ -3,18 +3,27 @@
 Nothing here blocks the event loop: statements run in two dedicated threads, one writer and
 one reader, each with its own connection. Writes are group-committed: every write waiting
 while a transaction runs goes into the next one, so a hundred streaming sessions cost one
-commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction and `seq`
-is read from the session row inside it, so allocation stays gap-free even if a second
-process opens the same file.
+commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction.
+
+Events are numbered on the event loop, from the last `seq` this store gave the session, and
+the writer stores every appended event of a batch with a few multi-row statements: the
+writer thread releases and retakes the GIL around each SQLite step, and on a busy event loop
+each retake can wait a whole switch interval, so a batch must cost O(1) steps, not O(events).
+The batch's session update only matches rows whose `last_seq` is the one the numbering
+started from, and `(session_id, seq)` is the primary key: when another process (or a failed
+batch) moved a session on, the batch is redone inside the transaction with `seq` read from
+the session row, so allocation stays gap-free even if a second process opens the same file.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -91,6 +100,8 @@ CREATE TABLE IF NOT EXISTS run_slots (
 CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
 _TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
+_ROWS_PER_INSERT = 128  # 5 bound variables each: within SQLite's oldest limit of 999
+_SESSIONS_PER_UPDATE = 128  # 6 bound variables each
 
 _SESSION_COLUMNS = (
     "session_id, tenant_id, user_id, status, title, created_at, updated_at, last_seq, "
@@ -110,8 +121,9 @@ class SQLiteStore:
         self._closed = False
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
-        self._pending: list[tuple[_Op, asyncio.Future[Any]]] = []
-        self._flushing: asyncio.Task[None] | None = None
+        self._pending: list[tuple[_Op | _Append, asyncio.Future[Any]]] = []
+        self._committing: asyncio.Future[None] | None = None  # done when no batch is left
+        self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -128,11 +140,12 @@ class SQLiteStore:
             raise StorageError(f"cannot open the SQLite database {self._path}: {exc}") from exc
 
     async def close(self) -> None:
-        if self._flushing is not None:
-            await asyncio.gather(self._flushing, return_exceptions=True)
+        if self._committing is not None:
+            await asyncio.shield(self._committing)
         await self._in_writer(_close_conn, self._write_conn)
         await self._in_reader(_close_conn, self._read_conn)
         self._write_conn = self._read_conn = None
+        self._last_seq.clear()
         self._closed = True
         self._writer.shutdown(wait=False)
         self._reader.shutdown(wait=False)
@@ -229,6 +242,8 @@ class SQLiteStore:
         return bool(await self._write(op))
 
     async def delete_session(self, scope: Scope, session_id: str) -> bool:
+        self._last_seq.pop(session_id, None)
+
         def op(conn: sqlite3.Connection) -> bool:
             cursor = conn.execute(
                 "DELETE FROM sessions WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
@@ -248,22 +263,14 @@ class SQLiteStore:
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
     ) -> list[bytes]:
-        def op(conn: sqlite3.Connection) -> list[bytes]:
-            last = _bump(conn, scope, session_id, "last_seq", len(frames), now)
-            bodies = []
-            rows = []
-            for offset, frame in enumerate(frames, start=last - len(frames) + 1):
-                frame["seq"] = offset
-                body = _encode(frame)
-                bodies.append(body)
-                rows.append((session_id, offset, frame.get("run_id"), frame.get("ts", now), body))
-            conn.executemany(
-                "INSERT INTO events (session_id, seq, run_id, ts, body) VALUES (?, ?, ?, ?, ?)",
-                rows,
-            )
-            return bodies
-
-        result: list[bytes] = await self._write(op)
+        """Number and encode the frames here, on the event loop, from the last `seq` this
+        store gave the session; the first append of a session reads it in the writer."""
+        last = self._last_seq.get(session_id)
+        append = _Append(scope, session_id, frames, now, 0 if last is None else last + 1)
+        if last is not None:
+            append.bodies = [_encode(frame, seq) for seq, frame in enumerate(frames, last + 1)]
+            self._last_seq[session_id] = last + len(frames)
+        result: list[bytes] = await self._write(append)
         return result
 
     async def read_events(
@@ -493,43 +500,93 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _write(self, op: _Op) -> Any:
+    async def _write(self, op: _Op | _Append) -> Any:
         """Queue `op` for the next group commit and wait for its result."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
         self._pending.append((op, future))
-        if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.create_task(self._flush())
+        if self._committing is None:  # send once the callers running now have queued theirs
+            self._committing = loop.create_future()
+            loop.call_soon(self._commit_next, loop)
         return await future
 
-    async def _flush(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            try:
-                results = await self._in_writer(self._commit, [op for op, _ in batch])
-            except StorageError as exc:
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            for (_, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+    def _commit_next(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand every queued operation to the writer thread as one batch. Callbacks rather
+        than a task and `run_in_executor`: a commit costs the event loop one wake-up."""
+        batch, self._pending = self._pending, []
+        try:
+            done = self._writer.submit(self._commit, [op for op, _ in batch])
+        except RuntimeError:  # the executor was shut down by close()
+            self._committed(loop, batch, StorageError("the SQLite store is closed"))
+            return
 
-    def _commit(self, ops: list[_Op]) -> list[Any]:
-        """Run a batch in one transaction. The common case uses no savepoints (every sqlite3
-        call releases and retakes the GIL, which a busy event loop makes slow); if one
-        operation fails on its own, the batch is redone with each operation isolated."""
+        def back(done: Future[list[Any]]) -> None:  # in the writer thread
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(self._committed, loop, batch, done)
+
+        done.add_done_callback(back)
+
+    def _committed(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        batch: list[tuple[_Op | _Append, asyncio.Future[Any]]],
+        done: Future[list[Any]] | Exception,
+    ) -> None:
+        """Give each caller its result, then send the batch queued meanwhile, if any."""
+        ops = [op for op, _ in batch]
+        try:
+            if isinstance(done, Exception):
+                raise done
+            results = done.result()
+        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+            for op in ops:  # the numbers handed out were not used
+                if isinstance(op, _Append):
+                    self._last_seq.pop(op.session_id, None)
+            results = [exc] * len(batch)
+        else:
+            self._remember_numbers(ops, results)
+        for (_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self._pending:
+            self._commit_next(loop)
+            return
+        committing, self._committing = self._committing, None
+        if committing is not None and not committing.done():
+            committing.set_result(None)
+
+    def _remember_numbers(self, ops: list[_Op | _Append], results: list[Any]) -> None:
+        """After a commit: keep numbering from the last `seq` stored, unless appends queued
+        since already went further (they were numbered after these)."""
+        for op, result in zip(ops, results, strict=True):
+            if not isinstance(op, _Append):
+                continue
+            if isinstance(result, BaseException):
+                if op.renumbered:  # its numbers were not used: let the next append read
+                    self._last_seq.pop(op.session_id, None)
+                continue
+            last = op.last
+            known = self._last_seq.get(op.session_id)
+            if known is None or op.renumbered or known < last:
+                self._last_seq[op.session_id] = last
+
+    def _commit(self, ops: list[_Op | _Append]) -> list[Any]:
+        """Run a batch in one transaction. The common case uses no savepoints and stores all
+        of the batch's events in a few statements (every sqlite3 step releases and retakes
+        the GIL, which a busy event loop makes slow); if one operation fails on its own, or
+        events were numbered from a stale `seq`, the batch is redone with each operation
+        isolated and numbered from the session row."""
         conn = self._write_conn
         if conn is None:
             raise StorageError("the SQLite store is not open")
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                results = [op(conn) for op in ops]
+                results = _run_together(conn, ops)
             except sqlite3.Error as exc:
                 if not isinstance(exc, sqlite3.IntegrityError):
                     raise  # disk full, I/O error: the whole batch fails
@@ -581,11 +638,125 @@ class SQLiteStore:
         return await self._read(op) if ids else set()
 
 
-def _isolated(conn: sqlite3.Connection, op: _Op) -> Any:
-    """Run one operation in a savepoint; its own failure becomes its StorageError result."""
+@dataclass(slots=True)
+class _Append:
+    """Events for one session. `first` > 0: numbered and encoded on the event loop from
+    `first` (`bodies` holds them); 0, or after a stale number: numbered in the writer."""
+
+    scope: Scope
+    session_id: str
+    frames: Sequence[dict[str, Any]]
+    now: int
+    first: int
+    bodies: list[bytes] | None = None
+    renumbered: bool = False  # stored with numbers read from the session row
+
+    def store_numbered(self, conn: sqlite3.Connection) -> list[bytes]:
+        """Number from the session row and store (the first append, or a stale number)."""
+        frames = self.frames
+        last = _bump(conn, self.scope, self.session_id, "last_seq", len(frames), self.now)
+        self.first, self.renumbered = last - len(frames) + 1, True
+        self.bodies = [_encode(frame, seq) for seq, frame in enumerate(frames, self.first)]
+        _insert_events(conn, [self])
+        return self.bodies
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.frames) - 1
+
+
+def _run_together(conn: sqlite3.Connection, ops: list[_Op | _Append]) -> list[Any]:
+    """Run the batch's operations in order, then store all of its pre-numbered events at
+    once: raise IntegrityError when a session's `last_seq` is not the one they follow."""
+    results: list[Any] = []
+    numbered: list[_Append] = []
+    for op in ops:
+        if not isinstance(op, _Append):
+            results.append(op(conn))
+        elif op.bodies is None:
+            results.append(op.store_numbered(conn))
+        else:
+            numbered.append(op)
+            results.append(op.bodies)
+    if numbered:
+        _store_prenumbered(conn, numbered)
+    return results
+
+
+def _store_prenumbered(conn: sqlite3.Connection, appends: list[_Append]) -> None:
+    """Advance each session's `last_seq` to its batch's last number, only where it still is
+    where the batch's numbering began, then insert every event row."""
+    spans: dict[str, list[Any]] = {}  # session_id -> [expected last_seq, new last, now, scope]
+    for append in appends:
+        span = spans.get(append.session_id)
+        last = append.last
+        if span is None:
+            spans[append.session_id] = [append.first - 1, last, append.now, append.scope]
+        elif span[1] + 1 == append.first:  # the next numbers of the same session
+            span[1], span[2] = last, max(span[2], append.now)
+        else:
+            raise sqlite3.IntegrityError("events of one session numbered out of order")
+    rows = [
+        (sid, expected, last, now, scope.tenant_id, scope.user_id)
+        for sid, (expected, last, now, scope) in spans.items()
+    ]
+    updated = 0
+    for chunk in _chunks(rows, _SESSIONS_PER_UPDATE):
+        updated += conn.execute(_update_last_seq_sql(len(chunk)), _flat(chunk)).rowcount
+    if updated != len(rows):  # another writer went on, or a session is not there
+        raise sqlite3.IntegrityError("a session's last_seq moved since its events were numbered")
+    _insert_events(conn, appends)
+
+
+def _insert_events(conn: sqlite3.Connection, appends: list[_Append]) -> None:
+    """Insert the numbered events (numbered from `first`: a caller may pass one dict twice)."""
+    rows = [
+        (a.session_id, seq, frame.get("run_id"), frame.get("ts", a.now), body)
+        for a in appends
+        for seq, (frame, body) in enumerate(zip(a.frames, a.bodies or (), strict=True), a.first)
+    ]
+    for chunk in _chunks(rows, _ROWS_PER_INSERT):
+        conn.execute(_insert_events_sql(len(chunk)), _flat(chunk))
+
+
+def _chunks(rows: list[T], most: int) -> list[list[T]]:
+    """Split into power-of-two sized chunks, so a few cached statements serve every size."""
+    out = []
+    start = 0
+    while start < len(rows):
+        size = min(most, 1 << ((len(rows) - start).bit_length() - 1))
+        out.append(rows[start : start + size])
+        start += size
+    return out
+
+
+def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+@functools.cache
+def _insert_events_sql(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+    return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {values}"
+
+
+@functools.cache
+def _update_last_seq_sql(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+    return (
+        "UPDATE sessions SET last_seq = v.column3, updated_at = v.column4 "
+        f"FROM (VALUES {values}) AS v WHERE sessions.session_id = v.column1 "
+        "AND sessions.last_seq = v.column2 AND sessions.tenant_id = v.column5 "
+        "AND sessions.user_id = v.column6"
+    )
+
+
+def _isolated(conn: sqlite3.Connection, op: _Op | _Append) -> Any:
+    """Run one operation in a savepoint; its own failure becomes its StorageError result.
+    Events are numbered from the session row here, whatever the event loop numbered."""
     conn.execute("SAVEPOINT op")
     try:
-        result = op(conn)
+        result = op.store_numbered(conn) if isinstance(op, _Append) else op(conn)
     except sqlite3.Error as exc:
         if not isinstance(exc, sqlite3.IntegrityError):
             raise
@@ -607,7 +778,8 @@ class _Missing(StorageError):
     """The session row an operation needs does not exist in the caller's scope."""
 
 
-def _encode(frame: dict[str, Any]) -> bytes:
+def _encode(frame: dict[str, Any], seq: int) -> bytes:
+    frame["seq"] = seq
     try:
         return orjson.dumps(frame)
     except orjson.JSONEncodeError as exc:  # as MongoStore reports it

@@ -1,0 +1,133 @@
+"""LiveSession stores what queued while the store was busy in one batch: the run's events and
+its messages in one SQLite transaction, a status change after them, each event delivered
+only once stored; a failed batch stores and delivers nothing and is reported as before."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agent.errors import StorageError
+from agent.messages import Message
+from server.live import LiveSession
+from server.storage.base import Scope
+from server.storage.sqlite import SQLiteStore
+
+ALICE = Scope("acme", "alice")
+
+
+class Recorder:
+    """A subscriber that keeps what it was sent."""
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[dict[str, object], int | None]] = []
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        self.frames.append((orjson.loads(text), seq))
+
+    def finish(self, code: int) -> None:
+        return None
+
+    async def wait_closed(self) -> None:
+        return None
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    opened = SQLiteStore(tmp_path / "db.sqlite")
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+async def _live(store: SQLiteStore) -> tuple[LiveSession, Recorder]:
+    record = await store.create_session(ALICE, "s1", 100)
+    live = LiveSession(record, store)
+    watcher = Recorder()
+    live.subscribers.add(watcher)
+    return live, watcher
+
+
+async def _traced(store: SQLiteStore) -> list[str]:
+    statements: list[str] = []
+
+    def install() -> None:
+        assert store._write_conn is not None
+        store._write_conn.set_trace_callback(statements.append)
+
+    await store._in_writer(install)
+    return statements
+
+
+def _read_only(store: SQLiteStore, on: bool) -> None:
+    assert store._write_conn is not None
+    store._write_conn.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+
+
+async def test_queued_events_and_the_messages_after_them_are_one_transaction(
+    store: SQLiteStore,
+) -> None:
+    live, watcher = await _live(store)
+    statements = await _traced(store)
+    for n in range(5):
+        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+    assert watcher.frames == []  # queued, not stored yet: nothing delivered
+    await live.save_messages([Message("assistant", "hello")])
+
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
+    assert [seq for _, seq in watcher.frames] == [1, 2, 3, 4, 5]
+    assert [frame["n"] for frame, _ in watcher.frames] == [0, 1, 2, 3, 4]
+    assert live.last_seq == 5
+    history = await store.load_history(ALICE, "s1")
+    assert [m.content for m in history] == ["hello"]
+
+
+async def test_a_status_change_is_stored_after_the_events_queued_before_it(
+    store: SQLiteStore,
+) -> None:
+    live, watcher = await _live(store)
+    await live.publish_streamed([{"type": "tool_start", "seq": 0}])
+    await live.publish([{"type": "response_complete", "seq": 0}], status="idle")
+
+    assert [frame["type"] for frame, _ in watcher.frames] == ["tool_start", "response_complete"]
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and record.status == "idle" and record.last_seq == 2
+
+
+async def test_a_failed_batch_is_reported_to_its_awaited_write_and_loses_nothing_stored(
+    store: SQLiteStore,
+) -> None:
+    live, watcher = await _live(store)
+    await live.publish([{"type": "before", "seq": 0}])
+    await store._in_writer(_read_only, store, True)
+    await live.publish_streamed([{"type": "lost", "seq": 0}])
+    with pytest.raises(StorageError):
+        await live.save_messages([Message("assistant", "lost too")])
+    assert [frame["type"] for frame, _ in watcher.frames] == ["before"]  # never sent unstored
+
+    await store._in_writer(_read_only, store, False)
+    await live.publish([{"type": "after", "seq": 0}])  # the error was reported once, above
+    assert [seq for _, seq in watcher.frames] == [1, 2]
+    stored = [orjson.loads(b) for b in await store.read_events(ALICE, "s1", 0)]
+    assert [(f["type"], f["seq"]) for f in stored] == [("before", 1), ("after", 2)]
+    assert await store.load_history(ALICE, "s1") == []
+
+
+async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
+    store: SQLiteStore,
+) -> None:
+    live, watcher = await _live(store)
+    await store._in_writer(_read_only, store, True)
+    await live.publish_streamed([{"type": "lost", "seq": 0}])
+    await live.publish_streamed([{"type": "lost", "seq": 0}])
+    assert live._writer is not None
+    await live._writer  # the batch failed, and nobody was waiting for it
+    await store._in_writer(_read_only, store, False)
+    with pytest.raises(StorageError):
+        await live.publish([{"type": "end", "seq": 0}])
+    await live.publish([{"type": "end", "seq": 0}])
+
+    assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("end", 1)]
