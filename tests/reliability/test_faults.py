@@ -74,7 +74,10 @@ async def test_a_full_database_fails_the_run_with_storage_error_and_recovers(
             await store._in_writer(cap, None)
             frames = await c.run("second", timeout=30)
             assert [f["code"] for f in frames if f["type"] == "error"] == ["storage_error"]
-            assert kind(frames[-1]) == "response_complete" and "seq" not in frames[-1]
+            # The run's end is always sent; whether it could be stored depends on the room left
+            # in pages already allocated, so its `seq` is not asserted.
+            assert kind(frames[-1]) == "response_complete"
+            assert not [f for f in frames if kind(f) in ("agent_completion", "chat_done")]
             await store._in_writer(cap, 1_000_000)  # space again
             assert kind((await c.run("third"))[-2]) == "agent_completion"
 
