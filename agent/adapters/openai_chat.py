@@ -1,10 +1,12 @@
 """OpenAIChatModel: the ChatModel port over any OpenAI-compatible chat-completions endpoint.
 
-Each call is one POST sent through the SDK's httpx client, built here: the SDK resolves the
-configuration once (base URL, `OPENAI_BASE_URL`, the key, its default headers) and provides
-the error classes, but its per-call machinery (options models, request building, the response
-wrapper) cost more CPU than the rest of the server's work on a step. The request carries what
-the SDK's own `create()` would send: the same URL, headers and JSON body (orjson-encoded).
+Each call is one POST built here and sent through an httpx client: the SDK's per-call
+machinery (options models, request building, the response wrapper) cost more CPU than the
+rest of the server's work on a step. The SDK still resolves the configuration once (base URL,
+`OPENAI_BASE_URL`, the key, its default headers) and provides the error classes; the request
+carries what its own `create()` would send: the same URL, headers and JSON body
+(orjson-encoded). The default client is the SDK's (its pool limits, redirects followed) with
+the lean HTTP/1.1 transport of agent/adapters/http11.py for plain-http servers.
 
 Retry policy (ours, not the SDK's: the client is built with max_retries=0): connection errors,
 timeouts, 429 and 5xx are retried with exponential backoff and jitter, up to `max_retries`
@@ -41,6 +43,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agent.adapters.http11 import LeanTransport
 from agent.adapters.sse import MalformedChunk, StreamState, ThinkSplitter, pump
 from agent.conversation import normalize
 from agent.errors import ContextTooLong, ModelError
@@ -92,7 +95,7 @@ class OpenAIChatModel:
         max_tokens: int | None = None,
         http_client: httpx2.AsyncClient | None = None,  # tests' transports
     ) -> None:
-        self._http = http_client or openai.DefaultAsyncHttpxClient()
+        self._http = http_client or _default_client()
         self._client = AsyncOpenAI(
             api_key=api_key or "unset",
             base_url=base_url or None,
@@ -256,6 +259,14 @@ class OpenAIChatModel:
                 f"The language model's reply broke off or could not be read ({_reason(failure)})."
             ) from failure
         yield state.turn()
+
+
+def _default_client() -> httpx2.AsyncClient:
+    """The SDK's default client (its pool limits, redirects followed), sending plain-http
+    requests through the lean transport and the rest through httpx's own."""
+    limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+    fallback = httpx2.AsyncHTTPTransport(limits=limits)
+    return openai.DefaultAsyncHttpxClient(transport=LeanTransport(fallback), limits=limits)
 
 
 def _sdk_headers(client: AsyncOpenAI, timeout: httpx2.Timeout) -> dict[str, str]:
