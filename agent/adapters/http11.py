@@ -12,8 +12,10 @@ never reach it: httpx routes them to its own proxy transports before any transpo
 Errors are httpx's exception classes, so callers cannot tell the transports apart.
 
 A reused idle connection that the server closed meanwhile is detected before use, or, when
-the close crosses the request, by the reply ending before its first byte; the request then
-goes once more on a new connection, as browsers do (the server cannot have acted on it).
+the close crosses the request (a keep-alive timeout running out as it is sent), by the reply
+ending before its first byte; the request then goes once more on a new connection, as
+browsers do. At worst a server that failed after reading it sees the request twice, as it
+would after one of the model adapter's retries.
 """
 
 from __future__ import annotations
