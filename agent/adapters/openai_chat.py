@@ -1,5 +1,13 @@
 """OpenAIChatModel: the ChatModel port over any OpenAI-compatible chat-completions endpoint.
 
+Each call is one POST built here and sent through an httpx client: the SDK's per-call
+machinery (options models, request building, the response wrapper) cost more CPU than the
+rest of the server's work on a step. The SDK still resolves the configuration once (base URL,
+`OPENAI_BASE_URL`, the key, its default headers) and provides the error classes; the request
+carries what its own `create()` would send: the same URL, headers and JSON body
+(orjson-encoded). The default client is the SDK's (its pool limits, redirects followed) with
+the lean HTTP/1.1 transport of agent/adapters/http11.py for plain-http servers.
+
 Retry policy (ours, not the SDK's: the client is built with max_retries=0): connection errors,
 timeouts, 429 and 5xx are retried with exponential backoff and jitter, up to `max_retries`
 times, but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once
@@ -16,12 +24,14 @@ thinking (`reasoning_content`, `reasoning`, or a leading `<think>…</think>`) i
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-import uuid
+import ssl
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+import httpx2
 import openai
 import orjson
 from openai import AsyncOpenAI
@@ -33,14 +43,29 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agent.adapters.sse import MalformedChunk, StreamState, ThinkSplitter, pump
 from agent.conversation import normalize
 from agent.errors import ContextTooLong, ModelError
-from agent.messages import Message, ToolCall
+from agent.messages import Message
 from agent.ports import CallInfo, ModelTurn, RetryNotice, Thinking, ToolChoice, ToolSpec
 
 __all__ = ["OpenAIChatModel", "ThinkSplitter"]
 
 _log = logging.getLogger(__name__)
+
+# What the SDK maps to APIConnectionError when sending fails (a timeout: APITimeoutError).
+_SEND_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+
+# The SDK's exception class per HTTP status (5xx: InternalServerError, others APIStatusError).
+_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError,
+    401: openai.AuthenticationError,
+    403: openai.PermissionDeniedError,
+    404: openai.NotFoundError,
+    409: openai.ConflictError,
+    422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
 
 
 def _transient(exc: BaseException) -> bool:
@@ -49,13 +74,6 @@ def _transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     return False
-
-
-@dataclass(slots=True)
-class _ToolCallParts:
-    id: str = ""
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
 
 
 class OpenAIChatModel:
@@ -74,15 +92,20 @@ class OpenAIChatModel:
         retry_max_s: float = 8.0,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        http_client: Any = None,  # the SDK's own AsyncClient type, for tests' transports
+        http_client: httpx2.AsyncClient | None = None,  # tests' transports
     ) -> None:
+        self._http = http_client or _default_client()
         self._client = AsyncOpenAI(
             api_key=api_key or "unset",
             base_url=base_url or None,
             timeout=timeout_s,
             max_retries=0,
-            http_client=http_client,
+            http_client=self._http,
         )
+        base = self._client.base_url  # as the SDK joins it with a path
+        self._url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
+        self._timeout = httpx2.Timeout(timeout_s)
+        self._headers = _sdk_headers(self._client, self._timeout)
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage
@@ -107,7 +130,12 @@ class OpenAIChatModel:
         call: CallInfo,
         tool_choice: ToolChoice = "auto",
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
-        body: dict[str, Any] = {"messages": [m.to_openai() for m in normalize(messages)]}
+        # The keys in the order the SDK sends them, so the body is the one it would send.
+        body: dict[str, Any] = {
+            "model": self._model,
+            "stream": True,
+            "messages": [m.to_openai() for m in normalize(messages)],
+        }
         if self._stream_usage:
             body["stream_options"] = {"include_usage": True}
         if self._temperature is not None:
@@ -128,28 +156,21 @@ class OpenAIChatModel:
             ]
             if tool_choice != "auto":
                 body["tool_choice"] = tool_choice
-        request: dict[str, Any] = {
-            "model": self._model,
-            # The body goes as `extra_body`, which the SDK sends as is: its typed transform of
-            # `messages` costs milliseconds per call on a long conversation, every call.
-            "messages": [],
-            "stream": True,
-            "extra_body": body,
-            "extra_headers": {
-                "X-Agent-Session": call.session_id,
-                "X-Agent-Run": call.run_id,
-                "X-Agent-Step": str(call.step),
-                "X-Agent-Phase": call.phase,
-            },
+        headers = {
+            **self._headers,
+            "X-Agent-Session": call.session_id,
+            "X-Agent-Run": call.run_id,
+            "X-Agent-Step": str(call.step),
+            "X-Agent-Phase": call.phase,
         }
-        manager = await self._open(request, call)
+        response = await self._open(orjson.dumps(body), headers, call)
         try:
-            async for item in self._read(manager.response):
+            async for item in self._read(response):
                 yield item
         finally:
-            await manager.close()
+            await response.aclose()  # also when cancelled: the model stops generating
 
-    async def _open(self, request: dict[str, Any], call: CallInfo) -> _OpenStream:
+    async def _open(self, body: bytes, headers: dict[str, str], call: CallInfo) -> httpx2.Response:
         """Send the request (retrying transient failures) and return the open stream."""
         total = self._max_retries + 1
 
@@ -160,7 +181,7 @@ class OpenAIChatModel:
 
         try:
             try:
-                return await self._send(request)
+                return await self._send(body, headers)
             except Exception as exc:
                 if not _transient(exc) or self._max_retries == 0:
                     raise
@@ -175,7 +196,7 @@ class OpenAIChatModel:
             )
             async for attempt in attempts:
                 with attempt:
-                    return await self._send(request)
+                    return await self._send(body, headers)
         except openai.APIStatusError as exc:
             too_long = _context_overflow(exc)
             if too_long is not None:
@@ -188,22 +209,37 @@ class OpenAIChatModel:
             raise ModelError(f"The language model could not be reached ({_reason(exc)}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send(self, request: dict[str, Any]) -> _OpenStream:
-        context = self._client.chat.completions.with_streaming_response.create(**request)
-        return _OpenStream(context, await context.__aenter__())
+    async def _send(self, body: bytes, headers: dict[str, str]) -> httpx2.Response:
+        """One attempt; failures raised as the SDK raises them (APIConnectionError,
+        APITimeoutError, APIStatusError and its subclasses)."""
+        request = self._http.build_request(
+            "POST", self._url, content=body, headers=headers, timeout=self._timeout
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx2.TimeoutException as exc:
+            raise openai.APITimeoutError(request) from exc
+        except _SEND_ERRORS as exc:
+            raise openai.APIConnectionError(request=request) from exc
+        if not response.is_success:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            raise _status_error(response)
+        return response
 
-    async def _read(self, response: Any) -> AsyncIterator[str | Thinking | ModelTurn]:
-        """Read the server-sent events ourselves: the SDK's typed chunk objects cost about
-        100 µs each, more than everything else the server does per streamed token.
+    async def _read(self, response: httpx2.Response) -> AsyncIterator[str | Thinking | ModelTurn]:
+        """Read the server-sent events ourselves (agent/adapters/sse.py).
 
         A reader task parses the stream as it arrives; each time this generator resumes it
         yields all the text read since, as one piece (thinking likewise, in order). Every
         piece becomes an event for each client, so a stream that arrives faster than it is
         forwarded costs fewer, larger events, and a slow one is passed on chunk by chunk.
         """
-        state = _StreamState()
+        state = StreamState()
         ready = asyncio.Event()
-        reader = asyncio.create_task(_pump(response, state, ready))
+        reader = asyncio.create_task(pump(response.aiter_bytes(), state, ready))
         try:
             while not reader.done():
                 await ready.wait()
@@ -224,182 +260,44 @@ class OpenAIChatModel:
         yield state.turn()
 
 
-async def _pump(response: Any, state: _StreamState, ready: asyncio.Event) -> None:
-    """Parse the stream into `state` as it arrives; set `ready` when there is something new
-    to pass on, and once more at the end (the task's exception is the stream's failure)."""
-    rest = b""
+def _default_client() -> httpx2.AsyncClient:
+    """The SDK's aiohttp-backed client (`openai[aiohttp]`): the same httpx interface, errors
+    and timeouts, but aiohttp's C HTTP parser reads the stream. On the request path it costs
+    about 60% of the CPU of httpx's own transport (docs/benchmarks.md)."""
+    return openai.DefaultAioHttpClient()
+
+
+def _sdk_headers(client: AsyncOpenAI, timeout: httpx2.Timeout) -> dict[str, str]:
+    """The headers the SDK's `with_streaming_response.create()` sends, computed once: none of
+    them changes between calls (the key, the SDK's version and platform, the timeout)."""
+    merged = {**client.auth_headers, **client.default_headers}
+    headers = {name: value for name, value in merged.items() if isinstance(value, str)}
+    headers["X-Stainless-Raw-Response"] = "stream"
+    headers["X-Stainless-Retry-Count"] = "0"  # each of our attempts is a first one to the SDK
+    if timeout.read is not None:
+        headers["X-Stainless-Read-Timeout"] = str(timeout.read)
+    return headers
+
+
+def _status_error(response: httpx2.Response) -> openai.APIStatusError:
+    """The SDK's exception for an error answer, with the same message and `body` (the JSON
+    body's `error` object when there is one, else the parsed body, else its text)."""
+    status = response.status_code
+    message = f"Error code: {status}"
+    text = response.text.strip()
+    body: Any = text
     try:
-        async for data in response.iter_bytes():
-            lines = (rest + data).split(b"\n") if rest else data.split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                state.line(line)
-            if state.out:
-                ready.set()
-        if rest:
-            state.line(rest)
-        state.finish()
-    finally:
-        ready.set()
-
-
-_MERGE_ABOVE = 4  # pieces waiting; a short or slow reply keeps its chunks as they came
-
-
-class _StreamState:
-    """What a streamed reply said so far, and the pieces not yet passed on (adjacent pieces of
-    one kind merged)."""
-
-    __slots__ = ("events", "finish_reason", "out", "parts", "text", "think", "usage")
-
-    def __init__(self) -> None:
-        self.text: list[str] = []
-        self.parts: dict[int, _ToolCallParts] = {}
-        self.usage = (0, 0, 0)
-        self.finish_reason: str | None = None
-        self.think = ThinkSplitter()
-        self.out: list[tuple[bool, str]] = []
-        self.events = 0  # server-sent `data:` lines: none at all is no answer, not an empty one
-
-    def line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return  # comments, event names, keep-alives
-        self.events += 1
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            return  # read to the end, so the connection goes back to the pool
-        chunk = orjson.loads(data)
-        if not isinstance(chunk, dict):
-            raise _MalformedChunk("a stream chunk is not a JSON object")
-        if "error" in chunk:
-            raise _MalformedChunk(f"the stream reported an error: {_error_text(chunk)}")
-        if chunk.get("usage"):
-            self.usage = _usage(chunk["usage"])
-        for choice in (chunk.get("choices") or ())[:1]:
-            self.finish_reason = _str(choice.get("finish_reason")) or self.finish_reason
-            delta = choice.get("delta") or {}
-            thought = _str(delta.get("reasoning_content") or delta.get("reasoning"))
-            if thought:
-                self._put(True, thought)
-            content = _str(delta.get("content"))
-            if content:
-                for is_thinking, piece in self.think.feed(content):
-                    self._put(is_thinking, piece)
-            for tc in delta.get("tool_calls") or ():
-                part = self.parts.setdefault(_int(tc.get("index")), _ToolCallParts())
-                part.id = part.id or _str(tc.get("id"))
-                function = tc.get("function") or {}
-                part.name = part.name or _str(function.get("name"))
-                part.arguments.append(_str(function.get("arguments")))
-
-    def _put(self, is_thinking: bool, piece: str) -> None:
-        if not is_thinking:
-            self.text.append(piece)
-        self.out.append((is_thinking, piece))
-
-    def take(self) -> list[str | Thinking]:
-        """The pieces not yet passed on: one by one when few wait, else adjacent pieces of one
-        kind merged (a backlog costs one event per kind, not one per model chunk)."""
-        out, self.out = self.out, []
-        if len(out) <= _MERGE_ABOVE:
-            return [Thinking(p) if thinking else p for thinking, p in out]
-        merged: list[tuple[bool, list[str]]] = []
-        for thinking, piece in out:
-            if merged and merged[-1][0] == thinking:
-                merged[-1][1].append(piece)
-            else:
-                merged.append((thinking, [piece]))
-        return [Thinking("".join(p)) if thinking else "".join(p) for thinking, p in merged]
-
-    def finish(self) -> None:
-        if self.events == 0:
-            raise _MalformedChunk("the reply held no server-sent events")
-        for is_thinking, piece in self.think.finish():
-            self._put(is_thinking, piece)
-
-    def turn(self) -> ModelTurn:
-        calls = tuple(
-            ToolCall(p.id or f"call_{uuid.uuid4().hex[:24]}", p.name, "".join(p.arguments))
-            for _, p in sorted(self.parts.items())
-        )
-        u = self.usage
-        return ModelTurn("".join(self.text), calls, u[0], u[1], self.finish_reason, u[2])
-
-
-@dataclass(slots=True)
-class _OpenStream:
-    """An entered streaming response and the context that must be exited to release it."""
-
-    context: Any
-    response: Any
-
-    async def close(self) -> None:
-        await self.context.__aexit__(None, None, None)
-
-
-class ThinkSplitter:
-    """Split a leading `<think>…</think>` block out of streamed text, across chunk borders.
-
-    Only a block that opens before any visible text counts: a `<think>` later in an answer
-    is the model talking about the tag.
-    """
-
-    _OPEN, _CLOSE = "<think>", "</think>"
-
-    def __init__(self) -> None:
-        self._buffer = ""
-        self._inside = False
-        self._decided = False  # visible text was seen, or the block closed
-        self._trim = False  # drop the white space right after a closed block
-
-    def feed(self, chunk: str) -> list[tuple[bool, str]]:
-        """Return (is_thinking, text) pieces that are safe to pass on now."""
-        if self._decided and not self._inside:
-            if self._trim:
-                chunk = chunk.lstrip()
-                self._trim = not chunk
-            return [(False, chunk)] if chunk else []
-        self._buffer += chunk
-        out: list[tuple[bool, str]] = []
-        while self._buffer:
-            tag = self._CLOSE if self._inside else self._OPEN
-            if not self._inside:
-                stripped = self._buffer.lstrip()
-                if stripped.startswith(tag):
-                    self._buffer = stripped[len(tag) :]
-                    self._inside = True
-                    continue
-                if stripped and not tag.startswith(stripped):
-                    self._decided = True
-                    out.append((False, self._buffer))
-                    self._buffer = ""
-                break
-            end = self._buffer.find(tag)
-            if end >= 0:
-                if end:
-                    out.append((True, self._buffer[:end]))
-                self._buffer = self._buffer[end + len(tag) :].lstrip()
-                self._inside = False
-                self._decided = True
-                self._trim = not self._buffer
-                if self._buffer:
-                    out.append((False, self._buffer))
-                    self._buffer = ""
-                break
-            keep = next(
-                (n for n in range(len(tag) - 1, 0, -1) if self._buffer.endswith(tag[:n])), 0
-            )
-            cut = len(self._buffer) - keep
-            if cut:
-                out.append((True, self._buffer[:cut]))
-            self._buffer = self._buffer[cut:]
-            break
-        return out
-
-    def finish(self) -> list[tuple[bool, str]]:
-        """End of the stream: whatever is held back goes out as what it was."""
-        rest, self._buffer = self._buffer, ""
-        return [(self._inside, rest)] if rest else []
+        body = json.loads(text)
+    except ValueError:
+        pass
+    else:
+        error = body.get("error", body) if isinstance(body, dict) else None
+        detail = error.get("message") if isinstance(error, dict) else None
+        if isinstance(detail, str) and detail:
+            message += f" - {detail}"
+    data = body.get("error", body) if isinstance(body, dict) else body
+    default = openai.InternalServerError if status >= 500 else openai.APIStatusError
+    return _STATUS_ERRORS.get(status, default)(message, response=response, body=data)
 
 
 async def _notify(
@@ -464,42 +362,8 @@ def _status_detail(exc: openai.APIStatusError) -> str:
     return f": {str(message)[:160]}" if message else ""
 
 
-def _usage(raw: Any) -> tuple[int, int, int]:
-    if not isinstance(raw, dict):
-        raise _MalformedChunk("usage is not an object")
-    details = raw.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    return _int(raw.get("prompt_tokens")), _int(raw.get("completion_tokens")), cached
-
-
-def _error_text(chunk: dict[str, Any]) -> str:
-    error = chunk.get("error")
-    message = error.get("message") if isinstance(error, dict) else error
-    return str(message)[:200]
-
-
-class _MalformedChunk(ValueError):
-    """A streamed chunk whose fields have the wrong types (the SDK does not validate them)."""
-
-
-def _str(value: Any) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise _MalformedChunk(f"expected text, got {type(value).__name__}")
-    return value
-
-
-def _int(value: Any) -> int:
-    if value is None:
-        return 0
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _MalformedChunk(f"expected a number, got {type(value).__name__}")
-    return value
-
-
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, _MalformedChunk):
+    if isinstance(exc, MalformedChunk):
         return str(exc)
     if isinstance(exc, orjson.JSONDecodeError):
         return "a stream chunk is not valid JSON"

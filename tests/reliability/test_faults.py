@@ -59,12 +59,12 @@ async def test_tool_call_with_garbage_name_and_arguments(server, fake_llm: FakeL
 async def test_a_full_database_fails_the_run_with_storage_error_and_recovers(
     server_factory, fake_llm
 ):
-    fake_llm.script("reason", Reply(chunks=["word "] * 2000))  # needs new pages to store
     async with server_factory() as s:
         store = s.app.state.services.store
         async with await s.client() as c:
             await c.recv()
             await c.run("first")
+            fake_llm.script("reason", Reply(chunks=["word "] * 2000))  # needs new pages to store
 
             def cap(size: int | None) -> None:
                 conn = store._write_conn  # the disk "fills up" under the server's connection

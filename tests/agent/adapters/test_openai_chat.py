@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import httpx2 as httpx  # the HTTP client the openai SDK is built on
 import orjson
@@ -85,3 +85,136 @@ async def test_a_reply_that_breaks_off_yields_its_text_then_fails():
     broken = _event({"content": "partial"}) + b"data: {not json\n\n"
     with pytest.raises(ModelError, match="could not be read"):
         await _stream([broken])
+
+
+async def test_a_line_split_anywhere_across_reads_reads_the_same():
+    whole = b"".join(_event({"content": f"w{i} "}) for i in range(6)) + b"data: [DONE]\n\n"
+    for cut in range(1, len(whole)):
+        items = await _stream([whole[:cut], whole[cut:]])
+        turn = items[-1]
+        assert isinstance(turn, ModelTurn) and turn.content == "w0 w1 w2 w3 w4 w5 ", cut
+
+
+async def test_crlf_and_lone_cr_line_ends_comments_and_data_without_a_space():
+    body = (
+        b": keep-alive\r\n\r\n"
+        b'data:{"choices": [{"delta": {"content": "a"}}]}\r\n\r\n'
+        b"event: message\r"
+        b'data: {"choices": [{"delta": {"content": "b"}}]}\r\r'
+        b'data: {"choices": [{"delta": {"content": "c"}, "finish_reason": "stop"}]}\r'
+    )
+    # the last CR ends one read and its event; the next read starts with a lone LF
+    items = await _stream([body, b"\ndata: [DONE]\r\n\r\n"])
+    turn = items[-1]
+    assert isinstance(turn, ModelTurn) and (turn.content, turn.finish_reason) == ("abc", "stop")
+
+
+async def test_a_last_event_without_its_newline_still_counts():
+    usage = {
+        "prompt_tokens": 7,
+        "completion_tokens": 2,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
+    body = _event({"content": "done"}) + b"data: " + orjson.dumps({"choices": [], "usage": usage})
+    turn = (await _stream([body]))[-1]
+    assert isinstance(turn, ModelTurn)
+    assert (turn.content, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens) == (
+        "done",
+        7,
+        2,
+        4,
+    )
+
+
+async def _capture_sdk(handler: Callable[[httpx.Request], httpx.Response]) -> Exception | None:
+    """Make the call the SDK's own create() makes for CALL with one user message."""
+    from openai import AsyncOpenAI
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    sdk = AsyncOpenAI(
+        api_key="k", base_url="http://llm/v1", timeout=60.0, max_retries=0, http_client=client
+    )
+    try:
+        async with sdk.chat.completions.with_streaming_response.create(
+            model="m",
+            messages=[],
+            stream=True,
+            extra_body={
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream_options": {"include_usage": True},
+            },
+            extra_headers={
+                "X-Agent-Session": "s",
+                "X-Agent-Run": "r",
+                "X-Agent-Step": "1",
+                "X-Agent-Phase": "reason",
+            },
+        ):
+            pass
+    except Exception as exc:  # the SDK's error, to compare with ours
+        return exc
+    finally:
+        await sdk.close()
+    return None
+
+
+async def test_the_request_is_the_one_the_sdk_would_send():
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, content=b"data: [DONE]\n\n")
+
+    await _capture_sdk(handler)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    model = OpenAIChatModel(model="m", api_key="k", base_url="http://llm/v1", http_client=client)
+    try:
+        async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+            pass
+    finally:
+        await model.aclose()
+    theirs, ours = sent
+    assert (ours.method, ours.url) == (theirs.method, theirs.url)
+    assert sorted(ours.headers.multi_items()) == sorted(theirs.headers.multi_items())
+    assert orjson.loads(ours.content) == orjson.loads(theirs.content)
+    assert ours.extensions["timeout"] == theirs.extensions["timeout"]
+
+
+@pytest.mark.parametrize(
+    ("status", "content"),
+    [
+        (
+            400,
+            b'{"error": {"message": "the request exceeds the available context size",'
+            b' "type": "exceed_context_size_error", "n_ctx": 4096}}',
+        ),
+        (404, b'{"detail": "no such model"}'),
+        (429, b"slow down"),
+        (503, b""),
+    ],
+)
+async def test_an_error_answer_is_the_exception_the_sdk_raises(status: int, content: bytes):
+    import openai
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=content)
+
+    theirs = await _capture_sdk(handler)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    model = OpenAIChatModel(
+        model="m", api_key="k", base_url="http://llm/v1", max_retries=0, http_client=client
+    )
+    try:
+        with pytest.raises(ModelError) as failure:  # ContextTooLong is one
+            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                pass
+    finally:
+        await model.aclose()
+    ours = failure.value.__cause__
+    assert isinstance(theirs, openai.APIStatusError) and isinstance(ours, openai.APIStatusError)
+    assert type(ours) is type(theirs)
+    assert (ours.message, ours.body, ours.status_code) == (
+        theirs.message,
+        theirs.body,
+        theirs.status_code,
+    )
