@@ -31,11 +31,18 @@ def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@pytest.fixture
-async def fake_llm() -> AsyncIterator[FakeLLM]:
+@asynccontextmanager
+async def served_fake_llm() -> AsyncIterator[FakeLLM]:
+    """A FakeLLM served on a free loopback port; its `base_url` set."""
     fake = FakeLLM()
     async with serve(fake.app) as address:
         fake.base_url = f"http://{address}/v1"  # type: ignore[attr-defined]
+        yield fake
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    async with served_fake_llm() as fake:
         yield fake
 
 
