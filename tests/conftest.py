@@ -19,6 +19,13 @@ from tests.fakes.openai_server import FakeLLM
 from tests.fakes.servers import ServerHandle, bind_loopback, run_server, serve
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` first (a stable sort): pytest-xdist hands out whole files in this
+    order, so the longest ones (the llama.cpp module above all) start at once instead of
+    finishing last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach a real model: point the defaults at a closed local port."""

@@ -18,7 +18,7 @@ from tests.conftest import Running, ServerFactory
 from tests.fakes.client import kind
 from tests.fakes.llama_cpp import LlamaServer, qwen_model
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("llama_cpp")]  # one llama-server
+pytestmark = pytest.mark.slow
 
 _TIMEOUT = 240.0  # a whole run on CPU: several calls of a 0.5B model
 
