@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install serve test test-deps lint bench screenshots clean
+.PHONY: install serve test test-unit test-deps lint bench screenshots clean
 
 install: $(STAMP)
 
@@ -22,8 +22,13 @@ serve: install
 test-deps: install
 	@if [ -x scripts/test-deps.sh ]; then scripts/test-deps.sh; fi
 
+# Every test, in parallel (pytest-xdist, one worker per core: see pyproject.toml).
 test: install test-deps
 	$(BIN)/python -m pytest
+
+# The unit layer (tests/agent: the loop, parsing, tools), in one process: no servers to spread.
+test-unit: install
+	$(BIN)/python -m pytest -n0 tests/agent
 
 lint: install
 	$(BIN)/ruff check agent server client tests bench

@@ -19,6 +19,13 @@ from tests.fakes.openai_server import FakeLLM
 from tests.fakes.servers import ServerHandle, bind_loopback, run_server, serve
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` first (a stable sort): pytest-xdist hands out whole files in this
+    order, so the longest ones (the llama.cpp module above all) start at once instead of
+    finishing last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach a real model: point the defaults at a closed local port."""
@@ -31,11 +38,18 @@ def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-@pytest.fixture
-async def fake_llm() -> AsyncIterator[FakeLLM]:
+@asynccontextmanager
+async def served_fake_llm() -> AsyncIterator[FakeLLM]:
+    """A FakeLLM served on a free loopback port; its `base_url` set."""
     fake = FakeLLM()
     async with serve(fake.app) as address:
         fake.base_url = f"http://{address}/v1"  # type: ignore[attr-defined]
+        yield fake
+
+
+@pytest.fixture
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    async with served_fake_llm() as fake:
         yield fake
 
 

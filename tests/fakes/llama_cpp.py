@@ -125,7 +125,10 @@ def _assemble_qwen(target: Path) -> None:
 class LlamaServer:
     """`llama-server` on a loopback port; `base_url` is its OpenAI-compatible endpoint."""
 
-    def __init__(self, model: Path, *, ctx_size: int = 4096, threads: int = 2) -> None:
+    # One thread by default: llama.cpp's threads meet at a barrier for every layer, so on a
+    # busy 2-core machine (pytest's other workers, a CI neighbour) two threads generate 5 to 10
+    # times slower than one, as soon as either is descheduled.
+    def __init__(self, model: Path, *, ctx_size: int = 4096, threads: int = 1) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._args = [

@@ -1,6 +1,13 @@
 """Browser fixtures: the agent server on a known port (so its Origin can be allowed), and a
 real Chromium driven by Playwright. Playwright is imported lazily: test_browser.py skips the
-module when it or Chromium is missing."""
+module when it or Chromium is missing.
+
+One Chromium serves every browser test of a pytest process (starting Playwright's driver and
+the browser costs about a second); each test still gets a fresh browser context (its own
+cookies, storage and viewport). Playwright's objects belong to the event loop that made them,
+so every test under tests/ui, and the async fixtures it uses, run on pytest-asyncio's session
+loop.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 import uvicorn
+
+from tests.conftest import Running, served_fake_llm
+from tests.fakes.openai_server import FakeLLM
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -29,6 +40,28 @@ CHROMIUM_ARGS = [
 
 
 VIEWPORTS = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
+HERE = Path(__file__).parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the tests under tests/ui on the session loop, where the shared browser lives."""
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.asyncio(loop_scope="session"), append=False)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fake_llm() -> AsyncIterator[FakeLLM]:
+    """The root fixture of that name, on the session loop."""
+    async with served_fake_llm() as fake:
+        yield fake
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def server(server_factory: Any) -> AsyncIterator[Running]:
+    """The root fixture of that name, on the session loop."""
+    async with server_factory() as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
@@ -77,14 +110,15 @@ def ui_server_factory(server_factory: Any) -> UIServerFactory:
     return start
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def ui_server(ui_server_factory: UIServerFactory) -> AsyncIterator[UIServer]:
     async with ui_server_factory() as running:
         yield running
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def browser() -> AsyncIterator[Any]:
+    """One Chromium for the whole session; tests open their own contexts in it."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as p:
@@ -95,7 +129,7 @@ async def browser() -> AsyncIterator[Any]:
             await chromium.close()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="session")
 async def page(browser: Any, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
     """A fresh page (the `viewport` parameter's size when the test uses it, else desktop);
     uncaught script errors on it fail the test."""
