@@ -135,6 +135,20 @@ def start_fake_llm(workdir: Path) -> Proc:
     return proc
 
 
+def server_env(llm: Proc, **extra: str) -> dict[str, str]:
+    """The environment every benchmarked server runs with: the fake LLM, no run limit, one
+    tool, quiet logs, a short shutdown, a deep outbound queue; `extra` adds or overrides."""
+    return {
+        "AGENT__LLM__BASE_URL": f"http://{llm.address}/v1",
+        "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "100000",
+        "AGENT__TOOLS__ENABLED": '["get_current_time"]',
+        "AGENT__SERVER__LOG_LEVEL": "warning",
+        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "3",
+        "AGENT__SERVER__OUTBOUND_QUEUE_SIZE": "100000",
+        **extra,
+    }
+
+
 def start_agent_server(
     workdir: Path, llm: Proc, *, persistence: str = "sqlite", name: str = "agent"
 ) -> Proc:
@@ -144,16 +158,11 @@ def start_agent_server(
     the server itself has no switch for that.
     """
     port = free_port()
-    env = {
-        "AGENT__LLM__BASE_URL": f"http://{llm.address}/v1",
-        "AGENT__STORAGE__SQLITE_PATH": str(workdir / f"{name}.db"),
-        "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "100000",
-        "AGENT__AGENT__MAX_STEPS_LIMIT": "50",
-        "AGENT__TOOLS__ENABLED": '["get_current_time"]',
-        "AGENT__SERVER__LOG_LEVEL": "warning",
-        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "3",
-        "AGENT__SERVER__OUTBOUND_QUEUE_SIZE": "100000",
-    }
+    env = server_env(
+        llm,
+        AGENT__STORAGE__SQLITE_PATH=str(workdir / f"{name}.db"),
+        AGENT__AGENT__MAX_STEPS_LIMIT="50",
+    )
     module = "server" if persistence == "sqlite" else "bench.memory_server"
     args = ["-m", module, "--config", str(ROOT / "config.toml"), "--port", str(port)]
     popen = _spawn(name, args, workdir, env)

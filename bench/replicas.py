@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from bench.context import Bench
-from bench.procs import ROOT, Proc, _spawn, free_port
+from bench.procs import ROOT, Proc, _spawn, free_port, server_env
 from bench.stats import percentile
 from bench.wsclient import WSConn, connect, kind_of
 
@@ -67,14 +67,7 @@ async def _on_ferretdb(bench: Bench) -> dict[str, Any]:
 def _start(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:
     assert bench.llm is not None
     port = free_port()
-    env = {
-        "AGENT__LLM__BASE_URL": f"http://{bench.llm.address}/v1",
-        "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "100000",
-        "AGENT__TOOLS__ENABLED": '["get_current_time"]',
-        "AGENT__SERVER__LOG_LEVEL": "warning",
-        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "3",
-        **store_env,
-    }
+    env = server_env(bench.llm, **store_env)
     args = ["-m", "server", "--config", str(ROOT / "config.toml"), "--port", str(port)]
     proc = Proc(name, _spawn(name, args, bench.workdir, env), port, bench.workdir / f"{name}.log")
     proc.wait_ready()

@@ -31,7 +31,7 @@ from typing import Any
 
 from bench.concurrency import BOUND_MS, PACED, Paced
 from bench.context import Bench, Sizes, connect_many
-from bench.procs import ROOT, _spawn, free_port
+from bench.procs import ROOT, _spawn, free_port, server_env
 from bench.stats import percentile
 from bench.wsclient import connect
 
@@ -107,15 +107,7 @@ def _listeners(port: int) -> int:
 def _start(bench: Bench, workers: int, store_env: dict[str, str], name: str) -> Group:
     assert bench.llm is not None
     port = free_port()
-    env = {
-        "AGENT__LLM__BASE_URL": f"http://{bench.llm.address}/v1",
-        "AGENT__AGENT__MAX_CONCURRENT_RUNS_PER_TENANT": "100000",
-        "AGENT__TOOLS__ENABLED": '["get_current_time"]',
-        "AGENT__SERVER__LOG_LEVEL": "warning",
-        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "3",
-        "AGENT__SERVER__OUTBOUND_QUEUE_SIZE": "100000",
-        **store_env,
-    }
+    env = server_env(bench.llm, **store_env)
     args = [
         "-m",
         "server",

@@ -15,6 +15,7 @@ from agent.messages import Message
 from server.live import LiveSession
 from server.storage.base import Scope
 from server.storage.sqlite import SQLiteStore
+from tests.storage.sqlite_trace import traced
 
 ALICE = Scope("acme", "alice")
 
@@ -51,17 +52,6 @@ async def _live(store: SQLiteStore) -> tuple[LiveSession, Recorder]:
     return live, watcher
 
 
-async def _traced(store: SQLiteStore) -> list[str]:
-    statements: list[str] = []
-
-    def install() -> None:
-        assert store._write_conn is not None
-        store._write_conn.set_trace_callback(statements.append)
-
-    await store._in_writer(install)
-    return statements
-
-
 def _read_only(store: SQLiteStore, on: bool) -> None:
     assert store._write_conn is not None
     store._write_conn.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
@@ -71,7 +61,7 @@ async def test_queued_events_and_the_messages_after_them_are_one_transaction(
     store: SQLiteStore,
 ) -> None:
     live, watcher = await _live(store)
-    statements = await _traced(store)
+    statements = await traced(store)
     for n in range(5):
         await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
     assert watcher.frames == []  # queued, not stored yet: nothing delivered

@@ -19,6 +19,7 @@ import pytest
 from agent.errors import StorageError
 from server.storage.base import Scope
 from server.storage.sqlite import SQLiteStore
+from tests.storage.sqlite_trace import traced
 
 ALICE = Scope("acme", "alice")
 BOB = Scope("acme", "bob")
@@ -40,18 +41,6 @@ async def _sessions(store: SQLiteStore, count: int) -> list[str]:
     return ids
 
 
-async def _traced(store: SQLiteStore) -> list[str]:
-    """Record every statement the writer connection runs from now on."""
-    statements: list[str] = []
-
-    def install() -> None:
-        assert store._write_conn is not None
-        store._write_conn.set_trace_callback(statements.append)
-
-    await store._in_writer(install)
-    return statements
-
-
 async def _seqs(store: SQLiteStore, scope: Scope, session_id: str) -> list[int]:
     return [orjson.loads(b)["seq"] for b in await store.read_events(scope, session_id, 0)]
 
@@ -60,7 +49,7 @@ async def test_a_batch_of_appends_is_one_transaction_of_a_few_statements(
     store: SQLiteStore,
 ) -> None:
     ids = await _sessions(store, 40)
-    statements = await _traced(store)
+    statements = await traced(store)
     appends = [
         store.append_events(ALICE, sid, [{"type": "x", "n": n} for n in range(3)], 200)
         for sid in ids
