@@ -207,9 +207,7 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     return False
 
 
-async def _summarize(
-    ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]
-) -> str:
+async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]) -> str:
     """The extra call at max steps: the final answer, streamed as it is written. A control
     block the model writes anyway (small models copy the Observe format) is cut out."""
     step = rec.step

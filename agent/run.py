@@ -345,8 +345,7 @@ class RunRecorder:
                     Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
                 )
         events: list[AgentEvent] = [
-            ToolFailed(self._step, call_id, name, cut)
-            for call_id, name in self._open_calls.items()
+            ToolFailed(self._step, call_id, name, cut) for call_id, name in self._open_calls.items()
         ]
         self._open_calls.clear()
         messages += [

@@ -13,9 +13,7 @@ __all__ = ["describe_errors"]
 _UNKNOWN_KEY = frozenset({"extra_forbidden", "unexpected_keyword_argument"})
 
 
-def describe_errors(
-    exc: ValidationError, *, root: str, show_input: bool = True
-) -> list[str]:
+def describe_errors(exc: ValidationError, *, root: str, show_input: bool = True) -> list[str]:
     """One line per error, `field.path: what is wrong (got <input>)`.
 
     `root` names the whole value when the error has no field; an unknown key reads "unknown

@@ -81,9 +81,11 @@ async def _profiles(bench: Bench, out_dir: Path) -> dict[str, Any]:
 
     return {
         "throughput": await profiling.profile_workload(
-            bench, "throughput", server, streaming_on(server), 8, out_dir),
+            bench, "throughput", server, streaming_on(server), 8, out_dir
+        ),
         "throughput_nostore": await profiling.profile_workload(
-            bench, "throughput-nostore", nostore, streaming_on(nostore), 8, out_dir),
+            bench, "throughput-nostore", nostore, streaming_on(nostore), 8, out_dir
+        ),
         "step": await profiling.profile_workload(bench, "step", server, stepping, 8, out_dir),
     }
 
@@ -94,8 +96,10 @@ async def _main(args: argparse.Namespace) -> int:
     only = ALL if not args.only else tuple(x.strip() for x in args.only.split(",") if x.strip())
     unknown = set(only) - set(ALL) - {"profile"}
     if unknown:
-        print(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {ALL}",
-              file=sys.stderr)
+        print(
+            f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {ALL}",
+            file=sys.stderr,
+        )
         return 2
     RESULTS.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="agent-bench-"))
@@ -153,8 +157,9 @@ async def _main(args: argparse.Namespace) -> int:
         ptext = profile_markdown(report, profiles)
         for name in (f"{stamp}-profile", "profile-latest"):
             (RESULTS / f"{name}.json").write_text(
-                json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2,
-                           default=str) + "\n")
+                json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2, default=str)
+                + "\n"
+            )
             (RESULTS / f"{name}.md").write_text(ptext)
         print(ptext)
     if names:
@@ -164,15 +169,26 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="short runs, for development")
-    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ALL)}"
-                        " (and 'profile')")
-    parser.add_argument("--profile", action="store_true",
-                        help="also sample the server with py-spy (throughput and per-step)")
-    parser.add_argument("--no-nostore", dest="nostore", action="store_false",
-                        help="skip the persistence-off throughput measurement")
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated subset of {', '.join(ALL)} (and 'profile')"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also sample the server with py-spy (throughput and per-step)",
+    )
+    parser.add_argument(
+        "--no-nostore",
+        dest="nostore",
+        action="store_false",
+        help="skip the persistence-off throughput measurement",
+    )
     args = parser.parse_args()
     _raise_fd_limit()
     return asyncio.run(_main(args))

@@ -55,11 +55,22 @@ async def stream(websocket: WebSocket) -> None:
 def _frame(last: bool, session_id: str, run_id: str, seq: int, delta: str) -> dict[str, object]:
     ts = int(time.time() * 1000)
     if last:
-        return {"type": "response_complete", "session_id": session_id, "run_id": run_id,
-                "seq": seq, "ts": ts}
+        return {
+            "type": "response_complete",
+            "session_id": session_id,
+            "run_id": run_id,
+            "seq": seq,
+            "ts": ts,
+        }
     return {
-        "type": "agent_update", "update_type": "agent_reason_delta", "session_id": session_id,
-        "run_id": run_id, "seq": seq, "ts": ts, "step": 1, "delta": delta,
+        "type": "agent_update",
+        "update_type": "agent_reason_delta",
+        "session_id": session_id,
+        "run_id": run_id,
+        "seq": seq,
+        "ts": ts,
+        "step": 1,
+        "delta": delta,
     }
 
 

@@ -101,7 +101,10 @@ async def _client_lag(samples: list[float], stop: asyncio.Event) -> None:
 def _start_probe(proc: Proc, seconds: float) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "bench.probe", "--port", str(proc.port), "--seconds", str(seconds)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
 
 
@@ -125,12 +128,14 @@ async def _level(bench: Bench, server: Proc, count: int) -> dict[str, Any]:
         events_before, wall0 = load.events, time.time()
         with Window(server, bench.llm) as window:
             await asyncio.sleep(sizes.level_window_s)
-        reps.append({
-            "p99_delay_ms": percentile(load.delays, 99),
-            "p50_delay_ms": percentile(load.delays, 50),
-            "events_per_s": (load.events - events_before) / window.wall,
-            **window.shares(),
-        })
+        reps.append(
+            {
+                "p99_delay_ms": percentile(load.delays, 99),
+                "p50_delay_ms": percentile(load.delays, 50),
+                "events_per_s": (load.events - events_before) / window.wall,
+                **window.shares(),
+            }
+        )
         spans.append((wall0, time.time()))
     lag_stop.set()
     await lag_task
@@ -148,8 +153,11 @@ async def _level(bench: Bench, server: Proc, count: int) -> dict[str, Any]:
         out["first_error"] = load.first_error.decode(errors="replace")
     out["client_lag_p99_ms"] = round(percentile(lag, 99), 1)
     out["healthz_samples"] = len(probes)
-    out["met"] = bool(out["p99_delay_ms"]["median"] is not None
-                      and out["p99_delay_ms"]["median"] < BOUND_MS and load.errors == 0)
+    out["met"] = bool(
+        out["p99_delay_ms"]["median"] is not None
+        and out["p99_delay_ms"]["median"] < BOUND_MS
+        and load.errors == 0
+    )
     return out
 
 
@@ -174,5 +182,9 @@ async def run(bench: Bench) -> dict[str, Any]:
     await bench.llm_default({"kind": "steps"})
     tried = sorted(int(n) for n in levels)
     untried = [n for n in bench.sizes.levels if n not in tried]
-    return {"bound_ms": BOUND_MS, "levels": dict(sorted(levels.items(), key=lambda kv: int(kv[0]))),
-            "max_runs_within_bound": best, "not_tried": untried}
+    return {
+        "bound_ms": BOUND_MS,
+        "levels": dict(sorted(levels.items(), key=lambda kv: int(kv[0]))),
+        "max_runs_within_bound": best,
+        "not_tried": untried,
+    }

@@ -38,9 +38,19 @@ class Sizes:
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(reps=2, step_runs=10, stream_window_s=2.0, stream_warm_s=1.0, stops=20,
-                   background=100, levels=(100, 250), level_window_s=2.0, idle_conns=200,
-                   active_runs=100, storage_window_s=1.0)
+        return cls(
+            reps=2,
+            step_runs=10,
+            stream_window_s=2.0,
+            stream_warm_s=1.0,
+            stops=20,
+            background=100,
+            levels=(100, 250),
+            level_window_s=2.0,
+            idle_conns=200,
+            active_runs=100,
+            storage_window_s=1.0,
+        )
 
 
 @dataclass
@@ -72,8 +82,11 @@ class Window:
     def shares(self) -> dict[str, float]:
         """Cores used on average by the server, the fake LLM and the load generator."""
         wall = self.wall or 1.0
-        return {"server_cpu_share": self.cpu / wall, "llm_cpu_share": self.helper_cpu / wall,
-                "client_cpu_share": self.client_cpu / wall}
+        return {
+            "server_cpu_share": self.cpu / wall,
+            "llm_cpu_share": self.helper_cpu / wall,
+            "client_cpu_share": self.client_cpu / wall,
+        }
 
     @property
     def cpu_share(self) -> float:
@@ -111,8 +124,9 @@ class Bench:
             return await asyncio.to_thread(start_baseline, self.workdir)
         persistence = "off" if name == "agent_nostore" else "sqlite"
         return await asyncio.to_thread(
-            lambda: start_agent_server(self.workdir, llm, persistence=persistence,
-                                       name=f"{name}{tag}")
+            lambda: start_agent_server(
+                self.workdir, llm, persistence=persistence, name=f"{name}{tag}"
+            )
         )
 
     async def close(self) -> None:
@@ -142,7 +156,9 @@ class Bench:
 
 
 async def connect_many(
-    address: str, count: int, make: Callable[[], Awaitable[WSConn]] | None = None,
+    address: str,
+    count: int,
+    make: Callable[[], Awaitable[WSConn]] | None = None,
     batch: int = 50,
 ) -> list[WSConn]:
     """Open `count` connections, `batch` at a time (a burst of 1000 SYNs overflows backlogs)."""

@@ -70,8 +70,9 @@ def reply_for(profile: Profile, phase: str) -> Reply:
         pace = float(profile.get("seconds", 1.0)) / chunks
         if phase == "reason":
             block = orjson.dumps({"plan": "p", "tools_to_consider": [], "finish": False}).decode()
-            return Reply(chunks=[*(["word "] * (chunks - 1)), f"\n```json\n{block}\n```"],
-                         delay_s=pace)
+            return Reply(
+                chunks=[*(["word "] * (chunks - 1)), f"\n```json\n{block}\n```"], delay_s=pace
+            )
         if phase == "act":
             return Reply(chunks=[""] * chunks, delay_s=pace)  # empty text: no events, 1 s
         if phase == "observe":
@@ -189,8 +190,13 @@ class BenchLLM:
             self.requests, self.busy_s = 0, 0.0
             self.clients = set()
         payload = orjson.dumps(answer, option=orjson.OPT_NON_STR_KEYS)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
 

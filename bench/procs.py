@@ -229,4 +229,3 @@ def _git() -> dict[str, Any]:
         return {"commit": run("rev-parse", "HEAD"), "dirty_files": dirty}
     except (OSError, subprocess.TimeoutExpired):
         return {}
-

@@ -27,29 +27,50 @@ from bench.procs import ROOT, Proc
 __all__ = ["available", "profile_workload", "top_functions"]
 
 # Innermost frames that mean "waiting", which py-spy's idle detection can miss.
-_IDLE = ("EpollSelector.select", "_worker (concurrent/futures/thread.py)", "Condition.wait",
-         "Event.wait", "SimpleQueue.get", "Thread._wait_for_tstate_lock")
+_IDLE = (
+    "EpollSelector.select",
+    "_worker (concurrent/futures/thread.py)",
+    "Condition.wait",
+    "Event.wait",
+    "SimpleQueue.get",
+    "Thread._wait_for_tstate_lock",
+)
 _LINE = re.compile(r":\d+\)$")
-_ENTRY = ("<module> (server/__main__.py)", "main (server/cli.py)", "_serve (server/cli.py)",
-          "main (bench/memory_server.py)", "<module> (bench/memory_server.py)")
+_ENTRY = (
+    "<module> (server/__main__.py)",
+    "main (server/cli.py)",
+    "_serve (server/cli.py)",
+    "main (bench/memory_server.py)",
+    "<module> (bench/memory_server.py)",
+)
 # Parts of the server, each the samples whose stack passes through one of these functions
 # (a sample can count in more than one part: the store's loop side runs inside the publish).
 SUBSYSTEMS: dict[str, tuple[str, ...]] = {
-    "LLM request: OpenAI SDK create() (agent/adapters/openai_chat.py _open)":
-        ("OpenAIChatModel._open ",),
-    "  of which the SDK's params transform (async_maybe_transform)":
-        ("async_maybe_transform ",),
+    "LLM request: OpenAI SDK create() (agent/adapters/openai_chat.py _open)": (
+        "OpenAIChatModel._open ",
+    ),
+    "  of which the SDK's params transform (async_maybe_transform)": ("async_maybe_transform ",),
     "LLM stream: OpenAI SDK chunk parsing (openai_chat.py _read)": ("OpenAIChatModel._read ",),
-    "  of which pydantic chunk models (_process_response_data)":
-        ("BaseClient._process_response_data ",),
-    "storage, event-loop side (SQLiteStore._write/_commit_next/_committed/_in_*)":
-        ("SQLiteStore._write ", "SQLiteStore._commit_next ", "SQLiteStore._committed ",
-         "SQLiteStore._in_writer ",
-         "SQLiteStore._in_reader ", "SQLiteStore._read "),
+    "  of which pydantic chunk models (_process_response_data)": (
+        "BaseClient._process_response_data ",
+    ),
+    "storage, event-loop side (SQLiteStore._write/_commit_next/_committed/_in_*)": (
+        "SQLiteStore._write ",
+        "SQLiteStore._commit_next ",
+        "SQLiteStore._committed ",
+        "SQLiteStore._in_writer ",
+        "SQLiteStore._in_reader ",
+        "SQLiteStore._read ",
+    ),
     "storage, writer thread (SQLiteStore._commit)": ("SQLiteStore._commit ",),
-    "publish path (RunSink → LiveSession: frame, shielded task, lock, store call, deliver)":
-        ("RunSink.emit ", "RunSink.append ", "LiveSession.publish ",
-         "LiveSession.save_messages ", "LiveSession._locked ", "shielded "),
+    "publish path (RunSink → LiveSession: frame, shielded task, lock, store call, deliver)": (
+        "RunSink.emit ",
+        "RunSink.append ",
+        "LiveSession.publish ",
+        "LiveSession.save_messages ",
+        "LiveSession._locked ",
+        "shielded ",
+    ),
     "WebSocket send (Connection.write_forever)": ("Connection.write_forever ",),
     "control-block parsing (ControlStream)": ("ControlStream.feed ", "ControlStream.finish "),
     "context window + token counting (RunRecorder.messages)": ("RunRecorder.messages ",),
@@ -107,8 +128,13 @@ def top_functions(raw: Path, limit: int = 20) -> dict[str, Any]:
     def ranked(counter: Counter[str]) -> list[list[Any]]:
         return [[name, round(100 * n / max(total, 1), 1)] for name, n in counter.most_common(limit)]
 
-    ours = Counter({k: v for k, v in inclusive.items()
-                    if ("agent/" in k or "server/" in k) and k not in _ENTRY})
+    ours = Counter(
+        {
+            k: v
+            for k, v in inclusive.items()
+            if ("agent/" in k or "server/" in k) and k not in _ENTRY
+        }
+    )
     return {
         "samples": total,
         "idle_samples_dropped": idle,
@@ -119,10 +145,23 @@ def top_functions(raw: Path, limit: int = 20) -> dict[str, Any]:
 
 
 async def _record(pyspy: str, proc: Proc, seconds: float, out: Path, gil: bool) -> None:
-    args = [pyspy, "record", "-p", str(proc.pid), "-d", str(int(seconds)), "-r", "200",
-            "-f", "raw", "-o", str(out)]
+    args = [
+        pyspy,
+        "record",
+        "-p",
+        str(proc.pid),
+        "-d",
+        str(int(seconds)),
+        "-r",
+        "200",
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+    ]
     if gil:
         args.append("--gil")
+
     def record() -> None:
         done = subprocess.run(
             args, capture_output=True, text=True, check=False, timeout=seconds + 60

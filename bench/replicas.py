@@ -179,8 +179,14 @@ async def _floor(store_env: dict[str, str]) -> dict[str, Any]:
         await store.create_session(scope, session_id, int(time.time() * 1000))
         trips: list[float] = []
         for _ in range(FLOOR_ROUNDS):
-            frame = {"type": "agent_update", "update_type": "agent_reason_delta", "seq": 0,
-                     "session_id": session_id, "ts": int(time.time() * 1000), "delta": "tok "}
+            frame = {
+                "type": "agent_update",
+                "update_type": "agent_reason_delta",
+                "seq": 0,
+                "session_id": session_id,
+                "ts": int(time.time() * 1000),
+                "delta": "tok ",
+            }
             started = time.perf_counter()
             await store.append_events(scope, session_id, [frame], frame["ts"])
             rows = await store.tail_events({session_id: frame["seq"] - 1}, 10)
@@ -190,6 +196,8 @@ async def _floor(store_env: dict[str, str]) -> dict[str, Any]:
         stored = sum(record.last_seq for record in clients)
     finally:
         await store.close()
-    return {"floor_events_stored": stored,
-            "floor_p50_ms": round(percentile(trips, 50), 1),
-            "floor_p99_ms": round(percentile(trips, 99), 1)}
+    return {
+        "floor_events_stored": stored,
+        "floor_p50_ms": round(percentile(trips, 50), 1),
+        "floor_p99_ms": round(percentile(trips, 99), 1),
+    }

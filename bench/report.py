@@ -20,9 +20,16 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         fig = self.figure or {}
-        return {"bench": self.bench, "metric": self.metric, "median": fig.get("median"),
-                "min": fig.get("min"), "max": fig.get("max"), "unit": self.unit,
-                "target": self.target, "met": self.met}
+        return {
+            "bench": self.bench,
+            "metric": self.metric,
+            "median": fig.get("median"),
+            "min": fig.get("min"),
+            "max": fig.get("max"),
+            "unit": self.unit,
+            "target": self.target,
+            "met": self.met,
+        }
 
 
 def _get(data: dict[str, Any], *path: str) -> Any:
@@ -50,46 +57,83 @@ def rows(results: dict[str, Any]) -> list[Row]:
         b = "1 per-step overhead (SQLite)"
         fig = step["overhead_median_ms"]
         out += [
-            Row(b, "overhead per step, median (vs bare round trips)", fig, "ms", "< 2 ms",
-                _check(fig, lambda v: v < 2)),
+            Row(
+                b,
+                "overhead per step, median (vs bare round trips)",
+                fig,
+                "ms",
+                "< 2 ms",
+                _check(fig, lambda v: v < 2),
+            ),
             Row(b, "overhead per step, p99 (vs bare round trips)", step["overhead_p99_ms"], "ms"),
-            Row(b, "overhead per step, median (vs fake's own time)",
-                step["overhead_vs_fake_median_ms"], "ms"),
-            Row(b, "overhead per step, p99 (vs fake's own time)",
-                step["overhead_vs_fake_p99_ms"], "ms"),
-            *(Row(b, f"  … step {n} only, median", fig, "ms")
-              for n, fig in step.get("overhead_median_ms_by_step", {}).items()),
+            Row(
+                b,
+                "overhead per step, median (vs fake's own time)",
+                step["overhead_vs_fake_median_ms"],
+                "ms",
+            ),
+            Row(
+                b,
+                "overhead per step, p99 (vs fake's own time)",
+                step["overhead_vs_fake_p99_ms"],
+                "ms",
+            ),
+            *(
+                Row(b, f"  … step {n} only, median", fig, "ms")
+                for n, fig in step.get("overhead_median_ms_by_step", {}).items()
+            ),
             Row(b, "wall time per step, median", step["wall_median_ms"], "ms"),
             Row(b, "3 LLM round trips, minimal httpx client", step["round_trips_ms"], "ms"),
             Row(b, "fake LLM's own time per step (3 calls)", step["fake_median_ms"], "ms"),
             Row(b, "server CPU per step", step["server_cpu_ms_per_step"], "ms"),
-            Row(b, "LLM TCP connections opened per LLM request",
-                step.get("llm_connections_per_request"), "×"),
-            Row(b, "prefix-cache share of a call's prompt from step 2 on, median",
-                step.get("prefix_cache_share_median"), "%", "≥ 80%",
-                _check(step.get("prefix_cache_share_median"), lambda v: v >= 80)),
+            Row(
+                b,
+                "LLM TCP connections opened per LLM request",
+                step.get("llm_connections_per_request"),
+                "×",
+            ),
+            Row(
+                b,
+                "prefix-cache share of a call's prompt from step 2 on, median",
+                step.get("prefix_cache_share_median"),
+                "%",
+                "≥ 80%",
+                _check(step.get("prefix_cache_share_median"), lambda v: v >= 80),
+            ),
             Row(b, "  … lowest call", step.get("prefix_cache_share_min"), "%"),
         ]
     tp = results.get("throughput")
     if tp:
         b = f"2 throughput ({tp['conns']} runs, {tp['frames_per_run']} events/run)"
         out.append(Row(b, "bare endpoint", tp["baseline"]["events_per_s"], "events/s"))
-        out.append(Row(b, "bare endpoint CPU per event", tp["baseline"]["server_cpu_us_per_event"],
-                       "µs"))
+        out.append(
+            Row(b, "bare endpoint CPU per event", tp["baseline"]["server_cpu_us_per_event"], "µs")
+        )
         for name, label, floor in (("sqlite", "SQLite", 0.40), ("nostore", "no persistence", 0.50)):
             if name not in tp:
                 continue
             ratio = tp[name]["ratio"]
             out += [
                 Row(b, f"agent, {label}", tp[name]["events_per_s"], "events/s"),
-                Row(b, f"agent, {label}: ratio to bare", ratio, "×", f"≥ {floor:.2f}",
-                    _check(ratio, floor.__le__)),
+                Row(
+                    b,
+                    f"agent, {label}: ratio to bare",
+                    ratio,
+                    "×",
+                    f"≥ {floor:.2f}",
+                    _check(ratio, floor.__le__),
+                ),
                 Row(b, f"agent, {label}: CPU per event", tp[name]["server_cpu_us_per_event"], "µs"),
                 Row(b, f"agent, {label}: runs/s", tp[name].get("rounds_per_s"), "runs/s"),
-                Row(b, f"agent, {label}: events per run under load",
-                    tp[name].get("events_per_round"), "events"),
-                Row(b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"),
-                    "ms"),
+                Row(
+                    b,
+                    f"agent, {label}: events per run under load",
+                    tp[name].get("events_per_round"),
+                    "events",
+                ),
+                Row(
+                    b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"), "ms"
+                ),
             ]
     stop = results.get("stop_latency")
     if stop:
@@ -97,26 +141,50 @@ def rows(results: dict[str, Any]) -> list[Row]:
         un = stop["unloaded"]
         out += [
             Row(b, "unloaded p50", un["p50_ms"], "ms"),
-            Row(b, "  … of which until agent_stopped was emitted (p50)",
-                un.get("before_emit_p50_ms"), "ms"),
-            Row(b, "unloaded p99", un["p99_ms"], "ms", "< 5 ms",
-                _check(un["p99_ms"], lambda v: v < 5)),
+            Row(
+                b,
+                "  … of which until agent_stopped was emitted (p50)",
+                un.get("before_emit_p50_ms"),
+                "ms",
+            ),
+            Row(
+                b,
+                "unloaded p99",
+                un["p99_ms"],
+                "ms",
+                "< 5 ms",
+                _check(un["p99_ms"], lambda v: v < 5),
+            ),
         ]
         half = stop.get("half")
         if half:
             want = half.get("requested_background_events_per_s")
             out += [
-                Row(b, f"200 sessions at half bare rate: p99 (asked {want}/s)", half["p99_ms"],
-                    "ms", "< 50 ms", _check(half["p99_ms"], lambda v: v < 50)),
-                Row(b, "  … background events/s achieved", half["background_events_per_s"],
-                    "events/s"),
+                Row(
+                    b,
+                    f"200 sessions at half bare rate: p99 (asked {want}/s)",
+                    half["p99_ms"],
+                    "ms",
+                    "< 50 ms",
+                    _check(half["p99_ms"], lambda v: v < 50),
+                ),
+                Row(
+                    b,
+                    "  … background events/s achieved",
+                    half["background_events_per_s"],
+                    "events/s",
+                ),
             ]
         sat = stop["saturation"]
         worst = max(stop[k]["worst_ms"] for k in ("half", "saturation") if k in stop)
         out += [
             Row(b, "200 sessions at saturation: p50", sat["p50_ms"], "ms"),
-            Row(b, "  … of which until agent_stopped was emitted (p50)",
-                sat.get("before_emit_p50_ms"), "ms"),
+            Row(
+                b,
+                "  … of which until agent_stopped was emitted (p50)",
+                sat.get("before_emit_p50_ms"),
+                "ms",
+            ),
             Row(b, "200 sessions at saturation: p99", sat["p99_ms"], "ms"),
             Row(b, "  … background events/s achieved", sat["background_events_per_s"], "events/s"),
         ]
@@ -124,40 +192,78 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if mid:
             want = mid.get("requested_background_events_per_s")
             out += [
-                Row(b, f"200 sessions at half the agent's own max ({want}/s): p50",
-                    mid["p50_ms"], "ms"),
+                Row(
+                    b,
+                    f"200 sessions at half the agent's own max ({want}/s): p50",
+                    mid["p50_ms"],
+                    "ms",
+                ),
                 Row(b, "  … p99", mid["p99_ms"], "ms"),
-                Row(b, "  … background events/s achieved", mid["background_events_per_s"],
-                    "events/s"),
+                Row(
+                    b,
+                    "  … background events/s achieved",
+                    mid["background_events_per_s"],
+                    "events/s",
+                ),
             ]
         out += [
-            Row(b, "worst single stop at saturation", _single(round(worst, 1)), "ms", "≤ 250 ms",
-                worst <= 250),
+            Row(
+                b,
+                "worst single stop at saturation",
+                _single(round(worst, 1)),
+                "ms",
+                "≤ 250 ms",
+                worst <= 250,
+            ),
         ]
     conc = results.get("concurrency")
     if conc:
         b = "4 concurrency (~1 s/LLM call)"
         for level, data in conc["levels"].items():
-            out.append(Row(b, f"{level} runs: p99 event delay", data["p99_delay_ms"], "ms",
-                           "< 100 ms", data["met"]))
-            out.append(Row(b, f"{level} runs: /healthz p99 (loop lag)", data["healthz_p99_ms"],
-                           "ms"))
+            out.append(
+                Row(
+                    b,
+                    f"{level} runs: p99 event delay",
+                    data["p99_delay_ms"],
+                    "ms",
+                    "< 100 ms",
+                    data["met"],
+                )
+            )
+            out.append(
+                Row(b, f"{level} runs: /healthz p99 (loop lag)", data["healthz_p99_ms"], "ms")
+            )
         best = conc["max_runs_within_bound"]
-        out.append(Row(b, "most active runs within bound", _single(best), "runs", "≥ 1000",
-                       best >= 1000))
+        out.append(
+            Row(b, "most active runs within bound", _single(best), "runs", "≥ 1000", best >= 1000)
+        )
         lag_level = str(best) if best else next(iter(conc["levels"]), None)
         if lag_level:
             fig = conc["levels"][lag_level]["healthz_p99_ms"]
-            out.append(Row(b, f"event-loop lag p99 at {lag_level} runs", fig, "ms", "< 20 ms",
-                           _check(fig, lambda v: v < 20)))
+            out.append(
+                Row(
+                    b,
+                    f"event-loop lag p99 at {lag_level} runs",
+                    fig,
+                    "ms",
+                    "< 20 ms",
+                    _check(fig, lambda v: v < 20),
+                )
+            )
     mem = results.get("memory")
     if mem:
         b = "5 memory"
         out += [
             Row(b, "RSS per idle connection, bare", mem["baseline"]["idle_kib_per_conn"], "KiB"),
             Row(b, "RSS per idle connection, agent", mem["agent"]["idle_kib_per_conn"], "KiB"),
-            Row(b, "idle agent / bare", mem["idle_ratio"], "×", "≤ 2",
-                _check(mem["idle_ratio"], lambda v: v <= 2)),
+            Row(
+                b,
+                "idle agent / bare",
+                mem["idle_ratio"],
+                "×",
+                "≤ 2",
+                _check(mem["idle_ratio"], lambda v: v <= 2),
+            ),
             Row(b, "RSS per active run", mem["agent"].get("active_kib_per_run"), "KiB"),
         ]
     st = results.get("storage")
@@ -166,9 +272,15 @@ def rows(results: dict[str, Any]) -> list[Row]:
         out.append(Row(b, "SQLiteStore.append_events", st["sqlite"]["events_per_s"], "events/s"))
         out.append(Row(b, "  … latency of one append, p99", st["sqlite"]["append_p99_ms"], "ms"))
         mongo = st["mongodb"]
-        out.append(Row(b, "MongoStore.append_events (FerretDB)"
-                       + (f" — skipped: {mongo['skipped']}" if "skipped" in mongo else ""),
-                       mongo.get("events_per_s"), "events/s"))
+        out.append(
+            Row(
+                b,
+                "MongoStore.append_events (FerretDB)"
+                + (f" — skipped: {mongo['skipped']}" if "skipped" in mongo else ""),
+                mongo.get("events_per_s"),
+                "events/s",
+            )
+        )
         if "append_p99_ms" in mongo:
             out.append(Row(b, "  … latency of one append, p99", mongo["append_p99_ms"], "ms"))
     rep = results.get("replicas")
@@ -182,25 +294,59 @@ def rows(results: dict[str, Any]) -> list[Row]:
             local, tail = _single(data["local_p99_ms"]), _single(data["tail_p99_ms"])
             stop = _single(data["stop_p99_ms"])
             out.append(Row(b, f"{label}: event delay on the owner, p99", local, "ms"))
-            out.append(Row(b, f"{label}: cross-process tail delay, p99", tail, "ms", "< 250 ms",
-                           _check(tail, lambda v: v < 250)))
-            out.append(Row(b, f"{label}: stop via the other process, p99", stop, "ms",
-                           "< 500 ms", _check(stop, lambda v: v < 500)))
+            out.append(
+                Row(
+                    b,
+                    f"{label}: cross-process tail delay, p99",
+                    tail,
+                    "ms",
+                    "< 250 ms",
+                    _check(tail, lambda v: v < 250),
+                )
+            )
+            out.append(
+                Row(
+                    b,
+                    f"{label}: stop via the other process, p99",
+                    stop,
+                    "ms",
+                    "< 500 ms",
+                    _check(stop, lambda v: v < 500),
+                )
+            )
             if "floor_p99_ms" in data:
-                out.append(Row(b, f"  … floor: one append then tail_events, bare store, p99 "
-                               f"({data['floor_events_stored']} events stored)",
-                               _single(data["floor_p99_ms"]), "ms"))
+                out.append(
+                    Row(
+                        b,
+                        f"  … floor: one append then tail_events, bare store, p99 "
+                        f"({data['floor_events_stored']} events stored)",
+                        _single(data["floor_p99_ms"]),
+                        "ms",
+                    )
+                )
     wk = results.get("workers")
     if wk:
         b = f"8 --workers N ({wk['cpus']} CPUs, ~1 s/LLM call)"
         for n, lock in (wk.get("sqlite_lock_wait") or {}).items():
-            out.append(Row(b, f"SQLite write-lock wait, {n} plain writer process(es), p99",
-                           _single(lock["p99_ms"]), "ms"))
+            out.append(
+                Row(
+                    b,
+                    f"SQLite write-lock wait, {n} plain writer process(es), p99",
+                    _single(lock["p99_ms"]),
+                    "ms",
+                )
+            )
         for name, label in (("sqlite", "SQLite"), ("mongodb", "FerretDB")):
             for n, data in (wk.get(name) or {}).items():
                 if isinstance(data, dict) and "most_runs_within_bound" in data:
-                    out.append(Row(b, f"{label}, {n} process(es): most runs with p99 < 100 ms",
-                                   _single(data["most_runs_within_bound"]), "runs"))
+                    out.append(
+                        Row(
+                            b,
+                            f"{label}, {n} process(es): most runs with p99 < 100 ms",
+                            _single(data["most_runs_within_bound"]),
+                            "runs",
+                        )
+                    )
     return out
 
 
@@ -217,8 +363,10 @@ def _fmt(value: Any) -> str:
 
 
 def table(table_rows: list[Row]) -> str:
-    lines = ["| benchmark | metric | median | min | max | unit | target | met |",
-             "| --- | --- | ---: | ---: | ---: | --- | --- | --- |"]
+    lines = [
+        "| benchmark | metric | median | min | max | unit | target | met |",
+        "| --- | --- | ---: | ---: | ---: | --- | --- | --- |",
+    ]
     last = ""
     for row in table_rows:
         fig = row.figure or {}
@@ -263,13 +411,23 @@ def profile_markdown(report: dict[str, Any], profiles: dict[str, Any], top: int 
             lines += [f"## {workload}: skipped ({views['skipped']})", ""]
             continue
         for view, data in views.items():
-            what = ("GIL holder only: where Python CPU goes" if view == "gil"
-                    else "all non-idle threads")
-            lines += [f"## {workload} — {what} ({data['samples']} samples, raw: {data['raw']})",
-                      "", "| part of the server | % of samples |", "| --- | ---: |"]
+            what = (
+                "GIL holder only: where Python CPU goes"
+                if view == "gil"
+                else "all non-idle threads"
+            )
+            lines += [
+                f"## {workload} — {what} ({data['samples']} samples, raw: {data['raw']})",
+                "",
+                "| part of the server | % of samples |",
+                "| --- | ---: |",
+            ]
             lines += [f"| {part} | {share} |" for part, share in data["subsystems"].items()]
-            lines += ["", "| self % | function | | inclusive % | project function |",
-                      "| ---: | --- | --- | ---: | --- |"]
+            lines += [
+                "",
+                "| self % | function | | inclusive % | project function |",
+                "| ---: | --- | --- | ---: | --- |",
+            ]
             own, mine = data["self"][:top], data["inclusive_project"][:top]
             for i in range(max(len(own), len(mine))):
                 left = own[i] if i < len(own) else ["", ""]

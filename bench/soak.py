@@ -102,8 +102,10 @@ def _audit(session: str, events: list[dict[str, Any]]) -> list[str]:
         by_run[e["run_id"]].append(kind(e))
     for run_id, kinds in by_run.items():
         if kinds.count("response_complete") != 1 or kinds[-1] != "response_complete":
-            problems.append(f"{session}/{run_id}: does not end with one response_complete "
-                            f"(last events: {', '.join(kinds[-4:])})")
+            problems.append(
+                f"{session}/{run_id}: does not end with one response_complete "
+                f"(last events: {', '.join(kinds[-4:])})"
+            )
     return problems
 
 
@@ -120,12 +122,17 @@ async def soak(sessions: int, runs: int, rounds: int, seconds: float, seed: int)
     fake = FakeLLM(default=_random_reply(rng), record=False)
     with tempfile.TemporaryDirectory() as tmp:
         async with serve(fake.app) as llm:
-            settings = load_settings(None, {
-                "llm": {"base_url": f"http://{llm}/v1", "max_retries": 0},
-                "storage": {"sqlite_path": str(Path(tmp) / "soak.db")},
-                "agent": {"max_concurrent_runs_per_tenant": sessions,
-                          "request_input_timeout_s": 5},
-            })
+            settings = load_settings(
+                None,
+                {
+                    "llm": {"base_url": f"http://{llm}/v1", "max_retries": 0},
+                    "storage": {"sqlite_path": str(Path(tmp) / "soak.db")},
+                    "agent": {
+                        "max_concurrent_runs_per_tenant": sessions,
+                        "request_input_timeout_s": 5,
+                    },
+                },
+            )
             app = create_app(settings)
             async with run_server(app, AgentServer) as handle:
                 hub = app.state.services.hub
@@ -135,17 +142,21 @@ async def soak(sessions: int, runs: int, rounds: int, seconds: float, seed: int)
                 started = time.monotonic()
                 for _ in range(rounds):  # equal rounds: memory must level off, not climb
                     ids += await asyncio.wait_for(
-                        asyncio.gather(*(
-                            _session(handle.address, random.Random(rng.random()), runs, stats)
-                            for _ in range(sessions)
-                        )),
+                        asyncio.gather(
+                            *(
+                                _session(handle.address, random.Random(rng.random()), runs, stats)
+                                for _ in range(sessions)
+                            )
+                        ),
                         seconds,
                     )
                     try:
                         await asyncio.wait_for(hub.wait_empty(), 30)
                     except TimeoutError:
-                        held = [(lv.session_id, len(lv.subscribers), lv.run is not None, lv.status)
-                                for lv in hub.sessions.values()]
+                        held = [
+                            (lv.session_id, len(lv.subscribers), lv.run is not None, lv.status)
+                            for lv in hub.sessions.values()
+                        ]
                         print("STUCK", held[:5], len(held), file=sys.stderr)
                         raise
                     gc.collect()
@@ -159,7 +170,9 @@ async def soak(sessions: int, runs: int, rounds: int, seconds: float, seed: int)
                 if hub.active_runs():
                     problems.append(f"{hub.active_runs()} runs still active")
     report = {
-        "sessions_per_round": sessions, "rounds": rounds, "elapsed_s": round(elapsed, 1),
+        "sessions_per_round": sessions,
+        "rounds": rounds,
+        "elapsed_s": round(elapsed, 1),
         **stats,
         "rss_mib_after_each_round": [round(rss, 1) for rss, _ in samples],
         "objects_after_each_round": [objects for _, objects in samples],

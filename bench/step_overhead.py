@@ -56,19 +56,26 @@ async def _one_run(address: str) -> tuple[str, dict[int, float]]:
 async def round_trips(bench: Bench, count: int = 20) -> float:
     """Median wall ms of one step's three LLM requests made by a minimal httpx client."""
     assert bench.llm is not None
-    body = orjson.dumps({
-        "model": "gpt-4o-mini", "stream": True, "stream_options": {"include_usage": True},
-        "messages": [{"role": "system", "content": "You are a careful agent. " * 200},
-                     {"role": "user", "content": "What time is it?"}],
-    })
+    body = orjson.dumps(
+        {
+            "model": "gpt-4o-mini",
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [
+                {"role": "system", "content": "You are a careful agent. " * 200},
+                {"role": "user", "content": "What time is it?"},
+            ],
+        }
+    )
     samples = []
     async with httpx.AsyncClient(base_url=f"http://{bench.llm.address}/v1") as client:
         for i in range(count + 2):
             started = time.perf_counter()
             for phase in ("reason", "act", "observe"):
                 headers = {"content-type": "application/json", "x-agent-phase": phase}
-                async with client.stream("POST", "/chat/completions", content=body,
-                                         headers=headers) as response:
+                async with client.stream(
+                    "POST", "/chat/completions", content=body, headers=headers
+                ) as response:
                     async for _ in response.aiter_bytes():
                         pass
             if i >= 2:  # the first ones open the connection
@@ -95,8 +102,9 @@ async def run_steps(bench: Bench, runs: int) -> dict[str, Any]:
     overhead = [w - f for w, f in zip(walls, fakes, strict=True)]
     over_trips = [w - trips for w in walls]
     by_step = {
-        str(step): percentile([o for (_, s, _), o in zip(samples, over_trips, strict=True)
-                               if s == step], 50)
+        str(step): percentile(
+            [o for (_, s, _), o in zip(samples, over_trips, strict=True) if s == step], 50
+        )
         for step in range(1, STEPS)
     }
     shares = stats.get("prefix_shares") or [0.0]

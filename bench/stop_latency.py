@@ -91,16 +91,16 @@ async def _stops(bench: Bench, address: str, total: int, workers: int) -> list[S
     rng = random.Random(total * 7 + workers)
     per = max(1, total // workers)
     deadline = time.monotonic() + bench.sizes.stop_rep_budget_s
-    parts = await asyncio.gather(*(
-        _stopper(bench, address, per, random.Random(rng.random()), deadline)
-        for _ in range(workers)
-    ))
+    parts = await asyncio.gather(
+        *(
+            _stopper(bench, address, per, random.Random(rng.random()), deadline)
+            for _ in range(workers)
+        )
+    )
     return [x for part in parts for x in part]
 
 
-async def _scenario(
-    bench: Bench, delay_s: float | None, workers: int
-) -> dict[str, Any]:
+async def _scenario(bench: Bench, delay_s: float | None, workers: int) -> dict[str, Any]:
     """Repetitions of `stops` stops, with 200 background sessions unless delay_s is None."""
     server = await bench.server("agent")
     sizes = bench.sizes
@@ -118,22 +118,25 @@ async def _scenario(
                 stops = await _stops(bench, server.address, sizes.stops, workers)
             events = (background.events - before) if background else 0
             latencies = [s[0] for s in stops]
-            reps.append({
-                "p50_ms": percentile(latencies, 50),
-                "p99_ms": percentile(latencies, 99),
-                "max_ms": max(latencies),
-                "before_emit_p50_ms": percentile([s[1] for s in stops], 50),
-                "after_emit_p50_ms": percentile([s[2] for s in stops], 50),
-                "stops": len(latencies),
-                "background_events_per_s": events / window.wall,
-                **window.shares(),
-            })
+            reps.append(
+                {
+                    "p50_ms": percentile(latencies, 50),
+                    "p99_ms": percentile(latencies, 99),
+                    "max_ms": max(latencies),
+                    "before_emit_p50_ms": percentile([s[1] for s in stops], 50),
+                    "after_emit_p50_ms": percentile([s[2] for s in stops], 50),
+                    "stops": len(latencies),
+                    "background_events_per_s": events / window.wall,
+                    **window.shares(),
+                }
+            )
     finally:
         if background is not None:
             stuck = await background.stop()
             if stuck:
-                bench.notes.append(f"stop latency: {stuck} background run(s) had not ended "
-                                   "15 s after a stop")
+                bench.notes.append(
+                    f"stop latency: {stuck} background run(s) had not ended 15 s after a stop"
+                )
     out: dict[str, Any] = {
         key: summarize((r[key] for r in reps), 2) for key in reps[0] if key != "stops"
     }
@@ -156,8 +159,10 @@ async def run(bench: Bench) -> dict[str, Any]:
     for name, source in (("half", "baseline"), ("agent_half", "sqlite")):
         eps = measured.get(source, {}).get("events_per_s", {}).get("median")
         if not eps:
-            bench.notes.append(f"stop latency scenario {name!r} needs the throughput "
-                               "benchmark in the same run; skipped")
+            bench.notes.append(
+                f"stop latency scenario {name!r} needs the throughput "
+                "benchmark in the same run; skipped"
+            )
             continue
         wanted = 0.5 * eps
         delay = bench.sizes.background / wanted  # per session: one delta every `delay` s

@@ -29,9 +29,16 @@ SCOPE = Scope("bench", "bench")
 
 
 def _frame(session_id: str, run_id: str) -> dict[str, Any]:
-    return {"type": "agent_update", "update_type": "agent_reason_delta",
-            "session_id": session_id, "run_id": run_id, "seq": 0,
-            "ts": int(time.time() * 1000), "step": 1, "delta": "tok "}
+    return {
+        "type": "agent_update",
+        "update_type": "agent_reason_delta",
+        "session_id": session_id,
+        "run_id": run_id,
+        "seq": 0,
+        "ts": int(time.time() * 1000),
+        "step": 1,
+        "delta": "tok ",
+    }
 
 
 async def _rate(
@@ -65,17 +72,20 @@ async def _rate(
         del latencies[:]
         await asyncio.sleep(window_s)
         elapsed = time.perf_counter() - started
-        out.append(((count - before) / elapsed, percentile(latencies, 50),
-                    percentile(latencies, 99)))
+        out.append(
+            ((count - before) / elapsed, percentile(latencies, 50), percentile(latencies, 99))
+        )
         stop.set()
         await asyncio.gather(*tasks)
     return out
 
 
 def _summary(reps: list[tuple[float, float, float]]) -> dict[str, Any]:
-    return {"events_per_s": summarize((r[0] for r in reps), 0),
-            "append_p50_ms": summarize((r[1] for r in reps), 2),
-            "append_p99_ms": summarize((r[2] for r in reps), 2)}
+    return {
+        "events_per_s": summarize((r[0] for r in reps), 0),
+        "append_p50_ms": summarize((r[1] for r in reps), 2),
+        "append_p99_ms": summarize((r[2] for r in reps), 2),
+    }
 
 
 async def _sqlite(bench: Bench) -> dict[str, Any]:
@@ -124,13 +134,15 @@ async def _mongo(bench: Bench) -> dict[str, Any]:
         try:
             await store.open()
             sizes = bench.sizes
-            rates = await _rate(store, sizes.storage_sessions, sizes.storage_window_s,
-                                sizes.reps)
+            rates = await _rate(store, sizes.storage_sessions, sizes.storage_window_s, sizes.reps)
         finally:
             await store.close()
     return {**_summary(rates), "server": "FerretDB (SQLite handler)"}
 
 
 async def run(bench: Bench) -> dict[str, Any]:
-    return {"sessions": bench.sizes.storage_sessions, "sqlite": await _sqlite(bench),
-            "mongodb": await _mongo(bench)}
+    return {
+        "sessions": bench.sizes.storage_sessions,
+        "sqlite": await _sqlite(bench),
+        "mongodb": await _mongo(bench),
+    }

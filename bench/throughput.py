@@ -123,9 +123,11 @@ async def measure(
     stop_started = time.perf_counter()
     stuck = await load.stop()
     if stuck:
-        bench.notes.append(f"throughput on {proc.name}: {stuck} run(s) had not ended "
-                           f"{time.perf_counter() - stop_started:.0f} s after a stop; the last "
-                           f"frame each had received: {dict(load.stuck_last)}")
+        bench.notes.append(
+            f"throughput on {proc.name}: {stuck} run(s) had not ended "
+            f"{time.perf_counter() - stop_started:.0f} s after a stop; the last "
+            f"frame each had received: {dict(load.stuck_last)}"
+        )
     return {
         "events_per_s": events / elapsed,
         "rounds_per_s": rounds / elapsed,
@@ -177,14 +179,24 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     for name in ["baseline", *(n for n, _ in targets)]:
         out[name] = {
             key: summarize((r[name][key] for r in reps), 4 if "ratio" in key else 1)
-            for key in ("events_per_s", "rounds_per_s", "server_cpu_share", "llm_cpu_share",
-                        "client_cpu_share", "server_cpu_us_per_event", "server_cpu_ms_per_round",
-                        "events_per_round", *(("ratio",) if name != "baseline" else ()))
+            for key in (
+                "events_per_s",
+                "rounds_per_s",
+                "server_cpu_share",
+                "llm_cpu_share",
+                "client_cpu_share",
+                "server_cpu_us_per_event",
+                "server_cpu_ms_per_round",
+                "events_per_round",
+                *(("ratio",) if name != "baseline" else ()),
+            )
         }
         out[name]["errors"] = sum(r[name]["errors"] for r in reps)
         first = next((r[name]["first_error"] for r in reps if r[name]["first_error"]), "")
         if first:
             out[name]["first_error"] = first
-            bench.notes.append(f"throughput {name}: {out[name]['errors']} error frames, so its "
-                               f"rate is not a clean figure; first: {first[:200]}")
+            bench.notes.append(
+                f"throughput {name}: {out[name]['errors']} error frames, so its "
+                f"rate is not a clean figure; first: {first[:200]}"
+            )
     return out

@@ -140,7 +140,7 @@ class WSConn(asyncio.Protocol):
             header = bytes((0x80 | opcode, 0x80 | 127)) + size.to_bytes(8, "big")
         mask = os.urandom(4)
         repeated = (mask * (size // 4 + 1))[:size]
-        masked = (int.from_bytes(payload, "little") ^ int.from_bytes(repeated, "little"))
+        masked = int.from_bytes(payload, "little") ^ int.from_bytes(repeated, "little")
         self.transport.write(header + mask + masked.to_bytes(size, "little"))
 
 

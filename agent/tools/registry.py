@@ -63,5 +63,3 @@ class ToolRegistry:
             problems = "; ".join(describe_errors(exc, root="arguments"))
             raise ModelBehaviorError(f"Invalid arguments for {name}: {problems}") from None
         return await tool.run(args, context)
-
-

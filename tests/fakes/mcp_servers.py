@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-NPM_BIN = Path(
-    os.environ.get("AGENT_SERVER_NPM_CACHE", Path.home() / ".cache/agent-server/npm")
-) / "node_modules/.bin"
+NPM_BIN = (
+    Path(os.environ.get("AGENT_SERVER_NPM_CACHE", Path.home() / ".cache/agent-server/npm"))
+    / "node_modules/.bin"
+)
 
 
 def time_server(**extra: Any) -> dict[str, Any]:

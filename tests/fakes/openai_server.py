@@ -90,8 +90,8 @@ class FakeLLM:
     ) -> None:
         self.default = default or _default
         self.record = record  # off for long soaks, so the fake's own memory stays flat
-        self.scripts: dict[str, deque[Reply | Callable[[dict[str, Any]], Reply]]] = (
-            defaultdict(deque)
+        self.scripts: dict[str, deque[Reply | Callable[[dict[str, Any]], Reply]]] = defaultdict(
+            deque
         )
         self.requests: list[Recorded] = []
         self.refusals: list[str] = []  # why requests were refused as a strict server would

@@ -45,10 +45,17 @@ class PageSocket:
         self._open.append(ws)
         ws.on_message(self._received)
         ws.on_close(lambda code, reason: self._closed(ws))
-        ws.send(json.dumps({
-            "type": "session", "session_id": self.session_id, "resumed": len(self.urls) > 1,
-            "last_seq": self.seq, **self.session,
-        }))
+        ws.send(
+            json.dumps(
+                {
+                    "type": "session",
+                    "session_id": self.session_id,
+                    "resumed": len(self.urls) > 1,
+                    "last_seq": self.seq,
+                    **self.session,
+                }
+            )
+        )
 
     def _closed(self, ws: Any) -> None:
         if ws in self._open:
@@ -80,10 +87,16 @@ class PageSocket:
         self.clock += after_ms
         frame: Frame = (
             {"type": "agent_update", "update_type": kind}
-            if kind.startswith("agent_") else {"type": kind}
+            if kind.startswith("agent_")
+            else {"type": kind}
         )
-        frame |= {"session_id": self.session_id, "run_id": self.run_id, "seq": self.seq,
-                  "ts": self.clock, **fields}
+        frame |= {
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "ts": self.clock,
+            **fields,
+        }
         self.send(frame)
         return frame
 

@@ -136,6 +136,7 @@ async def test_failed_tool_calls_reach_the_wire_and_the_model(server_factory, fa
     assert [m["tool_call_id"] for m in tool_messages] == [c.id for c in calls]
     assert all(m["content"].startswith("The tool call failed") for m in tool_messages)
 
+
 async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order(
     server_factory, fake_llm
 ):

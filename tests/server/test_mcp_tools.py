@@ -255,4 +255,3 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
     assert failed["tool_call_id"] == slow.id and "did not finish within 0.5 s" in failed["error"]
     done = next(f for f in frames if kind(f) == "tool_complete")
     assert done["tool_call_id"] == echo.id and "still here" in json.dumps(done["result"])
-

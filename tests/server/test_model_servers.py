@@ -136,7 +136,7 @@ async def test_the_final_answer_streams_and_code_blocks_survive(server, fake_llm
 
 
 async def test_a_json_answer_with_its_own_code_fence_is_not_shown_raw(server, fake_llm):
-    final = "Here:\n```json\n{\"a\": 1}\n```\nDone."
+    final = 'Here:\n```json\n{"a": 1}\n```\nDone.'
     block = json.dumps({"observation": "ok", "should_continue": False, "final_answer": final})
     fake_llm.script("observe", text("Found it.\n```json\n", block, "\n```"))
     async with await server.client() as c:

@@ -14,21 +14,28 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 def _tour() -> str:
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## A two-minute tour"):]
+    section = text[text.index("## A two-minute tour") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
 async def test_the_readme_tour_runs_as_written(server, fake_llm: FakeLLM):
     # Run 1 calls a tool; run 2 streams slowly until the tour stops it; run 3 asks a question.
-    fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "Asia/Tokyo"})),
-                    act(FakeToolCall("request_input", {"question": "Which day and how many?"})))
+    fake_llm.script(
+        "act",
+        act(FakeToolCall("get_current_time", {"timezone": "Asia/Tokyo"})),
+        act(FakeToolCall("request_input", {"question": "Which day and how many?"})),
+    )
     fake_llm.script("observe", observe("Got it.", final="It is evening in Tokyo."))
-    fake_llm.script("reason", Reply(chunks=["Clocks "] * 1), Reply(chunks=["Clocks are "] * 400,
-                                                                   delay_s=0.02))
+    fake_llm.script(
+        "reason", Reply(chunks=["Clocks "] * 1), Reply(chunks=["Clocks are "] * 400, delay_s=0.02)
+    )
     code = _tour().replace("ws://127.0.0.1:8765/ws", f"ws://{server.address}/ws")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        sys.executable,
+        "-c",
+        code,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     output = out.decode()
@@ -38,10 +45,18 @@ async def test_the_readme_tour_runs_as_written(server, fake_llm: FakeLLM):
     assert "FINAL: It is evening in Tokyo." in output
     assert "stopped at step 1 because user" in output
     assert "agent asks: Which day and how many?" in output
-    tool_results = [m for r in fake_llm.requests if r.phase == "observe"
-                    for m in r.body["messages"] if m["role"] == "tool"]
-    assert {"role": "tool", "content": "Friday, 4 people",
-            "tool_call_id": tool_results[-1]["tool_call_id"]} in tool_results
+    tool_results = [
+        m
+        for r in fake_llm.requests
+        if r.phase == "observe"
+        for m in r.body["messages"]
+        if m["role"] == "tool"
+    ]
+    assert {
+        "role": "tool",
+        "content": "Friday, 4 people",
+        "tool_call_id": tool_results[-1]["tool_call_id"],
+    } in tool_results
 
 
 async def test_the_readme_mcp_server_in_three_lines_works(server_factory):

@@ -58,8 +58,10 @@ def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
         ("[context]\nwindow_tokens = 1000\nreserve_tokens = 1000\n", "reserve_tokens must be"),
         ("[context]\nkeep_recent_steps = 0\n", "context.keep_recent_steps"),
         ("[context]\nwindow = 1\n", "context.window: unknown key"),
-        ('[llm.prices."m"]\nprompt_per_million = -1\ncompletion_per_million = 1\n',
-         "llm.prices.m.prompt_per_million"),
+        (
+            '[llm.prices."m"]\nprompt_per_million = -1\ncompletion_per_million = 1\n',
+            "llm.prices.m.prompt_per_million",
+        ),
         ('[llm.prices."m"]\nprompt_per_million = 1\n', "completion_per_million: Field required"),
         ('[agent]\nstyle = "loud"\n', "agent.style"),
     ],

@@ -14,8 +14,9 @@ pw = pytest.importorskip(
     reason="the playwright package is missing (scripts/test-deps.sh installs it into .venv)",
 )
 if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
-    pytest.skip("Debian's chromium is missing (scripts/test-deps.sh installs it)",
-                allow_module_level=True)
+    pytest.skip(
+        "Debian's chromium is missing (scripts/test-deps.sh installs it)", allow_module_level=True
+    )
 
 expect = pw.expect
 expect.set_options(timeout=10_000)

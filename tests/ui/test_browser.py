@@ -20,8 +20,9 @@ pw = pytest.importorskip(
     reason="the playwright package is missing (scripts/test-deps.sh installs it into .venv)",
 )
 if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
-    pytest.skip("Debian's chromium is missing (scripts/test-deps.sh installs it)",
-                allow_module_level=True)
+    pytest.skip(
+        "Debian's chromium is missing (scripts/test-deps.sh installs it)", allow_module_level=True
+    )
 
 from tests.fakes.openai_server import (  # noqa: E402
     FakeLLM,
@@ -35,7 +36,6 @@ from tests.fakes.openai_server import (  # noqa: E402
 
 expect = pw.expect
 expect.set_options(timeout=10_000)
-
 
 
 class Wire:
@@ -75,15 +75,20 @@ def script_time_run(fake_llm: FakeLLM, final: Any, **observe_kw: Any) -> None:
             text = final(json.loads(result["content"]))
         return observe("That answers the question.", final=text, **observe_kw)
 
-    fake_llm.script("reason", reason("Let me check the clock in UTC."),
-                    reason("I have the time now.", finish=True))
+    fake_llm.script(
+        "reason",
+        reason("Let me check the clock in UTC."),
+        reason("I have the time now.", finish=True),
+    )
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
     fake_llm.script("observe", observe("The tool returned the current UTC time."), answer)
 
 
 def clock_answer(now: dict[str, Any]) -> str:
-    return (f"It is **{now['time'][:5]}** in UTC.\n\n- date: `{now['date']}`\n"
-            f"- weekday: {now['weekday']}")
+    return (
+        f"It is **{now['time'][:5]}** in UTC.\n\n- date: `{now['date']}`\n"
+        f"- weekday: {now['weekday']}"
+    )
 
 
 async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
@@ -106,9 +111,11 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
     await expect(run.locator(".bubble.user")).to_have_text("What time is it in UTC?")
     await expect(run.locator(".step .badge")).to_have_text(["Step 1", "Step 2"])
     await expect(run.locator(".step").first.locator(".reason")).to_have_text(
-        "Let me check the clock in UTC.")
+        "Let me check the clock in UTC."
+    )
     await expect(run.locator(".step").first.locator(".observe")).to_have_text(
-        "The tool returned the current UTC time.")
+        "The tool returned the current UTC time."
+    )
     card = run.locator("details.tool")
     await expect(card.locator(".tool-name")).to_have_text("get_current_time")
     await expect(card.locator(".tool-status")).to_have_text(re.compile(r"✓ \d+ ms"))
@@ -116,7 +123,8 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
     work = run.locator("details.work")
     await expect(work).not_to_have_attribute("open", "")
     await expect(work.locator(".work-summary")).to_have_text(
-        re.compile(r"^Worked for \d+ s · 2 steps · 1 tool$"))
+        re.compile(r"^Worked for \d+ s · 2 steps · 1 tool$")
+    )
     await expect(card).to_be_hidden()
     await work.locator(".work-summary").click()
     await card.locator("summary").click()
@@ -130,7 +138,8 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
     await expect(run.locator(".run-meta").last).to_contain_text("Finished in 2 steps")
     await expect(page.locator("#send")).to_have_text("Send")
     await expect(page.locator(".session[aria-current=true]")).to_contain_text(
-        "What time is it in UTC?")
+        "What time is it in UTC?"
+    )
     sent = [f for f in wire.sent if f["type"] == "chat"]
     assert sent == [{"type": "chat", "content": "What time is it in UTC?", "agent_mode": True}]
     await snap("full-run")
@@ -158,8 +167,9 @@ async def test_a_full_run_shows_steps_a_tool_card_and_a_markdown_answer(
 async def test_stop_while_the_model_streams(
     ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
-    fake_llm.script("reason", Reply(chunks=["Thinking hard", " about this", " forever"],
-                                    hang_after=2))
+    fake_llm.script(
+        "reason", Reply(chunks=["Thinking hard", " about this", " forever"], hang_after=2)
+    )
     wire = Wire(page)
     await open_page(page, ui_server.url)
     await send(page, "Take your time")
@@ -179,15 +189,17 @@ async def test_stop_while_the_model_streams(
     # The session stays usable: the next message runs to the end.
     await send(page, "Now answer quickly")
     await expect(page.locator("article.run").nth(1).locator(".answer")).to_have_text(
-        "Here is the answer.")
+        "Here is the answer."
+    )
 
 
 async def test_answering_a_question_from_the_agent(
     ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     fake_llm.script("reason", reason("I need to know the city first."))
-    fake_llm.script("act", act(FakeToolCall("request_input",
-                                            {"question": "Which city should I use?"})))
+    fake_llm.script(
+        "act", act(FakeToolCall("request_input", {"question": "Which city should I use?"}))
+    )
     fake_llm.script("observe", observe("The user chose Paris.", final="Paris it is: **12:00**."))
     await open_page(page, ui_server.url)
     base_title = await page.title()
@@ -225,8 +237,13 @@ async def test_a_reload_mid_run_resumes_and_shows_the_run_finish(
     ui_server: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
     words = ["Reading", " the", " tool", " result", " slowly", " and", " carefully", " now."]
-    block = json.dumps({"observation": "ok", "should_continue": False,
-                        "final_answer": "Finished after the reload."})
+    block = json.dumps(
+        {
+            "observation": "ok",
+            "should_continue": False,
+            "final_answer": "Finished after the reload.",
+        }
+    )
     fake_llm.script("reason", reason("Checking the clock."))
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
     fake_llm.script("observe", Reply(chunks=[*words, "\n", block], delay_s=0.3))
@@ -291,9 +308,11 @@ async def test_model_and_tool_text_cannot_inject_markup(
 ) -> None:
     fake_llm.script("reason", reason(f"Thinking {INJECT_SCRIPT} about {INJECT_IMG}"))
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": INJECT_IMG})))
-    final = (f"**Safe** {INJECT_IMG} and {INJECT_SCRIPT}\n\n"
-             "[click me](javascript:window.__pwned='link') [docs](https://example.com/docs)\n\n"
-             "```\n<b>not bold</b>\n```")
+    final = (
+        f"**Safe** {INJECT_IMG} and {INJECT_SCRIPT}\n\n"
+        "[click me](javascript:window.__pwned='link') [docs](https://example.com/docs)\n\n"
+        "```\n<b>not bold</b>\n```"
+    )
     fake_llm.script("observe", observe(f"Saw {INJECT_IMG}", final=final))
     await open_page(page, ui_server.url)
     await send(page, f"Hello {INJECT_IMG}")
@@ -307,7 +326,8 @@ async def test_model_and_tool_text_cannot_inject_markup(
     await expect(conversation.locator("a[href^='javascript']")).to_have_count(0)
     await expect(run.locator(".bubble.user")).to_have_text(f"Hello {INJECT_IMG}")
     await expect(run.locator(".reason")).to_have_text(
-        f"Thinking {INJECT_SCRIPT} about {INJECT_IMG}")
+        f"Thinking {INJECT_SCRIPT} about {INJECT_IMG}"
+    )
     card = run.locator("details.tool")
     await expect(card).to_have_attribute("open", "")  # errors are shown open
     await expect(card.locator(".tool-status")).to_have_text("✗ error")
@@ -374,30 +394,71 @@ MARKDOWN_PROBE = """async (inputs) => {
 
 async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page: Any) -> None:
     examples = {
-        "a **b** _c_ `d` ~~e~~":
-            "<p>a <strong>b</strong> <em>c</em> <code>d</code> <del>e</del></p>",
+        "a **b** _c_ `d` ~~e~~": (
+            "<p>a <strong>b</strong> <em>c</em> <code>d</code> <del>e</del></p>"
+        ),
         "snake_case_name and 2 * 3 * 4": "<p>snake_case_name and 2 * 3 * 4</p>",
         "# Title\n\n1. one\n2. two": "<h3>Title</h3><ol><li>one</li><li>two</li></ol>",
-        "| a | b |\n|---|---|\n| 1 | 2 |":
+        "| a | b |\n|---|---|\n| 1 | 2 |": (
             '<div class="table-wrap"><table><thead><tr><th>a</th><th>b</th></tr></thead>'
-            "<tbody><tr><td>1</td><td>2</td></tr></tbody></table></div>",
-        "> quoted\n\n```py\nx = '<b>'\n```":
-            '<blockquote><p>quoted</p></blockquote><pre><code data-lang="py">x = \'&lt;b&gt;\''
-            "</code></pre>",
-        "see https://example.com/a_b.": '<p>see <a href="https://example.com/a_b" '
-            'rel="noopener noreferrer nofollow" target="_blank">https://example.com/a_b</a>.</p>',
+            "<tbody><tr><td>1</td><td>2</td></tr></tbody></table></div>"
+        ),
+        "> quoted\n\n```py\nx = '<b>'\n```": (
+            "<blockquote><p>quoted</p></blockquote>"
+            "<pre><code data-lang=\"py\">x = '&lt;b&gt;'</code></pre>"
+        ),
+        "see https://example.com/a_b.": (
+            '<p>see <a href="https://example.com/a_b" '
+            'rel="noopener noreferrer nofollow" target="_blank">https://example.com/a_b</a>.</p>'
+        ),
     }
     hostile = [
-        "<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "[x](javascript:alert(1))",
-        "[x](JaVaScRiPt:alert(1))", "[x](data:text/html,<script>alert(1)</script>)",
-        "[x](vbscript:msgbox)", "**<svg onload=alert(1)>**", "`<iframe src=//evil>`",
-        "<a href=javascript:alert(1)>x</a>", "[<img src=x onerror=alert(1)>](https://ok.example)",
-        "| <b>x</b> |\n|---|\n| <i>y</i> |", "- <style>*{display:none}</style>",
-        "&lt;script&gt; &amp; &#60;b&#62;", "\u0000\u202e<x>", "[a](<javascript:alert(1)>)",
+        "<script>alert(1)</script>",
+        "<img src=x onerror=alert(1)>",
+        "[x](javascript:alert(1))",
+        "[x](JaVaScRiPt:alert(1))",
+        "[x](data:text/html,<script>alert(1)</script>)",
+        "[x](vbscript:msgbox)",
+        "**<svg onload=alert(1)>**",
+        "`<iframe src=//evil>`",
+        "<a href=javascript:alert(1)>x</a>",
+        "[<img src=x onerror=alert(1)>](https://ok.example)",
+        "| <b>x</b> |\n|---|\n| <i>y</i> |",
+        "- <style>*{display:none}</style>",
+        "&lt;script&gt; &amp; &#60;b&#62;",
+        "\u0000\u202e<x>",
+        "[a](<javascript:alert(1)>)",
     ]
     rng = random.Random(5)
-    pieces = ["*", "**", "_", "__", "`", "~~", "[", "]", "(", ")", "<", ">", "#", "-", "1.", "|",
-              "\n", " ", "a", "b", "http://x.example/", "javascript:", "'", '"', "&", ">", "```"]
+    pieces = [
+        "*",
+        "**",
+        "_",
+        "__",
+        "`",
+        "~~",
+        "[",
+        "]",
+        "(",
+        ")",
+        "<",
+        ">",
+        "#",
+        "-",
+        "1.",
+        "|",
+        "\n",
+        " ",
+        "a",
+        "b",
+        "http://x.example/",
+        "javascript:",
+        "'",
+        '"',
+        "&",
+        ">",
+        "```",
+    ]
     fuzz = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 40))) for _ in range(300)]
     inputs = [*examples, *hostile, *fuzz]
 
@@ -408,7 +469,7 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
         assert not result["problems"], (source, result)
     for (source, html), result in zip(examples.items(), results, strict=False):
         assert result["html"] == html, source
-    for source, result in zip(hostile, results[len(examples):], strict=False):
+    for source, result in zip(hostile, results[len(examples) :], strict=False):
         visible = source.replace("\u0000", "\ufffd")
         for fragment in ("<script", "<img", "<svg", "<iframe", "<style", "<b>", "<i>"):
             if fragment in visible and "](" not in visible:
@@ -418,23 +479,34 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
 async def test_verify_and_plan_events_are_shown_as_plain_notes(
     ui_server_factory: Any, page: Any, fake_llm: FakeLLM, snap: Any
 ) -> None:
-    block = {"plan": "x", "tools_to_consider": [], "finish": False,
-             "plan_steps": ["Check the clock", "Tell you the time"]}
+    block = {
+        "plan": "x",
+        "tools_to_consider": [],
+        "finish": False,
+        "plan_steps": ["Check the clock", "Tell you the time"],
+    }
     fake_llm.script("reason", text("Planning first.\n", json.dumps(block)))
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "Mars/Base"})))
-    fake_llm.script("observe", observe("It failed.", final="Done!"),
-                    observe("Still failed.", final="I could not read the clock."))
-    fake_llm.script("verify", text('The clock call failed. {"done": false, "reason": '
-                                   '"The clock call failed."}'),
-                    text('{"done": true, "reason": "It says so plainly."}'))
+    fake_llm.script(
+        "observe",
+        observe("It failed.", final="Done!"),
+        observe("Still failed.", final="I could not read the clock."),
+    )
+    fake_llm.script(
+        "verify",
+        text('The clock call failed. {"done": false, "reason": "The clock call failed."}'),
+        text('{"done": true, "reason": "It says so plainly."}'),
+    )
     async with ui_server_factory(agent={"plan_every": 5}) as server:
         await open_page(page, server.url)
         await send(page, "What time is it on Mars?")
         run = page.locator("article.run")
         await expect(run).to_have_class(re.compile(r"\bcomplete\b"))
         await expect(run.locator(".note.plan")).to_have_text(
-            "Plan: 1. Check the clock  2. Tell you the time")
+            "Plan: 1. Check the clock  2. Tell you the time"
+        )
         await expect(run.locator(".note.warning", has_text="Not finished yet")).to_have_text(
-            "Not finished yet: The clock call failed.")
+            "Not finished yet: The clock call failed."
+        )
         await expect(run.locator(".answer")).to_have_text("I could not read the clock.")
         await snap("verify-and-plan")

@@ -64,7 +64,8 @@ async def test_rename_search_and_delete_chats(
     await expect(sourdough.get_by_role("button", name=re.compile("^Delete"))).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator("#sessions-status")).to_have_text(
-        "Deleted “Explain sourdough starters”.")
+        "Deleted “Explain sourdough starters”."
+    )
     await expect(items.filter(has_text="sourdough")).to_have_count(0)
     await expect(page.locator("article.run")).to_have_count(0)
     await expect(page.locator(".notice")).to_have_count(0)
@@ -97,7 +98,8 @@ async def test_a_long_running_title_keeps_its_marker_and_delete_waits_for_the_ru
     await item.hover()
     await item.get_by_role("button", name=re.compile("^Delete")).click()
     await expect(page.locator("#sessions-status")).to_have_text(
-        "This chat is still running. Stop it first, then delete it.")
+        "This chat is still running. Stop it first, then delete it."
+    )
     await expect(item).to_have_count(1)
 
 
@@ -126,9 +128,16 @@ async def test_the_welcome_state_names_the_servers_model(ui_server: Any, page: A
     await expect(page.locator("#welcome-model")).to_contain_text("gpt-4o-mini")
 
 
-CODE = "def greet(name):\n    return f\"Hello, {name}!\"  # <b>not bold</b>"
-TABLE = ("| " + " | ".join(f"column{i}" for i in range(8)) + " |\n|" + "---|" * 8 + "\n| "
-         + " | ".join(f"supercalifragilistic{i}" for i in range(8)) + " |")
+CODE = 'def greet(name):\n    return f"Hello, {name}!"  # <b>not bold</b>'
+TABLE = (
+    "| "
+    + " | ".join(f"column{i}" for i in range(8))
+    + " |\n|"
+    + "---|" * 8
+    + "\n| "
+    + " | ".join(f"supercalifragilistic{i}" for i in range(8))
+    + " |"
+)
 
 
 async def test_code_blocks_tables_and_jump_to_latest(
@@ -156,8 +165,10 @@ async def test_code_blocks_tables_and_jump_to_latest(
     wrap = page.locator(".answer .table-wrap")
     assert await wrap.evaluate("(n) => n.scrollWidth > n.clientWidth")  # it scrolls sideways
     cell = wrap.locator("td").first
-    assert await cell.evaluate("(n) => n.getClientRects().length === 1 && "
-                               "n.offsetHeight < 2.2 * parseFloat(getComputedStyle(n).lineHeight)")
+    assert await cell.evaluate(
+        "(n) => n.getClientRects().length === 1 && "
+        "n.offsetHeight < 2.2 * parseFloat(getComputedStyle(n).lineHeight)"
+    )
     await snap("code-and-table")
 
     # many runs later the reader scrolls up: new content does not pull them down
@@ -165,8 +176,13 @@ async def test_code_blocks_tables_and_jump_to_latest(
         await send(page, f"Tell me more, part {i}")
         await fake.wait_sent(lambda f, i=i: f.get("content") == f"Tell me more, part {i}")
         fake.new_run()
-        fake.emit("agent_completion", steps=1, final_answer="More text.\n\n" * 12,
-                  stop_reason="finished", usage={})
+        fake.emit(
+            "agent_completion",
+            steps=1,
+            final_answer="More text.\n\n" * 12,
+            stop_reason="finished",
+            usage={},
+        )
         fake.emit("response_complete")
         await expect(page.locator("article.run.complete")).to_have_count(i + 2)
     conversation = page.locator("#conversation")
@@ -176,8 +192,9 @@ async def test_code_blocks_tables_and_jump_to_latest(
     await expect(jump).to_be_visible()
     fake.new_run()  # a run started in another tab
     fake.emit("agent_user_message", content="And the end?", agent_mode=True)
-    fake.emit("agent_completion", steps=1, final_answer="The end.", stop_reason="finished",
-              usage={})
+    fake.emit(
+        "agent_completion", steps=1, final_answer="The end.", stop_reason="finished", usage={}
+    )
     fake.emit("response_complete")
     await expect(page.locator(".answer").last).to_have_text("The end.")
     assert await conversation.evaluate("(n) => n.scrollTop") < 50
@@ -188,8 +205,9 @@ async def test_code_blocks_tables_and_jump_to_latest(
 
 
 async def test_max_steps_resets_for_each_chat(ui_server: Any, page: Any, viewport: str) -> None:
-    fake = await PageSocket(defaults={"agent_mode": True, "max_steps": 6, "max_steps_limit": 30,
-                                      "style": "balanced"}).install(page)
+    fake = await PageSocket(
+        defaults={"agent_mode": True, "max_steps": 6, "max_steps_limit": 30, "style": "balanced"}
+    ).install(page)
     await open_page(page, ui_server.url)
     steps = page.locator("#max-steps")
     await expect(steps).to_have_value("6")
@@ -219,5 +237,12 @@ async def test_date_groups(ui_server: Any, page: Any) -> None:
         return [at(23, 1), at(22, 23), at(22, 0), at(17, 12), at(16, 12), at(1, 12),
                 new Date(2026, 9, 1).getTime()].map((ts) => dateGroup(ts, now));
     }""")
-    assert groups == ["Today", "Yesterday", "Yesterday", "Previous 7 days", "Previous 7 days",
-                      "Previous 30 days", "Older"]
+    assert groups == [
+        "Today",
+        "Yesterday",
+        "Yesterday",
+        "Previous 7 days",
+        "Previous 7 days",
+        "Previous 30 days",
+        "Older",
+    ]

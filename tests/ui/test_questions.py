@@ -25,8 +25,12 @@ async def test_the_message_box_answers_and_other_tabs_see_the_answer(
     fake.emit("agent_user_message", content="What is the weather?", agent_mode=True)
     fake.emit("agent_start", max_steps=10)
     fake.emit("agent_turn_start", step=1)
-    pending = {"question": QUESTION, "tool_call_id": "q1", "step": 1,
-               "expires_at": int(time.time() * 1000) + 300_000}
+    pending = {
+        "question": QUESTION,
+        "tool_call_id": "q1",
+        "step": 1,
+        "expires_at": int(time.time() * 1000) + 300_000,
+    }
     fake.emit("agent_request_input", **pending)
 
     banner = page.locator("#ask")

@@ -28,27 +28,54 @@ async def test_a_finished_run_folds_its_steps_and_keeps_the_answer_in_view(
     fake.emit("agent_start", max_steps=10)
     fake.emit("agent_turn_start", step=1)
     fake.emit("agent_reason", step=1, content="I will read the log.")
-    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="read_file",
-              arguments={"path": "/var/log/worker.log", "lines": 500}, after_ms=-4000)
+    fake.emit(
+        "tool_start",
+        step=1,
+        tool_call_id="c1",
+        tool_name="read_file",
+        arguments={"path": "/var/log/worker.log", "lines": 500},
+        after_ms=-4000,
+    )
     run = page.locator("article.run")
     card = run.locator("details.tool")
     await expect(card.locator(".tool-args")).to_have_text('path: "/var/log/worker.log", lines: 500')
     await expect(card.locator(".tool-status")).to_have_text(re.compile(r"^running \d+ s…$"))
     await snap("tool-running")
 
-    fake.emit("tool_complete", step=1, tool_call_id="c1", tool_name="read_file",
-              result={"log": LOG, "lines": 60}, duration_ms=1234, after_ms=5000)
-    fake.emit("agent_context", step=1, phase="observe", tokens=9000, budget=8000, exact=False,
-              compressed=[{"result_id": "c1", "tokens": 9500, "kept_tokens": 2000}],
-              dropped_messages=0, collapsed_steps=0)
+    fake.emit(
+        "tool_complete",
+        step=1,
+        tool_call_id="c1",
+        tool_name="read_file",
+        result={"log": LOG, "lines": 60},
+        duration_ms=1234,
+        after_ms=5000,
+    )
+    fake.emit(
+        "agent_context",
+        step=1,
+        phase="observe",
+        tokens=9000,
+        budget=8000,
+        exact=False,
+        compressed=[{"result_id": "c1", "tokens": 9500, "kept_tokens": 2000}],
+        dropped_messages=0,
+        collapsed_steps=0,
+    )
     fake.emit("agent_observe", step=1, content="Three jobs failed.")
     fake.emit("agent_answer_delta", step=1, delta="The log shows ")
     answer = run.locator(".answer")
     await expect(answer).to_have_text("The log shows ")
     await expect(answer).to_have_attribute("aria-busy", "true")
     fake.emit("agent_answer_delta", step=1, delta="**3 failed jobs**.")
-    fake.emit("agent_completion", steps=1, final_answer="The log shows **3 failed jobs**.",
-              stop_reason="finished", usage={"total_tokens": 1200}, after_ms=10_200)
+    fake.emit(
+        "agent_completion",
+        steps=1,
+        final_answer="The log shows **3 failed jobs**.",
+        stop_reason="finished",
+        usage={"total_tokens": 1200},
+        after_ms=10_200,
+    )
     fake.emit("response_complete")
 
     await expect(run).to_have_class(re.compile(r"\bcomplete\b"))
@@ -72,7 +99,8 @@ async def test_a_finished_run_folds_its_steps_and_keeps_the_answer_in_view(
     text = await result.inner_text()
     assert "worker-1 handled job 1\n2026" in text and "\\n" not in text  # real line breaks
     await expect(card.locator(".tool-seen")).to_have_text(
-        "The model saw about 2,000 of its 9,500 tokens; it can ask for the rest.")
+        "The model saw about 2,000 of its 9,500 tokens; it can ask for the rest."
+    )
     await card.get_by_role("button", name="Show more").click()
     await expect(result).not_to_have_class(re.compile(r"\bclamped\b"))
     assert (await result.bounding_box())["height"] > clamped * 2

@@ -35,13 +35,15 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
     fake = await PageSocket().install(page)
     await open_page(page, ui_server.url)
     await start_run(page, fake, "Check the weather")
-    fake.emit("error", code="llm_error",
-              message="The language model answered with an error (HTTP 503).")
+    fake.emit(
+        "error", code="llm_error", message="The language model answered with an error (HTTP 503)."
+    )
     fake.emit("response_complete")
 
     run = page.locator("article.run")
     await expect(run.locator(".notice.error")).to_have_text(
-        "The model could not answer: the model service had a problem.")
+        "The model could not answer: the model service had a problem."
+    )
     notice = await run.locator(".notice.error").inner_text()
     assert not ERROR_CODES.search(notice), notice
     retry = page.get_by_role("button", name="Retry")
@@ -59,12 +61,20 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
     fake.emit("agent_user_message", content="Check the weather", agent_mode=True)
     fake.emit("agent_start", max_steps=10)
     fake.emit("agent_turn_start", step=1)
-    fake.emit("agent_llm_retry", step=1, phase="reason", attempt=2, max_attempts=3,
-              reason="HTTP 503", delay_ms=500)
+    fake.emit(
+        "agent_llm_retry",
+        step=1,
+        phase="reason",
+        attempt=2,
+        max_attempts=3,
+        reason="HTTP 503",
+        delay_ms=500,
+    )
     second = page.locator("article.run").nth(1)
     await expect(second.locator(".bubble.user")).to_have_text("Check the weather")
     await expect(second.locator(".retrying")).to_have_text(
-        "The model did not answer; retrying (2/3)…")
+        "The model did not answer; retrying (2/3)…"
+    )
     await snap("retrying")
     fake.emit("agent_reason_delta", step=1, delta="Looking outside.")
     await expect(second.locator(".retrying")).to_have_count(0)
@@ -73,13 +83,19 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
 async def test_continue_after_the_step_limit_and_edit_or_regenerate(
     ui_server: Any, page: Any, viewport: str
 ) -> None:
-    fake = await PageSocket(defaults={"agent_mode": True, "max_steps": 4, "max_steps_limit": 20,
-                                      "style": "balanced"}).install(page)
+    fake = await PageSocket(
+        defaults={"agent_mode": True, "max_steps": 4, "max_steps_limit": 20, "style": "balanced"}
+    ).install(page)
     await open_page(page, ui_server.url)
     await expect(page.locator("#max-steps")).to_have_value("4")
     await start_run(page, fake, "Research everything")
-    fake.emit("agent_completion", steps=4, final_answer="Partial findings; more is left.",
-              stop_reason="max_steps", usage={})
+    fake.emit(
+        "agent_completion",
+        steps=4,
+        final_answer="Partial findings; more is left.",
+        stop_reason="max_steps",
+        usage={},
+    )
     fake.emit("response_complete")
 
     await expect(page.locator(".run-meta").last).to_have_text("Step limit reached after 4 steps")
@@ -91,8 +107,9 @@ async def test_continue_after_the_step_limit_and_edit_or_regenerate(
 
     fake.new_run()
     fake.emit("agent_start", max_steps=8)
-    fake.emit("agent_completion", steps=1, final_answer="All done.", stop_reason="finished",
-              usage={})
+    fake.emit(
+        "agent_completion", steps=1, final_answer="All done.", stop_reason="finished", usage={}
+    )
     fake.emit("response_complete")
     await expect(page.locator(".answer").last).to_have_text("All done.")
 
@@ -102,7 +119,8 @@ async def test_continue_after_the_step_limit_and_edit_or_regenerate(
     await page.locator("#message").fill("")
     await page.get_by_role("button", name="Regenerate").click()
     regenerated = await fake.wait_sent(
-        lambda f: f["type"] == "chat" and len([g for g in fake.sent if g["type"] == "chat"]) == 2)
+        lambda f: f["type"] == "chat" and len([g for g in fake.sent if g["type"] == "chat"]) == 2
+    )
     assert regenerated["content"] == "Research everything"
 
 
@@ -141,7 +159,8 @@ async def test_a_dead_server_shows_as_disconnected_and_queued_input_waits(
     await expect(queued.locator(".bubble.user")).to_have_text("Second question")
     await expect(page.locator("#composer-note")).to_contain_text("waits")
     assert "Waiting for the connection" in await queued.locator(".run-body").evaluate(
-        "(n) => getComputedStyle(n, '::after').content")
+        "(n) => getComputedStyle(n, '::after').content"
+    )
     await snap("disconnected-queued")
     assert [f["content"] for f in fake.sent if f["type"] == "chat"] == ["First question"]
 
@@ -165,8 +184,13 @@ async def test_a_refused_message_stays_in_the_composer_with_a_plain_reason(
     await send(page, "Do a lot")
     sent = await fake.wait_sent(lambda f: f["type"] == "chat")
     assert sent["agent_max_steps"] == 60
-    fake.send({"type": "error", "code": "invalid_message",
-               "message": "agent_max_steps: must be at most 50 (got 60)."})
+    fake.send(
+        {
+            "type": "error",
+            "code": "invalid_message",
+            "message": "agent_max_steps: must be at most 50 (got 60).",
+        }
+    )
 
     note = page.locator("#composer-note")
     await expect(note).to_have_text("Max steps can be at most 50. Lower it and send again.")
@@ -177,10 +201,16 @@ async def test_a_refused_message_stays_in_the_composer_with_a_plain_reason(
 
     await send(page, "Do a lot")
     await fake.wait_sent(lambda f: len([g for g in fake.sent if g["type"] == "chat"]) == 2)
-    fake.send({"type": "error", "code": "run_in_progress",
-               "message": "A run is already active in this session; stop it first."})
+    fake.send(
+        {
+            "type": "error",
+            "code": "run_in_progress",
+            "message": "A run is already active in this session; stop it first.",
+        }
+    )
     await expect(note).to_have_text(
-        "The agent is still working on this chat. Wait for it, or stop it, then send again.")
+        "The agent is still working on this chat. Wait for it, or stop it, then send again."
+    )
     await expect(page.locator("#message")).to_have_value("Do a lot")
     assert not ERROR_CODES.search(await note.inner_text())
 
@@ -204,10 +234,13 @@ async def test_every_server_error_reads_as_plain_words(ui_server: Any, page: Any
         ("some_new_code", "Something new went wrong."),
     ]
     await page.goto(ui_server.url)
-    texts = await page.evaluate("""async (cases) => {
+    texts = await page.evaluate(
+        """async (cases) => {
         const { plainError } = await import("./static/errors.js");
         return cases.map(([code, message]) => plainError(code, message));
-    }""", cases)
+    }""",
+        cases,
+    )
     for (code, _), text in zip(cases, texts, strict=True):
         assert text and text[0].isupper() and text.endswith((".", "…")), (code, text)
         assert not ERROR_CODES.search(text), (code, text)
