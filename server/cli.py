@@ -11,19 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-import uvicorn
+if TYPE_CHECKING:
+    import uvicorn
 
-from server.guard import (
-    MAX_HEAD_BYTES,
-    RepeatedLogFilter,
-    connection_cap,
-    guarded_protocol,
-    raise_open_file_limit,
-)
-from server.redact import install_log_redaction
-from server.runner import AgentServer
-from server.settings import ConfigError, Settings, load_settings
+    from server.settings import Settings
 
 __all__ = ["main", "uvicorn_config"]
 
@@ -31,6 +24,11 @@ __all__ = ["main", "uvicorn_config"]
 def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
     """The uvicorn settings the server is measured with: sans-I/O websockets, no deflate,
     and the connection guards of server/guard.py."""
+    import uvicorn  # here and in _serve, not at the top: `agent-server chat` needs none of it
+
+    from server.guard import MAX_HEAD_BYTES, RepeatedLogFilter, connection_cap, guarded_protocol
+    from server.redact import install_log_redaction
+
     server = settings.server
     config = uvicorn.Config(
         app,  # type: ignore[arg-type]
@@ -59,6 +57,9 @@ def _serve(args: argparse.Namespace) -> int:
     if args.workers > 1:
         return _supervise(args)
     from server.app import create_app
+    from server.guard import raise_open_file_limit
+    from server.runner import AgentServer
+    from server.settings import ConfigError, load_settings
     from server.telemetry import configure_tracing
 
     config_path: Path | None = args.config

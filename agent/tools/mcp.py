@@ -24,18 +24,17 @@ import time
 from contextlib import AsyncExitStack
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import httpx2
-import mcp_types as types
-from mcp import Client, MCPError, StdioServerParameters
-from mcp.client.session import ClientRequestContext
-from mcp.client.streamable_http import streamable_http_client
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent.errors import ToolError
 from agent.ports import ToolSpec
 from agent.tools.config import McpServerConfig
 from agent.tools.mcp_content import Ask, describe_result, elicit
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp import Client
+    from mcp.client.session import ClientRequestContext
 
 __all__ = ["McpServer", "McpTool", "exposed_name", "mcp_ask"]
 
@@ -172,6 +171,11 @@ class McpServer:
             self._down(self.error or "the connection closed")
 
     def _new_client(self, stack: AsyncExitStack) -> Client:
+        # The SDK costs over half a second of CPU to import: load it once a server is configured.
+        import httpx2
+        from mcp import Client, StdioServerParameters
+        from mcp.client.streamable_http import streamable_http_client
+
         config = self.config
         if config.url:
             headers = {k: v.get_secret_value() for k, v in config.headers.items()}
@@ -245,6 +249,10 @@ class McpServer:
                 f"The MCP server {self.name!r} is not running ({self.error or 'starting'}); "
                 "its tools are unavailable for now."
             )
+        import httpx2  # loaded with the SDK by _new_client, as are the two below
+        import mcp_types as types
+        from mcp import MCPError
+
         token = mcp_ask.set(ask)
         call_id = self._next_call = self._next_call + 1
         if ask is not None:
@@ -294,6 +302,8 @@ def _closed_stream(exc: BaseException) -> bool:
 
 
 def _describe_failure(exc: BaseException) -> str:
+    from mcp import MCPError  # not at the top: the SDK loads only with a server (_new_client)
+
     if isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
+if TYPE_CHECKING:
+    import mcp_types as types
 
 __all__ = ["Ask", "describe_result", "elicit", "fill_form"]
 
@@ -19,6 +20,8 @@ Ask = Callable[[str], Awaitable[str | None]]
 async def elicit(ask: Ask | None, params: types.ElicitRequestParams) -> types.ElicitResult:
     """Answer a server's elicitation through `ask`: declined when nobody can be asked,
     cancelled when the person did not answer in time."""
+    import mcp_types as types  # the MCP types load with the SDK, once a server is configured
+
     url = getattr(params, "url", None)
     if url:  # URL mode: the person completes it in a browser; nothing to fill in
         if ask is None:
@@ -80,6 +83,8 @@ def fill_form(schema: dict[str, Any], answer: str) -> dict[str, Any]:
 def describe_result(result: types.CallToolResult) -> Any:
     """The tool message of a result: the text (or text and structured content), with every
     non-text block described rather than dropped."""
+    import mcp_types as types  # the MCP types load with the SDK, once a server is configured
+
     texts: list[str] = []
     attachments: list[dict[str, Any]] = []
     for block in result.content:
