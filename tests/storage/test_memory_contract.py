@@ -163,8 +163,9 @@ async def test_mark_used_from_two_stores_counts_every_use_except_on_ferretdb(
     """Two store instances stand for two server processes (two connection pools).
 
     MongoDB's `$inc` and SQLite's write lock count every use. FerretDB 1.x applies updates
-    as read-then-replace, so there concurrent uses from two processes can count once: the
-    documented caveat, harmless since use_count only ranks. Its bound is checked instead.
+    as read-then-replace, so there concurrent uses can count once, even through one store's
+    connection pool: the documented caveat, harmless since use_count only ranks. Its bounds
+    are checked instead.
     """
     await memory_store.save(*ALICE, record())
     other = new_memory_store(backend)
@@ -183,7 +184,7 @@ async def test_mark_used_from_two_stores_counts_every_use_except_on_ferretdb(
     [found] = await memory_store.records(*ALICE)
     assert found.last_used_at == T0 + 1
     if backend.name == "mongodb" and await is_ferretdb(backend.settings.mongodb_uri):
-        assert per_store <= found.use_count <= 2 * per_store  # each store counts its own
+        assert 1 <= found.use_count <= 2 * per_store
     else:
         assert found.use_count == 2 * per_store
 
