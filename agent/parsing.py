@@ -8,8 +8,9 @@ out once it proves to be one. The concatenation of everything released is the re
 Accepted forms: a fenced block (```json … ``` or ``` … ```), a bare object that starts at a
 line start or after white space, or an `<action>…</action>` tag (always hidden); the markers
 of `<thinking>…</thinking>` are dropped and their text is shown. A fenced ```json block at the
-very end is cut even when it is malformed (the model tried to write a control block); anything
-else that does not parse is ordinary text. Missing or malformed blocks give `control=None`:
+very end is cut even when it is malformed (the model tried to write a control block), and so
+is an unlabelled fence that holds an object; anything else that does not parse, such as a
+plain code block, is ordinary text. Missing or malformed blocks give `control=None`:
 the caller reads free text.
 
 A fenced block is read as balanced JSON: a fence inside one of its strings (a final answer
@@ -151,7 +152,7 @@ class ControlStream:
                 continue
             if not final:
                 break
-            if not (cand.fenced and cand.json_label):
+            if not (cand.fenced and self._meant_as_block(cand)):
                 out.append(text[start : cand.end])
             self._pos = cand.end
         released = "".join(out)
@@ -164,13 +165,31 @@ class ControlStream:
     def _settle_open(self, cand: _Candidate, out: list[str]) -> None:
         """At the end of the stream, decide about a block that never closed."""
         body = self._text[cand.start :]
-        looks_like_control = (cand.fenced and cand.json_label) or cand.hidden
+        looks_like_control = (cand.fenced and self._meant_as_block(cand)) or cand.hidden
         if not cand.fenced:
             head = body.lstrip("{ \t\r\n")
             looks_like_control = any(head.startswith(f'"{k}"') for k in self._keys)
         if not looks_like_control:
             out.append(body)
         self._pos = len(self._text)
+
+    def _meant_as_block(self, cand: _Candidate) -> bool:
+        """A fence at the very end that did not parse as a control block was still meant as
+        one when it is labelled json, or unlabelled with an object inside; an unlabelled fence
+        around anything else is the user's code block and stays visible."""
+        if not cand.json_label:
+            return False
+        text = self._text
+        line_end = text.find("\n", cand.start)
+        if line_end == -1:
+            return True  # only the fence line arrived: nothing to show
+        if text[cand.start + len(_FENCE) : line_end].strip():
+            return True  # labelled json
+        return (
+            text[line_end + 1 : cand.end if cand.end != _UNDECIDED else None]
+            .lstrip()
+            .startswith("{")
+        )
 
     def _safe_end(self, pos: int) -> int:
         """Hold back a tail that could still become a candidate or a tag ("`", "{ ", "<thi")."""

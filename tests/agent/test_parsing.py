@@ -143,3 +143,17 @@ def test_an_open_code_fence_is_searched_only_in_new_text():
     stream.feed("```\nDone.")
     assert stream.finish() == ""
     assert stream.content.startswith("Code:\n```python") and stream.content.endswith("Done.")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    ["Here is the code:\n```\nprint(1)\n```", "Here is the code:\n```\nprint(1)\n"],
+)
+def test_an_unlabelled_code_block_at_the_end_stays_visible(reply):
+    """Only a fence meant as the control block (labelled json, or an object inside) is cut."""
+    text, control = split_control(reply, REASON_KEYS)
+    assert text == reply.strip() and control is None
+
+
+def test_an_unlabelled_fence_around_an_object_at_the_end_is_still_cut():
+    assert split_control('Plan.\n```\n{"plan": "x"', REASON_KEYS) == ("Plan.", None)
