@@ -233,8 +233,20 @@ export class Run {
   end() {
     this.setBusy(false);
     this.clearRetry();
-    for (const step of this.steps.values()) step.settle();
+    for (const [n, step] of this.steps) {
+      if (step.empty) {
+        // opened by agent_turn_start, then the run failed or stopped before it showed anything
+        step.section.remove();
+        this.steps.delete(n);
+      } else {
+        step.settle();
+      }
+    }
     this.article.classList.add("complete");
+    if (this.work && !this.steps.size && !this.tools.size) {
+      this.work.remove();
+      this.work = null;
+    }
     if (!this.work) return;
     const parts = [];
     if (this.firstTs != null && this.lastTs > this.firstTs) {
@@ -305,6 +317,13 @@ class Step {
       this.note(`You answered: ${text}`, "answer");
     }
     return this;
+  }
+
+  /** Nothing was shown in this step: no thinking, text, tool call, note or observation. */
+  get empty() {
+    return [this.thinking, this.reason, this.tools, this.notes, this.observe].every(
+      (node) => !node.hasChildNodes(),
+    );
   }
 
   settle() {

@@ -46,6 +46,9 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
     )
     notice = await run.locator(".notice.error").inner_text()
     assert not ERROR_CODES.search(notice), notice
+    # the step opened by agent_turn_start showed nothing: it is not left behind, empty
+    await expect(run.locator("section.step")).to_have_count(0)
+    await expect(run.locator("details.work")).to_have_count(0)
     retry = page.get_by_role("button", name="Retry")
     await expect(retry).to_be_visible()
     await expect(page.get_by_role("button", name="Edit message")).to_be_visible()
