@@ -5,8 +5,8 @@ machinery (options models, request building, the response wrapper) cost more CPU
 rest of the server's work on a step. The SDK still resolves the configuration once (base URL,
 `OPENAI_BASE_URL`, the key, its default headers) and provides the error classes; the request
 carries what its own `create()` would send: the same URL, headers and JSON body
-(orjson-encoded). The default client is the SDK's (its pool limits, redirects followed) with
-the lean HTTP/1.1 transport of agent/adapters/http11.py for plain-http servers.
+(orjson-encoded). The default client is the SDK's aiohttp-backed one (`openai[aiohttp]`): the
+same httpx interface and errors, with aiohttp's C parser reading the stream.
 
 Retry policy (ours, not the SDK's: the client is built with max_retries=0): connection errors,
 timeouts, 429 and 5xx are retried with exponential backoff and jitter, up to `max_retries`
