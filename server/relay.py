@@ -9,9 +9,9 @@ interval for every session concerned, carry what crosses processes:
   exactly once (`LiveSession.follow`).
 - **Controls**: for each run this process owns, the stops, answers and approval decisions
   other processes left in the store (`server/remote.py`'s `apply_control`).
-- **Deletions**: for each followed session that got no new event in the round (a deleted
-  session gets none), whether it is still stored; the watchers of one another process
-  deleted are closed with 4404, as a local deletion closes them.
+- **Deletions**: at most once a second, for each followed session that got no new event in
+  the round (a deleted session gets none), whether it is still stored; the watchers of one
+  another process deleted are closed with 4404, as a local deletion closes them.
 
 A process alone on its store (SQLite by default) starts no relay, and a shared process polls
 nothing while it neither follows a session nor owns a run.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from agent.errors import StorageError
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 TAIL_LIMIT = 2000  # events per poll, over every followed session
 SESSION_GONE = 4404  # the close code of a deleted session's watchers (docs/wire-protocol.md)
 PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
+DELETION_CHECK_S = 1.0  # deletions are rare: not worth a query on every poll
 
 
 class StoreRelay:
@@ -52,6 +54,7 @@ class StoreRelay:
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self.pushed = False  # True while the store's notices (change streams) arrive
+        self._next_deletion_check = 0.0  # time.monotonic() of the next deletion check
 
     def start(self) -> None:
         if not self._tasks:
@@ -141,6 +144,10 @@ class StoreRelay:
         """Close the watchers of followed sessions that are no longer stored. Only those
         without news are asked about: the status is no guide, as a session deleted right
         after its run ended never shows this process its closing events."""
+        now = time.monotonic()
+        if now < self._next_deletion_check:
+            return
+        self._next_deletion_check = now + DELETION_CHECK_S
         quiet = {
             sid: live
             for sid, live in self._sessions.items()
