@@ -5,11 +5,17 @@ text goes to the caller's `on_text`, a reasoning model's thinking becomes `Think
 events (never text, never sent back), usage is counted, and a prompt the server refuses as
 too long for its context window is compacted once to the window the server named (or half the
 current one) and sent again. A second refusal ends the run with an error that says what to do.
+
+A caller may also say when it has read enough (`enough`: a small model repeating its control
+block). The call is then closed at once, so the server stops generating; its tokens are not
+reported by the server, so they are estimated from the messages sent and the text read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import orjson
 
 from agent.errors import ContextTooLong, ModelError
 from agent.events import ThinkingDelta
@@ -17,11 +23,15 @@ from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ModelTurn, Thinking, ToolChoice, ToolSpec
 from agent.run import RunContext, RunRecorder
+from agent.tokens import EstimatedCounter, message_tokens
 from agent.tracing import model_call_span, record_turn
 
 __all__ = ["call_model"]
 
 TextSink = Callable[[str], Awaitable[None]]
+Enough = Callable[[], bool]
+
+_ESTIMATE = EstimatedCounter()
 
 
 async def call_model(
@@ -34,16 +44,22 @@ async def call_model(
     tools: Sequence[ToolSpec] = (),
     tool_choice: ToolChoice = "auto",
     on_text: TextSink | None = None,
+    enough: Enough | None = None,
 ) -> ModelTurn:
-    """Build the messages with `build`, make the call, and return the whole turn."""
+    """Build the messages with `build`, make the call, and return the whole turn (what was
+    read of it, when `enough` said so after some text)."""
     try:
-        return await _drain(ctx, rec, step, phase, await build(), tools, tool_choice, on_text)
+        return await _drain(
+            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough)
+        )
     except ContextTooLong as exc:
         if not rec.shrink_window(exc.window_tokens):
             raise ModelError(_too_small(exc.window_tokens)) from exc
         ctx.metrics[Metric.CONTEXT_OVERFLOW_RETRIES] += 1
     try:
-        return await _drain(ctx, rec, step, phase, await build(), tools, tool_choice, on_text)
+        return await _drain(
+            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough)
+        )
     except ContextTooLong as exc:
         raise ModelError(_too_small(exc.window_tokens or rec.window_tokens)) from exc
 
@@ -56,7 +72,7 @@ async def _drain(
     messages: list[Message],
     tools: Sequence[ToolSpec],
     tool_choice: ToolChoice,
-    on_text: TextSink | None,
+    reader: _Reader,
 ) -> ModelTurn:
     turn = ModelTurn("")
     model = getattr(ctx.model, "model_name", None)  # optional: not part of the port
@@ -72,8 +88,11 @@ async def _drain(
         )
         async for item in stream:
             if isinstance(item, str):
-                if on_text is not None:
-                    await on_text(item)
+                if await reader.text(item):
+                    await _close(stream)
+                    turn = reader.cut_turn(messages, tools)
+                    ctx.metrics[Metric.REPLIES_CUT] += 1
+                    break
             elif isinstance(item, Thinking):
                 if item.text:
                     await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
@@ -82,6 +101,40 @@ async def _drain(
         record_turn(span, turn)
     rec.count(phase, turn)
     return turn
+
+
+class _Reader:
+    """Hands a call's text to the caller and keeps it while `enough` may still cut it."""
+
+    def __init__(self, on_text: TextSink | None, enough: Enough | None) -> None:
+        self._on_text = on_text
+        self._enough = enough
+        self._text: list[str] = []
+
+    async def text(self, piece: str) -> bool:
+        """Pass `piece` on; True when the caller has read enough of the reply."""
+        if self._on_text is not None:
+            await self._on_text(piece)
+        if self._enough is None:
+            return False
+        self._text.append(piece)
+        return self._enough()
+
+    def cut_turn(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> ModelTurn:
+        """The turn of a reply closed early: the server sent no usage, so estimate it."""
+        content = "".join(self._text)
+        prompt = sum(message_tokens(_ESTIMATE, m) for m in messages) + sum(
+            _ESTIMATE.count(f"{t.name} {t.description} {orjson.dumps(t.parameters).decode()}")
+            for t in tools
+        )
+        return ModelTurn(content, (), prompt, _ESTIMATE.count(content), "stop")
+
+
+async def _close(stream: AsyncIterator[object]) -> None:
+    """Close the model's stream now (not when it is collected): the request ends with it."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def _too_small(window: int | None) -> str:

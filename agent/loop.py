@@ -39,6 +39,7 @@ from agent.parsing import (
     OBSERVE_KEYS,
     REASON_KEYS,
     ControlStream,
+    ReasonControl,
     observe_ends_run,
     read_loose_control,
     read_observe_control,
@@ -80,8 +81,9 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     try:
         for step in range(1, max_steps + 1):
             await rec.start_step(step)
-            finish = await _reason(ctx, rec, step, system, tools)
-            await _act(ctx, rec, step, system, tools, skip=finish)
+            control = await _reason(ctx, rec, step, system, tools)
+            if control is None or not control.finish:
+                await _act(ctx, rec, step, system, tools, _named(control, tools))
             final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
@@ -95,8 +97,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
 
 async def _reason(
     ctx: RunContext, rec: RunRecorder, step: int, system: str, tools: list[ToolSpec]
-) -> bool:
-    """Stream the Reason phase; return True when the model says it can finish now."""
+) -> ReasonControl | None:
+    """Stream the Reason phase; return its block (`finish`: the model can answer now)."""
     _check_budget(rec)
     planning = _planning_due(ctx, rec, step)
     instruction = _instruction(
@@ -123,7 +125,13 @@ async def _reason(
     if plan:
         rec.adopt_plan(plan)
         await ctx.sink.emit(PlanMade(step, plan))
-    return control is not None and control.finish
+    return control
+
+
+def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:
+    """The offered tools that Reason's block named, in its order."""
+    offered = {t.name for t in tools}
+    return [t for t in (control.tools_to_consider if control else ()) if t in offered]
 
 
 async def _act(
@@ -132,20 +140,18 @@ async def _act(
     step: int,
     system: str,
     tools: list[ToolSpec],
-    *,
-    skip: bool,
+    named: Sequence[str],
 ) -> None:
-    """Let the model call tools, unless Reason already decided to finish.
+    """Let the model call tools.
 
-    Act's instructions carry a state message (the plan and every call so far) for this call
-    only; its reply is kept as the model's plan of action. Calls the model wrote as text
-    instead of `tool_calls` are read and run like native ones (agent/textcalls.py).
+    Act's instructions carry a state message (the plan, the tools Reason named and every call
+    so far) for this call only; its reply is kept as the model's plan of action. Calls the
+    model wrote as text instead of `tool_calls` are read and run like native ones
+    (agent/textcalls.py).
     """
-    if skip:
-        return
     _check_budget(rec)
     instruction = _instruction(
-        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step)
+        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step, named)
     )
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
@@ -299,12 +305,13 @@ def _instruction(
     return Message("user", "\n\n".join(p for p in parts if p), phase="instruction")
 
 
-def _state(ctx: RunContext, rec: RunRecorder, step: int) -> str:
+def _state(ctx: RunContext, rec: RunRecorder, step: int, named: Sequence[str]) -> str:
     plan = "; ".join(rec.plan) if rec.plan else "see your last message"
+    tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""
     calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
     return (
         f"[Current state] Step {step} of {ctx.limits.max_steps}. Plan: {plan}.\n"
-        f"Tool calls so far in this task:{calls}"
+        f"{tools}Tool calls so far in this task:{calls}"
     )
 
 
@@ -391,6 +398,7 @@ async def stream_text(
         tools=tools,
         tool_choice="none",
         on_text=feed,
+        enough=lambda: stream.settled,
     )
     await show(stream.finish())
     return stream.content

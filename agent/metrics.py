@@ -26,6 +26,7 @@ class Metric(StrEnum):
     CONTROL_BLOCK_LOOSE = "control_block_loose"
     CONTROL_BLOCK_RETRIES = "control_block_retries"
     CONTROL_BLOCK_FALLBACKS = "control_block_fallbacks"
+    REPLIES_CUT = "replies_cut"
     RESEARCH_FAILURES = "research_failures"
     CONTEXT_OVERFLOW_RETRIES = "context_overflow_retries"
     CONTEXT_TRIMS = "context_trims"
@@ -58,6 +59,7 @@ _HELP = {
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",
     Metric.CONTROL_BLOCK_RETRIES: "Model calls repeated for a missing control block.",
     Metric.CONTROL_BLOCK_FALLBACKS: "Phases that went on without a control block.",
+    Metric.REPLIES_CUT: "Replies closed early because the model began repeating its block.",
     Metric.RESEARCH_FAILURES: "Research steps that failed.",
     Metric.CONTEXT_OVERFLOW_RETRIES: "Calls sent again, shortened, after a context overflow.",
     Metric.CONTEXT_TRIMS: "Prompts shortened to fit the token budget.",

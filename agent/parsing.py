@@ -17,6 +17,12 @@ A fenced block is read as balanced JSON: a fence inside one of its strings (a fi
 with its own code block) does not end it. With `answer_after`, the text after the first block
 that satisfies it is the final answer: it is released through `take_answer()` as it streams,
 never searched for further blocks (so code blocks in the answer stay as written).
+
+Small models often write their block again and again until the token limit. Once a block has
+been read and another begins right after it (only white space between, or a second object in
+the same fence), the stream is `settled`: the first block stands, nothing more is shown, and
+the caller may stop reading the reply. A block followed by prose is not settled, so a later
+block still replaces it, as before.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class _Candidate:
     json_label: bool
     control: dict[str, Any] | None
     hidden: bool = False  # never shown, even when it is not a valid control block
+    repeated: bool = False  # another object follows inside the same fence: a repeat
 
 
 class ControlStream:
@@ -85,7 +92,9 @@ class ControlStream:
         self._answering = False  # past the block that starts the answer
         self._scan: _ObjectScan | None = None  # the open object being read, resumed per chunk
         self._fence_searched = (-1, 0)  # (open fence's start, where its closing search resumes)
+        self._block_end: int | None = None  # where the last control block read ended
         self.control: dict[str, Any] | None = None
+        self.settled = False  # the block is read and the model began another: stop reading
 
     @property
     def answer(self) -> str:
@@ -120,7 +129,7 @@ class ControlStream:
     def _advance(self, *, final: bool) -> str:
         out: list[str] = []
         text = self._text
-        while self._pos < len(text):
+        while self._pos < len(text) and not self.settled:
             if self._answering:
                 self._answer.append(text[self._pos :])
                 self._pos = len(text)
@@ -130,6 +139,9 @@ class ControlStream:
                 cut = len(text) if final else self._safe_end(self._pos)
                 out.append(text[self._pos : cut])
                 self._pos = cut
+                break
+            if self._block_end is not None and not text[self._block_end : start].strip():
+                self.settled = True  # another block right after the one read: a repeat
                 break
             out.append(text[self._pos : start])
             self._pos = start
@@ -144,6 +156,9 @@ class ControlStream:
                 self._pos = cand.end
                 if cand.control is not None and self._answer_after is not None:
                     self._answering = self._answer_after(cand.control)
+                if cand.control is not None and not self._answering:
+                    self._block_end = cand.end
+                    self.settled = cand.repeated
                 continue
             rest = text[cand.end :]
             if rest.strip():  # more text follows: it was ordinary content
@@ -276,6 +291,9 @@ class ControlStream:
         if len(text) - after < len(_FENCE) and _FENCE.startswith(text[after:]):  # still arriving
             return _Candidate(start, _UNDECIDED, True, True, None)
         if not text.startswith(_FENCE, after):
+            control = self._control(text[body:end]) if text.startswith("{", after) else None
+            if control is not None:  # the same fence goes on with another object
+                return _Candidate(start, end, True, True, control, repeated=True)
             return None
         return _Candidate(start, after + len(_FENCE), True, True, self._control(text[body:end]))
 

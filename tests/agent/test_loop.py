@@ -27,6 +27,7 @@ from agent.events import (
     ToolFailed,
     ToolStarted,
 )
+from agent.metrics import Metric
 from agent.tools.current_time import make_current_time_tool
 from tests.fakes.openai_server import FakeToolCall, Reply, act, observe, reason, text
 from tests.fakes.scripted_model import Harness
@@ -76,6 +77,35 @@ async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(harne
     assert harness.model.phases() == ["reason", "observe"]
     assert record.of(ReasonDone) and record.of(ObserveDone)
     assert record.of(RunCompleted)[0].final_answer == "Paris is in France."
+
+
+async def test_a_model_repeating_its_block_is_cut_off_and_the_run_goes_on(harness: Harness):
+    block = json.dumps({"plan": "Look up the time.", "tools_to_consider": [], "finish": False})
+    repeats = [f"```json\n{block}\n```\n\n"] * 50  # a small model, until its token limit
+    harness.model.script("reason", text("I'll check.\n", *repeats))
+    harness.model.script("observe", observe("Found it.", final="It is noon."))
+
+    record = await harness.run("What time is it?", max_steps=2)
+
+    assert harness.model.closed_early == 1  # the request ended: the server stops generating
+    assert harness.model.phases() == ["reason", "act", "observe"]
+    assert [e.content for e in record.of(ReasonDone)] == ["I'll check."]
+    assert harness.metrics[Metric.REPLIES_CUT] == 1
+    (completion,) = record.of(RunCompleted)
+    assert completion.final_answer == "It is noon."
+    # The cut call sent no usage: its tokens are estimated, not dropped.
+    assert completion.usage["total_tokens"] > 30 + 15
+
+
+async def test_act_is_told_the_tools_reason_named(harness: Harness):
+    block = {"plan": "Ask, then look.", "tools_to_consider": ["request_input", "nope"]}
+    harness.model.script("reason", text(json.dumps({**block, "finish": False})))
+    harness.model.script("observe", observe("ok", final="Done."))
+    await harness.run("go", max_steps=1)
+    act_call = harness.model.calls[1]
+    assert act_call.phase == "act"
+    instruction = act_call.messages[-1].content
+    assert "Tools you named for this step: request_input.\n" in instruction  # offered ones
 
 
 async def test_max_steps_ends_with_a_summary(harness: Harness):

@@ -157,3 +157,54 @@ def test_an_unlabelled_code_block_at_the_end_stays_visible(reply):
 
 def test_an_unlabelled_fence_around_an_object_at_the_end_is_still_cut():
     assert split_control('Plan.\n```\n{"plan": "x"', REASON_KEYS) == ("Plan.", None)
+
+
+_BLOCK = '{"plan": "p", "finish": false}'
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        f"I will check.\n```json\n{_BLOCK}\n```\n\n```json\n{_BLOCK}\n```\n\n```json\n{_BLOCK}",
+        f"I will check.\n```json\n{_BLOCK}\n{_BLOCK}\n{_BLOCK}\n{_BLOCK}",
+        f"I will check.\n{_BLOCK}\n{_BLOCK}\n{_BLOCK[:9]}",
+        f'I will check.\n```json\n{_BLOCK}\n```\n{{"name": "get_current_time"}}',
+    ],
+)
+def test_a_block_written_again_settles_the_stream_on_the_first(reply):
+    for size in (1, 5, len(reply)):
+        chunks = [reply[i : i + size] for i in range(0, len(reply), size)]
+        s = ControlStream(REASON_KEYS)
+        shown, fed = [], 0
+        for chunk in chunks:
+            shown.append(s.feed(chunk))
+            fed += len(chunk)
+            if s.settled:
+                break
+        shown.append(s.finish())
+        assert s.settled
+        assert size == len(reply) or fed < len(reply), "the caller can stop reading early"
+        assert "".join(shown).strip() == "I will check."
+        assert s.control == {"plan": "p", "finish": False}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        f"I will check.\n```json\n{_BLOCK}\n```",
+        f'{_BLOCK}\nThen more text.\n{{"plan": "b"}}',  # prose between: the last still wins
+        'A list: {"plan": "x", "finish": false}, then prose.',
+    ],
+)
+def test_a_single_block_or_blocks_apart_do_not_settle(reply):
+    _, s = stream([reply])
+    assert not s.settled
+
+
+def test_an_answer_after_its_block_is_never_cut_however_it_starts():
+    s = ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
+    block = '{"observation": "done", "should_continue": false}'
+    answer = '```json\n{"observation": "an example"}\n```\n\n```json\n{"a": 1}\n```'
+    s.feed(f"Done.\n{block}\n{answer}")
+    s.finish()
+    assert not s.settled and s.answer == answer

@@ -20,6 +20,7 @@ from agent.errors import ModelError
 from agent.events import AgentEvent
 from agent.loop import run_agent
 from agent.messages import Message, ToolCall
+from agent.metrics import Metrics
 from agent.ports import CallInfo, ModelTurn, Thinking, ToolChoice, ToolSpec
 from agent.prompts import FilePromptProvider
 from agent.run import RunContext, RunLimits
@@ -50,6 +51,7 @@ class ScriptedModel:
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.calls: list[ModelCall] = []
         self.cancelled = 0
+        self.closed_early = 0  # streams the loop closed before their last chunk
         self.hanging = asyncio.Event()  # set when a stream starts to hang
 
     def script(self, phase: str, *replies: Reply) -> None:
@@ -83,6 +85,9 @@ class ScriptedModel:
                 await asyncio.Event().wait()
         except asyncio.CancelledError:
             self.cancelled += 1
+            raise
+        except GeneratorExit:
+            self.closed_early += 1
             raise
         calls = tuple(ToolCall(c.id, c.name, c.raw_arguments()) for c in reply.tool_calls)
         yield ModelTurn(
@@ -138,6 +143,7 @@ class Harness:
     tools: list[Tool] = field(default_factory=list)
     record: Recorder = field(default_factory=Recorder)
     control: RunControl = field(default_factory=RunControl)
+    metrics: Metrics = field(default_factory=Metrics)
 
     def context(self, limits: RunLimits | None = None, run_id: str = "r1") -> RunContext:
         return RunContext(
@@ -152,6 +158,7 @@ class Harness:
             transcript=self.record,
             control=self.control,
             limits=limits or RunLimits(),
+            metrics=self.metrics,
         )
 
     def start(self, content: str, *, agent: bool = True, **limits: Any) -> asyncio.Task[None]:

@@ -172,3 +172,22 @@ async def test_a_summary_written_as_a_block_is_not_shown_raw(server, fake_llm: F
     assert frames[-2]["final_answer"] == "It is noon in Tokyo."
     shown = "".join(f["delta"] for f in frames if kind(f) == "agent_answer_delta")
     assert shown == "It is noon in Tokyo."
+
+
+async def test_a_model_repeating_its_block_is_hung_up_on_and_the_run_goes_on(
+    server, fake_llm: FakeLLM
+):
+    block = json.dumps({"plan": "Look it up.", "tools_to_consider": [], "finish": False})
+    repeats = ["I'll look.\n", *[f"```json\n{block}\n```\n\n"] * 3]
+    # The model keeps the stream open after its repeats: only a hang-up lets the run go on.
+    fake_llm.script("reason", Reply(chunks=repeats, hang_after=len(repeats)))
+    fake_llm.script("observe", observe("Found it.", final="Here it is."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("look it up", timeout=10)
+    await fake_llm.wait_disconnects(1)
+    reasoned = next(f for f in frames if kind(f) == "agent_reason")
+    assert reasoned["content"] == "I'll look."
+    completion = next(f for f in frames if kind(f) == "agent_completion")
+    assert completion["final_answer"] == "Here it is."
+    assert "```" not in "".join(f.get("delta", "") for f in frames)
