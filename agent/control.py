@@ -66,8 +66,12 @@ class RunControl:
         self._decided: set[str] = set()  # calls of this run already approved or denied
 
     def attach(self, task: asyncio.Task[object]) -> None:
-        """Bind the task that `request_stop` cancels."""
+        """Bind the task that `request_stop` cancels. Call it from inside the task, once it
+        runs: a task cancelled before its first step never enters its own handlers, so a stop
+        that came first only cancels it here, to land at its first wait."""
         self._task = task
+        if self.stop_reason is not None and not task.done():
+            task.cancel()
 
     def detach(self) -> None:
         """The run is over: later stop requests must not cancel whatever the task does next."""

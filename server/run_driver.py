@@ -110,8 +110,7 @@ class RunDriver:
                 live.run = None
                 raise
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
-        run.task = task
-        run.control.attach(task)
+        run.task = task  # the run attaches itself to its control when it starts (see _drive)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
@@ -194,6 +193,10 @@ class RunDriver:
                         request.content, request.agent_mode, request.origin, request.client_id
                     )
                 )
+                # Only now may a stop cancel the run: the user's message is stored and shown
+                # first, and a stop sent with the chat (before this task ran) lands here.
+                if (task := asyncio.current_task()) is not None:
+                    run.control.attach(task)
                 history = await self._store.load_history(live.scope, live.session_id)
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)

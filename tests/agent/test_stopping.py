@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from agent.control import RunControl
 from agent.events import RunStopped, ToolFailed
 from agent.messages import Message, ToolCall
 from agent.run import RunInterrupted
@@ -98,3 +99,19 @@ async def test_a_run_that_ends_itself_claims_the_stop(harness: Harness):
     assert harness.control.stop_reason == "input_timeout"
     assert not harness.control.request_stop("user")  # a later stop finds one under way
     assert harness.record.events == [RunStopped(0, "input_timeout", ZERO_USAGE)]
+
+
+async def test_a_stop_before_the_task_is_attached_cancels_it_at_attach():
+    control = RunControl()
+    assert control.request_stop("user")  # before the run's task exists, or has begun
+    reached = asyncio.Event()
+
+    async def run() -> None:
+        control.attach(asyncio.current_task())  # type: ignore[arg-type]
+        reached.set()
+        await asyncio.sleep(10)  # the first wait: the stop lands here
+
+    task = asyncio.create_task(run())
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert reached.is_set() and task.cancelled()

@@ -113,3 +113,29 @@ async def test_leaving_in_any_phase_does_not_stop_the_run(server_factory, fake_l
     seqs = [f["seq"] for f in seen + rest]
     assert seqs == list(range(1, len(seqs) + 1))
     assert rest[-2]["final_answer"] == "Finished without you."
+
+
+async def test_chats_and_stops_in_one_breath_from_many_clients_all_end(
+    server_factory, fake_llm: FakeLLM
+):
+    clients, rounds = 20, 8
+    for _ in range(clients * rounds):
+        fake_llm.script("reason", Reply(chunks=["tok "] * 40))
+    async with server_factory(agent={"max_concurrent_runs_per_tenant": clients}) as s:
+
+        async def rounds_of(i: int) -> None:
+            async with await s.client() as c:
+                await c.recv()
+                for r in range(rounds):
+                    await c.send({"type": "chat", "content": "go", "agent_max_steps": 1})
+                    if r % 2:  # every other round is stopped at once, or a moment later
+                        await asyncio.sleep(0.001 * (i % 3))
+                        await c.send({"type": "agent_control", "action": "stop"})
+                    frames = await c.until("response_complete", timeout=10)
+                    errors = [f for f in frames if f["type"] == "error"]
+                    # a stop that arrives after its run completed has nothing to stop
+                    assert all(e["code"] == "no_active_run" for e in errors), errors
+                    if [f for f in frames if kind(f) == "agent_stopped"]:
+                        assert frames[-2].get("update_type") == "agent_stopped"
+
+        await asyncio.gather(*(rounds_of(i) for i in range(clients)))

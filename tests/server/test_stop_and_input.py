@@ -46,6 +46,28 @@ async def test_stop_during_a_reason_stream_ends_the_run_at_once(server, fake_llm
     assert any("stopped the previous run" in n for n in notes)
 
 
+async def test_a_stop_sent_with_the_chat_stops_that_run_and_frees_the_session(
+    server, fake_llm: FakeLLM
+):
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("first, to the end")
+        for _ in range(3):  # the stop reaches the server before the run's task has begun
+            await c.send({"type": "chat", "content": "never mind"})
+            await c.send({"type": "agent_control", "action": "stop"})
+            frames = await c.until("response_complete", timeout=5)
+            assert [kind(f) for f in frames] == [
+                "agent_user_message",
+                "agent_stopped",
+                "response_complete",
+            ]
+            assert frames[0]["content"] == "never mind"
+            assert frames[1]["reason"] == "user"
+        fake_llm.script("observe", observe("ok", final="Still here."))
+        frames = await c.run("and now?")  # the session and the tenant's run count are free
+        assert frames[-2]["final_answer"] == "Still here."
+
+
 async def test_stop_during_a_tool_call_cancels_it_and_closes_the_call(server_factory, fake_llm):
     gate = Gate()
     call = FakeToolCall("wait_for_gate", {"label": "x"})
