@@ -22,7 +22,8 @@ Small models often write their block again and again until the token limit. Once
 been read and another begins right after it (only white space between, or a second object in
 the same fence), the stream is `settled`: the first block stands, nothing more is shown, and
 the caller may stop reading the reply. A block followed by prose is not settled, so a later
-block still replaces it, as before.
+block still replaces it, as before. An answer that opens with the block written again is no
+answer: it settles the stream too.
 """
 
 from __future__ import annotations
@@ -131,6 +132,8 @@ class ControlStream:
         text = self._text
         while self._pos < len(text) and not self.settled:
             if self._answering:
+                if not self._answer and self._repeat_opens_answer(final=final):
+                    break  # undecided yet, or the "answer" is the block again (settled)
                 self._answer.append(text[self._pos :])
                 self._pos = len(text)
                 break
@@ -156,8 +159,8 @@ class ControlStream:
                 self._pos = cand.end
                 if cand.control is not None and self._answer_after is not None:
                     self._answering = self._answer_after(cand.control)
-                if cand.control is not None and not self._answering:
-                    self._block_end = cand.end
+                if cand.control is not None and (cand.repeated or not self._answering):
+                    self._block_end = cand.end  # (a repeat inside the fence is no answer)
                     self.settled = cand.repeated
                 continue
             rest = text[cand.end :]
@@ -176,6 +179,30 @@ class ControlStream:
         if released:
             self._released.append(released)
         return released
+
+    def _repeat_opens_answer(self, *, final: bool) -> bool:
+        """Before the first answer text: True while it may still be the control block written
+        again (held back), or when it is (the stream is then settled, with no answer). An
+        answer that opens with prose or a code block in another language goes out at once."""
+        text = self._text
+        start = _skip_space(text, self._pos)
+        if start == len(text) or (_FENCE.startswith(text[start:]) and not final):
+            return not final  # nothing yet, or "`", "``": maybe a fence
+        if text.startswith(_FENCE, start):
+            line_end = text.find("\n", start)
+            if line_end == -1:
+                return not final
+            if not _label_is_json(text[start:line_end]):
+                return False
+        elif not text.startswith("{", start):
+            return False
+        cand = self._read_candidate(start)
+        if cand.end == _UNDECIDED:
+            return not final
+        if cand.control is None:
+            return False
+        self.settled = True
+        return True
 
     def _settle_open(self, cand: _Candidate, out: list[str]) -> None:
         """At the end of the stream, decide about a block that never closed."""

@@ -201,10 +201,60 @@ def test_a_single_block_or_blocks_apart_do_not_settle(reply):
     assert not s.settled
 
 
-def test_an_answer_after_its_block_is_never_cut_however_it_starts():
+def test_blocks_inside_an_answer_after_its_block_never_cut_it():
     s = ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
     block = '{"observation": "done", "should_continue": false}'
-    answer = '```json\n{"observation": "an example"}\n```\n\n```json\n{"a": 1}\n```'
+    answer = 'For example:\n```json\n{"observation": "x"}\n```\n\n```json\n{"a": 1}\n```'
     s.feed(f"Done.\n{block}\n{answer}")
     s.finish()
     assert not s.settled and s.answer == answer
+
+
+def test_a_block_repeated_inside_its_fence_is_no_answer():
+    s = ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
+    block = '{"observation": "done", "should_continue": false, "final_answer": "Paris."}'
+    s.feed(f"```json\n{block}\n{block}\n{block}")
+    s.finish()
+    assert s.settled and s.answer == ""
+    assert s.control is not None and s.control["final_answer"] == "Paris."
+
+
+@pytest.mark.parametrize(
+    "repeat",
+    [
+        '\n```json\n{"observation": "done", "should_continue": false}\n```',
+        '\n{"observation": "done", "should_continue": false}\n{"obs',
+    ],
+)
+def test_a_final_block_written_again_is_no_answer(repeat):
+    block = '{"observation": "done", "should_continue": false, "final_answer": "Paris."}'
+    reply = f"Done.\n{block}{repeat}"
+    for size in (1, 4, len(reply)):
+        s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+        for i in range(0, len(reply), size):
+            s.feed(reply[i : i + size])
+            assert s.take_answer() == ""
+            if s.settled:
+                break
+        s.finish()
+        assert s.settled and s.answer == "" and s.control["final_answer"] == "Paris."
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Paris is the capital.",
+        "```python\nprint('Paris')\n```\nThat prints it.",
+        '```json\n{"city": "Paris"}\n```',
+        '{"city": "Paris"}',
+    ],
+)
+def test_an_answer_after_the_block_streams_whatever_it_opens_with(answer):
+    block = '{"observation": "done", "should_continue": false}'
+    s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+    reply = f"Done.\n{block}\n{answer}"
+    taken = [s.take_answer() for _ in [s.feed(reply[i : i + 3]) for i in range(0, len(reply), 3)]]
+    s.finish()
+    taken.append(s.take_answer())
+    assert not s.settled
+    assert "".join(taken).strip() == answer == s.answer
