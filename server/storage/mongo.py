@@ -97,6 +97,7 @@ class MongoStore:
         self._client: AsyncMongoClient[Doc] | None = None
         self._db: AsyncDatabase[Doc] | None = None
         self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
+        self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # see append
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class MongoStore:
             await self._col("sessions").delete_one(query)
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
+        self._checked.pop((scope.tenant_id, scope.user_id, session_id), None)
         return True
 
     # -- events ------------------------------------------------------------------------------
@@ -223,7 +225,15 @@ class MongoStore:
     ) -> list[bytes]:
         for frame in frames:  # fail before touching anything, as SQLite's rollback would
             _encode(frame)
-        await self._touch(scope, session_id, now)
+        checked = (scope.tenant_id, scope.user_id, session_id)
+        if checked not in self._checked:
+            # The first append here checks the session is the caller's and bumps
+            # `updated_at`; later ones skip that write (half of each append, and a full scan
+            # on FerretDB): messages, stored at the end of every phase, keep it current.
+            await self._touch(scope, session_id, now)
+            self._checked[checked] = None
+            if len(self._checked) > _MAX_HINTS:
+                self._checked.popitem(last=False)
 
         def event(frame: dict[str, Any], seq: int) -> Doc:
             frame["seq"] = seq
