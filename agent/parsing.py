@@ -201,6 +201,9 @@ class ControlStream:
             return not final
         if cand.control is None:
             return False
+        for key, value in cand.control.items():  # what the first block left empty
+            if self.control is not None and not self.control.get(key):
+                self.control[key] = value
         self.settled = True
         return True
 

@@ -258,3 +258,13 @@ def test_an_answer_after_the_block_streams_whatever_it_opens_with(answer):
     taken.append(s.take_answer())
     assert not s.settled
     assert "".join(taken).strip() == answer == s.answer
+
+
+def test_a_repeat_after_the_final_block_fills_in_what_it_left_empty():
+    s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+    first = '{"observation": "done", "should_continue": false, "final_answer": ""}'
+    second = '{"observation": "other", "should_continue": false, "final_answer": "Paris."}'
+    s.feed(f"Done.\n{first}\n```json\n{second}\n```")
+    s.finish()
+    assert s.settled and s.answer == ""
+    assert s.control == {"observation": "done", "should_continue": False, "final_answer": "Paris."}
