@@ -99,14 +99,11 @@ class RunDriver:
             raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
         run = ActiveRun(uuid.uuid4().hex, RunControl())
-        live.run = run
+        live.run = run  # claimed before any wait, so a second chat meanwhile is refused
         if self._store.shared:
-            repair = self._repairs.pending(live.session_id)
-            if repair is not None:  # the last run's end (and slot) never reached the store
-                await self._repairs.repair(repair)
             try:
-                await self._quota.take_slot(live.scope, live.session_id, run.run_id)
-            except BaseException:
+                await self._take_slot(live, run)
+            except BaseException:  # refused, failed, or the connection went away meanwhile
                 live.run = None
                 raise
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
@@ -114,6 +111,18 @@ class RunDriver:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
+
+    async def _take_slot(self, live: LiveSession, run: ActiveRun) -> None:
+        """Settle the session's last run if its end never reached the store, then take the
+        run's slots there; on any failure the reservation is given back."""
+        repair = self._repairs.pending(live.session_id)
+        if repair is not None:  # the last run's end (and slot) never reached the store
+            try:
+                await self._repairs.repair(repair)
+            except BaseException:
+                self._quota.release(live.scope.tenant_id)
+                raise
+        await self._quota.take_slot(live.scope, live.session_id, run.run_id)  # releases too
 
     async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
         """`retry`: run the session's last user message again (after an error, a stop, or to

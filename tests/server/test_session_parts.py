@@ -13,6 +13,7 @@ import pytest
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from server.protocol import ChatFrame, ProtocolError
+from server.run_driver import RunDriver
 from server.run_quota import RunQuota
 from server.run_request import read_request
 from server.session_registry import SessionRegistry
@@ -249,3 +250,45 @@ def test_each_tenant_sees_its_own_counters_and_the_total_sums_them() -> None:
     assert metrics.snapshot("acme")[Metric.RUNS_STARTED] == 2
     assert metrics.snapshot("initech")[Metric.RUNS_STARTED] == 0
     assert metrics.snapshot()[Metric.RUNS_STARTED] == 3
+
+
+# -- RunDriver -------------------------------------------------------------------------------
+
+
+class HangingRepairs(Repairs):
+    """A repair that waits until cancelled: the connection that sent the chat went away."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+
+    async def repair(self, item: UnfinishedRun) -> None:
+        self.started.set()
+        await asyncio.Event().wait()
+
+
+async def test_a_chat_cut_off_while_its_session_is_repaired_leaves_nothing_taken(
+    store: SQLiteStore,
+) -> None:
+    repairs = HangingRepairs()
+    registry = SessionRegistry(store, repairs)
+    quota = RunQuota(store, limit=1)
+    driver = RunDriver(
+        store=store,
+        registry=registry,
+        quota=quota,
+        repairs=repairs,
+        context=lambda *args: None,  # type: ignore[arg-type,return-value]  # never reached
+        metrics=TenantMetrics(),
+        settings=AgentSettings(),
+        tools_for=lambda tenant: [],
+    )
+    live, _ = await registry.open(ALICE, None)
+    repairs.defer(UnfinishedRun(ALICE, live.session_id, "r0"))
+    chat = asyncio.create_task(driver.start_run(live, _chat()))
+    await asyncio.wait_for(repairs.started.wait(), 5)
+    chat.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await chat
+    assert live.run is None  # the session takes the next chat
+    assert quota.active_runs(ALICE.tenant_id) == 0  # and the tenant's run count is given back
