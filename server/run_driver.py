@@ -179,19 +179,20 @@ class RunDriver:
         return None
 
     async def _drive(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
-        limits = self._settings.limits(
-            budget=self._budget,
-            approval_timeout_s=self._approval_timeout_s,
-            max_steps=request.max_steps,
-            style=request.style,
-        )
-        ctx = self._context(live, run, limits, request.tools, request.client_tools)
-        sink = ctx.sink
+        """Run the request to its end; whatever happens, the run ends with `_finish`."""
         limit = asyncio.get_running_loop().call_later(
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
         )
         self._metrics.of(live.scope.tenant_id)[Metric.RUNS_STARTED] += 1
         try:
+            limits = self._settings.limits(
+                budget=self._budget,
+                approval_timeout_s=self._approval_timeout_s,
+                max_steps=request.max_steps,
+                style=request.style,
+            )
+            ctx = self._context(live, run, limits, request.tools, request.client_tools)
+            sink = ctx.sink
             async with stop_recorded(ctx):  # also a stop before the loop began
                 repair = self._repairs.pending(live.session_id)
                 if repair is not None:  # the last run's end was never stored: close it first

@@ -4,7 +4,9 @@ always answers with a docs/wire-protocol.md error code or valid run events."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,17 +28,13 @@ ERROR_CODES = {
     "storage_error",
     "internal_error",
 }
+# Every update type a client may meet is documented: v1's in docs/wire-protocol.md, the
+# extensions (agent_user_message, agent_plan, …) in docs/protocol.md.
+_DOCS = Path(__file__).resolve().parents[2] / "docs"
 UPDATE_TYPES = {
-    "agent_start",
-    "agent_turn_start",
-    "agent_reason_delta",
-    "agent_reason",
-    "agent_request_input",
-    "agent_request_input_timeout",
-    "agent_observe_delta",
-    "agent_observe",
-    "agent_stopped",
-    "agent_completion",
+    name
+    for doc in ("wire-protocol.md", "protocol.md")
+    for name in re.findall(r"`(agent_[a-z_]+)`", (_DOCS / doc).read_text(encoding="utf-8"))
 }
 TOP_TYPES = {
     "error",
