@@ -135,7 +135,9 @@ async def test_chats_and_stops_in_one_breath_from_many_clients_all_end(
                     errors = [f for f in frames if f["type"] == "error"]
                     # a stop that arrives after its run completed has nothing to stop
                     assert all(e["code"] == "no_active_run" for e in errors), errors
-                    if [f for f in frames if kind(f) == "agent_stopped"]:
-                        assert frames[-2].get("update_type") == "agent_stopped"
+                    ends = [
+                        kind(f) for f in frames if kind(f) in ("agent_completion", "agent_stopped")
+                    ]
+                    assert len(ends) == 1 and frames[-2].get("update_type") == ends[0], ends
 
         await asyncio.gather(*(rounds_of(i) for i in range(clients)))
