@@ -159,8 +159,11 @@ class ControlStream:
                 self._pos = cand.end
                 if cand.control is not None and self._answer_after is not None:
                     self._answering = self._answer_after(cand.control)
+                # A block right after this one will be a repeat; a second object inside the
+                # same fence is one already, and settles even before an answer (the rest
+                # would be the block again, not the answer).
                 if cand.control is not None and (cand.repeated or not self._answering):
-                    self._block_end = cand.end  # (a repeat inside the fence is no answer)
+                    self._block_end = cand.end
                     self.settled = cand.repeated
                 continue
             rest = text[cand.end :]
