@@ -179,6 +179,13 @@ async def run(bench: Bench) -> dict[str, Any]:
         ladder = [n for n in (count // 2, count // 4) if not best and n >= 10 and n < count]
         if ladder and str(ladder[0]) in levels:
             break
+    missed = [int(n) for n, r in levels.items() if not r["met"] and int(n) > best]
+    if best and missed:  # one more level between the last held and the first missed
+        middle = (best + min(missed)) // 2
+        if middle > best and str(middle) not in levels:
+            levels[str(middle)] = result = await _level(bench, server, middle)
+            if result["met"]:
+                best = middle
     await bench.llm_default({"kind": "steps"})
     tried = sorted(int(n) for n in levels)
     untried = [n for n in bench.sizes.levels if n not in tried]
