@@ -133,6 +133,8 @@ class LiveSession:
 
     async def ensure_stored(self) -> None:
         """Store the session record if this is its first run."""
+        if self.stored:
+            return  # the usual case: no trip through the write queue
 
         async def write() -> None:
             if not self.stored:
