@@ -14,6 +14,11 @@ from agent.parsing import (
 )
 
 
+def observing() -> ControlStream:
+    """An Observe stream: the text after a block with `should_continue: false` is the answer."""
+    return ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
+
+
 def stream(chunks: list[str], keys=REASON_KEYS) -> tuple[list[str], ControlStream]:
     s = ControlStream(keys)
     shown = [s.feed(c) for c in chunks]
@@ -202,7 +207,7 @@ def test_a_single_block_or_blocks_apart_do_not_settle(reply):
 
 
 def test_blocks_inside_an_answer_after_its_block_never_cut_it():
-    s = ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
+    s = observing()
     block = '{"observation": "done", "should_continue": false}'
     answer = 'For example:\n```json\n{"observation": "x"}\n```\n\n```json\n{"a": 1}\n```'
     s.feed(f"Done.\n{block}\n{answer}")
@@ -211,7 +216,7 @@ def test_blocks_inside_an_answer_after_its_block_never_cut_it():
 
 
 def test_a_block_repeated_inside_its_fence_is_no_answer():
-    s = ControlStream(OBSERVE_KEYS, answer_after=lambda block: not block["should_continue"])
+    s = observing()
     block = '{"observation": "done", "should_continue": false, "final_answer": "Paris."}'
     s.feed(f"```json\n{block}\n{block}\n{block}")
     s.finish()
@@ -230,7 +235,7 @@ def test_a_final_block_written_again_is_no_answer(repeat):
     block = '{"observation": "done", "should_continue": false, "final_answer": "Paris."}'
     reply = f"Done.\n{block}{repeat}"
     for size in (1, 4, len(reply)):
-        s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+        s = observing()
         for i in range(0, len(reply), size):
             s.feed(reply[i : i + size])
             assert s.take_answer() == ""
@@ -251,7 +256,7 @@ def test_a_final_block_written_again_is_no_answer(repeat):
 )
 def test_an_answer_after_the_block_streams_whatever_it_opens_with(answer):
     block = '{"observation": "done", "should_continue": false}'
-    s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+    s = observing()
     reply = f"Done.\n{block}\n{answer}"
     taken = [s.take_answer() for _ in [s.feed(reply[i : i + 3]) for i in range(0, len(reply), 3)]]
     s.finish()
@@ -261,7 +266,7 @@ def test_an_answer_after_the_block_streams_whatever_it_opens_with(answer):
 
 
 def test_a_repeat_after_the_final_block_fills_in_what_it_left_empty():
-    s = ControlStream(OBSERVE_KEYS, answer_after=lambda b: not b["should_continue"])
+    s = observing()
     first = '{"observation": "done", "should_continue": false, "final_answer": ""}'
     second = '{"observation": "other", "should_continue": false, "final_answer": "Paris."}'
     s.feed(f"Done.\n{first}\n```json\n{second}\n```")
