@@ -410,3 +410,24 @@ async def test_a_failing_model_is_a_run_error(server, fake_llm: FakeLLM):
     events = await post(server.address, run_input(uuid.uuid4().hex))
     check_sequence(events)
     assert events[-1].type == EventType.RUN_ERROR and events[-1].code == "llm_error"
+
+
+async def test_a_stop_sent_as_the_run_starts_cancels_it_cleanly(server, fake_llm: FakeLLM):
+    fake_llm.script("reason", text("thinking", hang_after=1))
+    thread = uuid.uuid4().hex
+    events: list[Any] = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream(
+            "POST", f"http://{server.address}/agui", json=run_input(thread, "long task")
+        ) as r:
+            # The stop goes out as soon as the stream opens, before any event is read.
+            stop = await http.post(f"http://{server.address}/agui/{thread}/stop")
+            async for line in r.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(EVENT.validate_json(line[6:]))
+        assert stop.status_code == 202, stop.text
+        check_sequence(events)
+    assert events[-1].type == EventType.RUN_FINISHED
+    assert events[-1].outcome.type == "cancelled"
+    async with await server.client(session_id=thread) as ws:
+        assert (await ws.recv())["status"] == "idle"  # the thread takes its next run
