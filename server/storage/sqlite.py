@@ -5,25 +5,20 @@ one reader, each with its own connection. Writes are group-committed: every writ
 while a transaction runs goes into the next one, so a hundred streaming sessions cost one
 commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction.
 
-Events are numbered on the event loop, from the last `seq` this store gave the session, and
-the writer stores every appended event of a batch with a few multi-row statements: the
-writer thread releases and retakes the GIL around each SQLite step, and on a busy event loop
-each retake can wait a whole switch interval, so a batch must cost O(1) steps, not O(events).
-The batch's session update only matches rows whose `last_seq` is the one the numbering
-started from, and `(session_id, seq)` is the primary key: when another process (or a failed
-batch) moved a session on, the batch is redone inside the transaction with `seq` read from
-the session row, so allocation stays gap-free even if a second process opens the same file.
+Events are numbered on the event loop, from the last `seq` this store gave the session; how
+the writer then stores a batch in a few multi-row statements, and redoes it numbered from the
+session rows when another process (or a failed batch) moved a session on, is in
+`sqlite_batch.py`. `(session_id, seq)` is the primary key, so allocation stays gap-free even
+if a second process opens the same file.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -41,12 +36,12 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.sqlite_batch import Append, Op, bump, encode, isolated, run_together
 from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
-_Op = Callable[[sqlite3.Connection], Any]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -100,8 +95,6 @@ CREATE TABLE IF NOT EXISTS run_slots (
 CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
 _TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
-_ROWS_PER_INSERT = 128  # 5 bound variables each: within SQLite's oldest limit of 999
-_SESSIONS_PER_UPDATE = 128  # 6 bound variables each
 
 _SESSION_COLUMNS = (
     "session_id, tenant_id, user_id, status, title, created_at, updated_at, last_seq, "
@@ -121,7 +114,7 @@ class SQLiteStore:
         self._closed = False
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
-        self._pending: list[tuple[_Op | _Append, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[Op | Append, asyncio.Future[Any]]] = []
         self._committing: asyncio.Future[None] | None = None  # done when no batch is left
         self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
@@ -266,9 +259,9 @@ class SQLiteStore:
         """Number and encode the frames here, on the event loop, from the last `seq` this
         store gave the session; the first append of a session reads it in the writer."""
         last = self._last_seq.get(session_id)
-        append = _Append(scope, session_id, frames, now, 0 if last is None else last + 1)
+        append = Append(scope, session_id, frames, now, 0 if last is None else last + 1)
         if last is not None:
-            append.bodies = [_encode(frame, seq) for seq, frame in enumerate(frames, last + 1)]
+            append.bodies = [encode(frame, seq) for seq, frame in enumerate(frames, last + 1)]
             self._last_seq[session_id] = last + len(frames)
         result: list[bytes] = await self._write(append)
         return result
@@ -299,7 +292,7 @@ class SQLiteStore:
         self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
     ) -> None:
         def op(conn: sqlite3.Connection) -> None:
-            last = _bump(conn, scope, session_id, "message_count", len(messages), now)
+            last = bump(conn, scope, session_id, "message_count", len(messages), now)
             first = last - len(messages)
             rows = []
             for sequence, message in enumerate(messages, start=first):
@@ -500,7 +493,7 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _write(self, op: _Op | _Append) -> Any:
+    async def _write(self, op: Op | Append) -> Any:
         """Queue `op` for the next group commit and wait for its result."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
@@ -529,7 +522,7 @@ class SQLiteStore:
     def _committed(
         self,
         loop: asyncio.AbstractEventLoop,
-        batch: list[tuple[_Op | _Append, asyncio.Future[Any]]],
+        batch: list[tuple[Op | Append, asyncio.Future[Any]]],
         done: Future[list[Any]] | Exception,
     ) -> None:
         """Give each caller its result, then send the batch queued meanwhile, if any."""
@@ -540,7 +533,7 @@ class SQLiteStore:
             results = done.result()
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
             for op in ops:  # the numbers handed out were not used
-                if isinstance(op, _Append):
+                if isinstance(op, Append):
                     self._last_seq.pop(op.session_id, None)
             results = [exc] * len(batch)
         else:
@@ -559,11 +552,11 @@ class SQLiteStore:
         if committing is not None and not committing.done():
             committing.set_result(None)
 
-    def _remember_numbers(self, ops: list[_Op | _Append], results: list[Any]) -> None:
+    def _remember_numbers(self, ops: list[Op | Append], results: list[Any]) -> None:
         """After a commit: keep numbering from the last `seq` stored, unless appends queued
         since already went further (they were numbered after these)."""
         for op, result in zip(ops, results, strict=True):
-            if not isinstance(op, _Append):
+            if not isinstance(op, Append):
                 continue
             if isinstance(result, BaseException):
                 if op.renumbered:  # its numbers were not used: let the next append read
@@ -574,7 +567,7 @@ class SQLiteStore:
             if known is None or op.renumbered or known < last:
                 self._last_seq[op.session_id] = last
 
-    def _commit(self, ops: list[_Op | _Append]) -> list[Any]:
+    def _commit(self, ops: list[Op | Append]) -> list[Any]:
         """Run a batch in one transaction. The common case uses no savepoints and stores all
         of the batch's events in a few statements (every sqlite3 step releases and retakes
         the GIL, which a busy event loop makes slow); if one operation fails on its own, or
@@ -586,7 +579,7 @@ class SQLiteStore:
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                results = _run_together(conn, ops)
+                results = run_together(conn, ops)
             except sqlite3.Error as exc:
                 if not isinstance(exc, sqlite3.IntegrityError):
                     raise  # disk full, I/O error: the whole batch fails
@@ -596,7 +589,7 @@ class SQLiteStore:
             if results is None:
                 conn.execute("ROLLBACK")
                 conn.execute("BEGIN IMMEDIATE")
-                results = [_isolated(conn, op) for op in ops]
+                results = [isolated(conn, op) for op in ops]
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -636,168 +629,6 @@ class SQLiteStore:
             return found
 
         return await self._read(op) if ids else set()
-
-
-@dataclass(slots=True)
-class _Append:
-    """Events for one session. `first` > 0: numbered and encoded on the event loop from
-    `first` (`bodies` holds them); 0, or after a stale number: numbered in the writer."""
-
-    scope: Scope
-    session_id: str
-    frames: Sequence[dict[str, Any]]
-    now: int
-    first: int
-    bodies: list[bytes] | None = None
-    renumbered: bool = False  # stored with numbers read from the session row
-
-    def store_numbered(self, conn: sqlite3.Connection) -> list[bytes]:
-        """Number from the session row and store (the first append, or a stale number)."""
-        frames = self.frames
-        last = _bump(conn, self.scope, self.session_id, "last_seq", len(frames), self.now)
-        self.first, self.renumbered = last - len(frames) + 1, True
-        self.bodies = [_encode(frame, seq) for seq, frame in enumerate(frames, self.first)]
-        _insert_events(conn, [self])
-        return self.bodies
-
-    @property
-    def last(self) -> int:
-        return self.first + len(self.frames) - 1
-
-
-def _run_together(conn: sqlite3.Connection, ops: list[_Op | _Append]) -> list[Any]:
-    """Run the batch's operations in order, then store all of its pre-numbered events at
-    once: raise IntegrityError when a session's `last_seq` is not the one they follow."""
-    results: list[Any] = []
-    numbered: list[_Append] = []
-    for op in ops:
-        if not isinstance(op, _Append):
-            results.append(op(conn))
-        elif op.bodies is None:
-            results.append(op.store_numbered(conn))
-        else:
-            numbered.append(op)
-            results.append(op.bodies)
-    if numbered:
-        _store_prenumbered(conn, numbered)
-    return results
-
-
-def _store_prenumbered(conn: sqlite3.Connection, appends: list[_Append]) -> None:
-    """Advance each session's `last_seq` to its batch's last number, only where it still is
-    where the batch's numbering began, then insert every event row."""
-    spans: dict[str, list[Any]] = {}  # session_id -> [expected last_seq, new last, now, scope]
-    for append in appends:
-        span = spans.get(append.session_id)
-        last = append.last
-        if span is None:
-            spans[append.session_id] = [append.first - 1, last, append.now, append.scope]
-        elif span[1] + 1 == append.first:  # the next numbers of the same session
-            span[1], span[2] = last, max(span[2], append.now)
-        else:
-            raise sqlite3.IntegrityError("events of one session numbered out of order")
-    rows = [
-        (sid, expected, last, now, scope.tenant_id, scope.user_id)
-        for sid, (expected, last, now, scope) in spans.items()
-    ]
-    updated = 0
-    for chunk in _chunks(rows, _SESSIONS_PER_UPDATE):
-        updated += conn.execute(_update_last_seq_sql(len(chunk)), _flat(chunk)).rowcount
-    if updated != len(rows):  # another writer went on, or a session is not there
-        raise sqlite3.IntegrityError("a session's last_seq moved since its events were numbered")
-    _insert_events(conn, appends)
-
-
-def _insert_events(conn: sqlite3.Connection, appends: list[_Append]) -> None:
-    """Insert the numbered events (numbered from `first`: a caller may pass one dict twice)."""
-    rows = [
-        (a.session_id, seq, frame.get("run_id"), frame.get("ts", a.now), body)
-        for a in appends
-        for seq, (frame, body) in enumerate(zip(a.frames, a.bodies or (), strict=True), a.first)
-    ]
-    for chunk in _chunks(rows, _ROWS_PER_INSERT):
-        conn.execute(_insert_events_sql(len(chunk)), _flat(chunk))
-
-
-def _chunks(rows: list[T], most: int) -> list[list[T]]:
-    """Split into power-of-two sized chunks, so a few cached statements serve every size."""
-    out = []
-    start = 0
-    while start < len(rows):
-        size = min(most, 1 << ((len(rows) - start).bit_length() - 1))
-        out.append(rows[start : start + size])
-        start += size
-    return out
-
-
-def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
-    return [value for row in rows for value in row]
-
-
-@functools.cache
-def _insert_events_sql(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
-    return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {values}"
-
-
-@functools.cache
-def _update_last_seq_sql(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
-    return (
-        "UPDATE sessions SET last_seq = v.column3, updated_at = v.column4 "
-        f"FROM (VALUES {values}) AS v WHERE sessions.session_id = v.column1 "
-        "AND sessions.last_seq = v.column2 AND sessions.tenant_id = v.column5 "
-        "AND sessions.user_id = v.column6"
-    )
-
-
-def _isolated(conn: sqlite3.Connection, op: _Op | _Append) -> Any:
-    """Run one operation in a savepoint; its own failure becomes its StorageError result.
-    Events are numbered from the session row here, whatever the event loop numbered."""
-    conn.execute("SAVEPOINT op")
-    try:
-        result = op.store_numbered(conn) if isinstance(op, _Append) else op(conn)
-    except sqlite3.Error as exc:
-        if not isinstance(exc, sqlite3.IntegrityError):
-            raise
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
-        return StorageError(f"SQLite refused the write: {exc}")
-    except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
-        conn.execute("ROLLBACK TO op")
-        conn.execute("RELEASE op")
-        # A StorageError (a missing session, a frame that is not JSON) is the caller's to
-        # handle; anything else is a bug, not a storage failure, and keeps its type so the
-        # run reports it as an internal error.
-        return exc
-    conn.execute("RELEASE op")
-    return result
-
-
-class _Missing(StorageError):
-    """The session row an operation needs does not exist in the caller's scope."""
-
-
-def _encode(frame: dict[str, Any], seq: int) -> bytes:
-    frame["seq"] = seq
-    try:
-        return orjson.dumps(frame)
-    except orjson.JSONEncodeError as exc:  # as MongoStore reports it
-        raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
-
-
-def _bump(
-    conn: sqlite3.Connection, scope: Scope, session_id: str, column: str, count: int, now: int
-) -> int:
-    """Advance a session counter by `count` inside the open transaction; return its new value."""
-    row = conn.execute(
-        f"UPDATE sessions SET {column} = {column} + ?, updated_at = ? "
-        "WHERE session_id = ? AND tenant_id = ? AND user_id = ? RETURNING " + column,
-        (count, now, session_id, scope.tenant_id, scope.user_id),
-    ).fetchone()
-    if row is None:
-        raise _Missing(f"session {session_id} does not exist")
-    return int(row[0])
 
 
 def _session(row: tuple[Any, ...]) -> SessionRecord:

@@ -1,0 +1,193 @@
+"""How the SQLite writer stores a batch: the operations queued while the last transaction ran,
+in one `BEGIN IMMEDIATE` transaction (server/storage/sqlite.py runs it).
+
+Events numbered on the event loop (`Append` with `bodies`) are stored together, with one
+`UPDATE … FROM (VALUES …)` that advances each session's `last_seq` only where it still is
+where the numbering began, and multi-row `INSERT`s: the writer thread releases and retakes
+the GIL around every SQLite step, so a batch costs O(1) steps, not O(events). When a session
+moved on (another process, a failed batch), `run_together` raises IntegrityError and the
+caller redoes the batch with every operation `isolated` and numbered from the session row.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+
+from agent.errors import StorageError
+from server.storage.base import Scope
+
+__all__ = ["Append", "Op", "bump", "encode", "isolated", "run_together"]
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+_ROWS_PER_INSERT = 128  # 5 bound variables each: within SQLite's oldest limit of 999
+_SESSIONS_PER_UPDATE = 128  # 6 bound variables each
+
+
+@dataclass(slots=True)
+class Append:
+    """Events for one session. `first` > 0: numbered and encoded on the event loop from
+    `first` (`bodies` holds them); 0, or after a stale number: numbered in the writer."""
+
+    scope: Scope
+    session_id: str
+    frames: Sequence[dict[str, Any]]
+    now: int
+    first: int
+    bodies: list[bytes] | None = None
+    renumbered: bool = False  # stored with numbers read from the session row
+
+    def store_numbered(self, conn: sqlite3.Connection) -> list[bytes]:
+        """Number from the session row and store (the first append, or a stale number)."""
+        frames = self.frames
+        last = bump(conn, self.scope, self.session_id, "last_seq", len(frames), self.now)
+        self.first, self.renumbered = last - len(frames) + 1, True
+        self.bodies = [encode(frame, seq) for seq, frame in enumerate(frames, self.first)]
+        _insert_events(conn, [self])
+        return self.bodies
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.frames) - 1
+
+
+def run_together(conn: sqlite3.Connection, ops: list[Op | Append]) -> list[Any]:
+    """Run the batch's operations in order, then store all of its pre-numbered events at
+    once: raise IntegrityError when a session's `last_seq` is not the one they follow."""
+    results: list[Any] = []
+    numbered: list[Append] = []
+    for op in ops:
+        if not isinstance(op, Append):
+            results.append(op(conn))
+        elif op.bodies is None:
+            results.append(op.store_numbered(conn))
+        else:
+            numbered.append(op)
+            results.append(op.bodies)
+    if numbered:
+        _store_prenumbered(conn, numbered)
+    return results
+
+
+def _store_prenumbered(conn: sqlite3.Connection, appends: list[Append]) -> None:
+    """Advance each session's `last_seq` to its batch's last number, only where it still is
+    where the batch's numbering began, then insert every event row."""
+    spans: dict[str, list[Any]] = {}  # session_id -> [expected last_seq, new last, now, scope]
+    for append in appends:
+        span = spans.get(append.session_id)
+        last = append.last
+        if span is None:
+            spans[append.session_id] = [append.first - 1, last, append.now, append.scope]
+        elif span[1] + 1 == append.first:  # the next numbers of the same session
+            span[1], span[2] = last, max(span[2], append.now)
+        else:
+            raise sqlite3.IntegrityError("events of one session numbered out of order")
+    rows = [
+        (sid, expected, last, now, scope.tenant_id, scope.user_id)
+        for sid, (expected, last, now, scope) in spans.items()
+    ]
+    updated = 0
+    for chunk in _chunks(rows, _SESSIONS_PER_UPDATE):
+        updated += conn.execute(_update_last_seq_sql(len(chunk)), _flat(chunk)).rowcount
+    if updated != len(rows):  # another writer went on, or a session is not there
+        raise sqlite3.IntegrityError("a session's last_seq moved since its events were numbered")
+    _insert_events(conn, appends)
+
+
+def _insert_events(conn: sqlite3.Connection, appends: list[Append]) -> None:
+    """Insert the numbered events (numbered from `first`: a caller may pass one dict twice)."""
+    rows = [
+        (a.session_id, seq, frame.get("run_id"), frame.get("ts", a.now), body)
+        for a in appends
+        for seq, (frame, body) in enumerate(zip(a.frames, a.bodies or (), strict=True), a.first)
+    ]
+    for chunk in _chunks(rows, _ROWS_PER_INSERT):
+        conn.execute(_insert_events_sql(len(chunk)), _flat(chunk))
+
+
+def _chunks(rows: list[T], most: int) -> list[list[T]]:
+    """Split into power-of-two sized chunks, so a few cached statements serve every size."""
+    out = []
+    start = 0
+    while start < len(rows):
+        size = min(most, 1 << ((len(rows) - start).bit_length() - 1))
+        out.append(rows[start : start + size])
+        start += size
+    return out
+
+
+def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
+    return [value for row in rows for value in row]
+
+
+@functools.cache
+def _insert_events_sql(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+    return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {values}"
+
+
+@functools.cache
+def _update_last_seq_sql(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+    return (
+        "UPDATE sessions SET last_seq = v.column3, updated_at = v.column4 "
+        f"FROM (VALUES {values}) AS v WHERE sessions.session_id = v.column1 "
+        "AND sessions.last_seq = v.column2 AND sessions.tenant_id = v.column5 "
+        "AND sessions.user_id = v.column6"
+    )
+
+
+def isolated(conn: sqlite3.Connection, op: Op | Append) -> Any:
+    """Run one operation in a savepoint; its own failure becomes its StorageError result.
+    Events are numbered from the session row here, whatever the event loop numbered."""
+    conn.execute("SAVEPOINT op")
+    try:
+        result = op.store_numbered(conn) if isinstance(op, Append) else op(conn)
+    except sqlite3.Error as exc:
+        if not isinstance(exc, sqlite3.IntegrityError):
+            raise
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        return StorageError(f"SQLite refused the write: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one bad operation fails only itself
+        conn.execute("ROLLBACK TO op")
+        conn.execute("RELEASE op")
+        # A StorageError (a missing session, a frame that is not JSON) is the caller's to
+        # handle; anything else is a bug, not a storage failure, and keeps its type so the
+        # run reports it as an internal error.
+        return exc
+    conn.execute("RELEASE op")
+    return result
+
+
+class _Missing(StorageError):
+    """The session row an operation needs does not exist in the caller's scope."""
+
+
+def encode(frame: dict[str, Any], seq: int) -> bytes:
+    frame["seq"] = seq
+    try:
+        return orjson.dumps(frame)
+    except orjson.JSONEncodeError as exc:  # as MongoStore reports it
+        raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
+
+
+def bump(
+    conn: sqlite3.Connection, scope: Scope, session_id: str, column: str, count: int, now: int
+) -> int:
+    """Advance a session counter by `count` inside the open transaction; return its new value."""
+    row = conn.execute(
+        f"UPDATE sessions SET {column} = {column} + ?, updated_at = ? "
+        "WHERE session_id = ? AND tenant_id = ? AND user_id = ? RETURNING " + column,
+        (count, now, session_id, scope.tenant_id, scope.user_id),
+    ).fetchone()
+    if row is None:
+        raise _Missing(f"session {session_id} does not exist")
+    return int(row[0])
