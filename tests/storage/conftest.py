@@ -20,6 +20,7 @@ from server.settings import Settings, StorageSettings
 from server.storage.base import Store
 from server.storage.memory_mongo import MongoMemoryStore
 from server.storage.memory_sqlite import SQLiteMemoryStore
+from server.storage.sqlite import SQLiteStore
 from tests.fakes.ferretdb import FerretDB, ferretdb_binary
 
 BACKENDS = ("sqlite", "mongodb")
@@ -106,6 +107,15 @@ async def memory_store(backend: Backend) -> AsyncIterator[AnyMemoryStore]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
+    """An open SQLiteStore on a fresh file: for the tests of SQLite's own write path."""
+    opened = SQLiteStore(tmp_path / "db.sqlite")
+    await opened.open()
+    yield opened
+    await opened.close()
 
 
 @pytest.fixture

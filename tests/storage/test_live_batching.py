@@ -4,9 +4,6 @@ only once stored; a failed batch stores and delivers nothing and is reported as 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import orjson
 import pytest
 
@@ -37,11 +34,8 @@ class Recorder:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "db.sqlite")
-    await opened.open()
-    yield opened
-    await opened.close()
+def store(sqlite_store: SQLiteStore) -> SQLiteStore:
+    return sqlite_store  # SQLite only here, not the per-backend `store` of conftest.py
 
 
 async def _live(store: SQLiteStore) -> tuple[LiveSession, Recorder]:

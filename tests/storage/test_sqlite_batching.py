@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import orjson
@@ -26,11 +25,8 @@ BOB = Scope("acme", "bob")
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    opened = SQLiteStore(tmp_path / "db.sqlite")
-    await opened.open()
-    yield opened
-    await opened.close()
+def store(sqlite_store: SQLiteStore) -> SQLiteStore:
+    return sqlite_store  # SQLite only here, not the per-backend `store` of conftest.py
 
 
 async def _sessions(store: SQLiteStore, count: int) -> list[str]:
