@@ -29,7 +29,7 @@ def main() -> None:
     settings = load_settings(args.config, {"server": {"port": args.port}})
     logging.basicConfig(level=settings.server.log_level.upper())
     app = create_app(settings, store=NullStore())
-    AgentServer(uvicorn_config(app, settings)).run()
+    AgentServer(uvicorn_config(app, settings), owns_process=True).run()
 
 
 if __name__ == "__main__":

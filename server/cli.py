@@ -80,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         [_reuse_port_socket(settings.server.host, settings.server.port)] if args.worker else None
     )
     try:
-        AgentServer(uvicorn_config(app, settings)).run(sockets=sockets)
+        AgentServer(uvicorn_config(app, settings), owns_process=True).run(sockets=sockets)
     finally:
         if stop_tracing is not None:
             stop_tracing()  # send the spans still batched
