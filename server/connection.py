@@ -39,6 +39,7 @@ class Connection:
         self._queue: deque[str] = deque()
         self._ready = asyncio.Event()
         self._held: list[tuple[str, int | None]] | None = None
+        self._replayed_up_to = 0  # stored events this socket got by replay, not live
         self.overflowed = asyncio.Event()
         self._close_code: int | None = None
         self._closed = asyncio.Event()
@@ -50,13 +51,20 @@ class Connection:
         self._held = []
 
     def release(self, replayed_up_to: int) -> None:
-        """Queue the frames held back, skipping those the replay already contained."""
+        """Queue the frames held back, skipping those the replay already contained.
+
+        Those are also skipped when they arrive later: an event is readable in the store
+        once its batch commits, a moment before its session delivers it, so the replay can
+        send an event that is delivered live only after this release.
+        """
         held, self._held = self._held or [], None
+        self._replayed_up_to = replayed_up_to
         for text, seq in held:
-            if seq is None or seq > replayed_up_to:
-                self._put(text)
+            self.deliver(text, seq)
 
     def deliver(self, text: str, seq: int | None) -> None:
+        if seq is not None and seq <= self._replayed_up_to:
+            return  # the replay sent it (see `release`)
         if self._held is not None:
             self._held.append((text, seq))
             if len(self._held) > self._max:

@@ -112,16 +112,17 @@ async def _attach(
     """
     conn.hold()
     live.subscribers.add(conn)
+    snapshot = live.snapshot()  # taken with the subscription: held frames come after it
     first = {
         "type": "session",
         "session_id": live.session_id,
         "resumed": resumed,
         **services.hub.session_defaults,
     }
-    await websocket.send_text(_dumps({**first, **live.snapshot()}))
+    await websocket.send_text(_dumps({**first, **snapshot}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
-    replayed_up_to = live.last_seq if after_seq is None else after_seq
+    replayed_up_to = snapshot["last_seq"] if after_seq is None else after_seq
     while after_seq is not None:
         try:
             page = await services.store.read_events(

@@ -77,7 +77,10 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
 
     @asynccontextmanager
     async def start(
-        extra_tools: list[Any] | None = None, prompts: Any = None, **sections: dict[str, Any]
+        extra_tools: list[Any] | None = None,
+        prompts: Any = None,
+        store: Any = None,
+        **sections: dict[str, Any],
     ) -> AsyncIterator[Running]:
         sock = bind_loopback()
         address = f"127.0.0.1:{sock.getsockname()[1]}"
@@ -92,7 +95,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         for name, values in sections.items():
             overrides.setdefault(name, {}).update(values)
         settings = load_settings(None, overrides)
-        app = create_app(settings, extra_tools=extra_tools, prompts=prompts)
+        app = create_app(settings, extra_tools=extra_tools, prompts=prompts, store=store)
         config = uvicorn_config(app, settings).__dict__
         options = {
             k: config[k]

@@ -1,13 +1,16 @@
-"""Connection: a stop overtakes the deltas its client has not been sent yet, if many wait."""
+"""Connection: a stop overtakes the deltas its client has not been sent yet, if many wait;
+attaching to a session neither repeats nor drops a frame around the replay."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
 from starlette.websockets import WebSocket
 
 from server.connection import OVERTAKE_AFTER, Connection
+from server.ws import _attach
 
 
 class _Socket:
@@ -74,3 +77,57 @@ async def test_a_stop_with_few_frames_waiting_sends_every_delta():
     conn.deliver(*_frame("chat_delta", OVERTAKE_AFTER + 1))
     kinds = await _drain(conn, socket)
     assert kinds == ["chat_delta"] * (OVERTAKE_AFTER + 1) and conn.skipped == 0
+
+
+async def test_frames_the_replay_sent_are_left_out_even_when_they_arrive_after_it():
+    socket = _Socket()
+    conn = Connection(cast(WebSocket, socket), 10_000)
+    conn.hold()
+    conn.deliver(*_frame("chat_delta", 4))  # held, and in the replay
+    conn.release(5)
+    conn.deliver(*_frame("chat_delta", 5))  # committed before, delivered after the replay
+    conn.deliver(*_frame("chat_response", 6))
+    assert await _drain(conn, socket) == ["chat_response"]
+
+
+class _LiveSession:
+    """As much of a LiveSession as attaching reads."""
+
+    def __init__(self, last_seq: int) -> None:
+        self.session_id = "s"
+        self.last_seq = last_seq
+        self.subscribers: set[Any] = set()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"status": "running", "last_seq": self.last_seq}
+
+
+async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
+    """Attaching without `after_seq`: the client's first live frame follows the `last_seq`
+    of its session frame, even when the run delivers one while that frame goes out."""
+    live = _LiveSession(last_seq=7)
+    socket = _Socket()
+    conn = Connection(cast(WebSocket, socket), 10_000)
+
+    class _SocketWithARunningSession(_Socket):
+        async def send_text(self, text: str) -> None:
+            socket.sent.append(text)
+            if len(socket.sent) == 1:  # the run delivers seq 8 meanwhile
+                live.last_seq = 8
+                for sub in live.subscribers:
+                    sub.deliver(*_frame("chat_delta", 8))
+
+    services = SimpleNamespace(hub=SimpleNamespace(session_defaults={}))
+    await _attach(
+        cast(Any, services),
+        cast(WebSocket, _SocketWithARunningSession()),
+        cast(Any, live),
+        conn,
+        resumed=True,
+        after_seq=None,
+        query_error=None,
+    )
+    kinds = await _drain(conn, socket)
+    assert kinds == ["session", "chat_delta"]
+    assert orjson.loads(socket.sent[0])["last_seq"] == 7
+    assert orjson.loads(socket.sent[1])["seq"] == 8

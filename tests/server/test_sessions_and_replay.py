@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from server.storage.sqlite import SQLiteStore
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
 
@@ -60,6 +63,47 @@ async def test_two_connections_on_one_session_each_get_every_event(server, fake_
             frames_a = await a.run("hello")
             frames_b = await b.until("response_complete")
     assert frames_a == frames_b
+
+
+class _StoreThatDeliversLate(SQLiteStore):
+    """Once armed, an event append returns only when told: the events are committed (a
+    replay can read them) but their session has not delivered them yet."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.armed = False
+        self.stored = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def append_events(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        bodies = await super().append_events(*args, **kwargs)
+        if self.armed:
+            self.armed = False
+            self.stored.set()
+            await self.go.wait()
+        return bodies
+
+
+async def test_a_replay_of_events_not_yet_delivered_live_sends_each_once(
+    server_factory, fake_llm, tmp_path
+):
+    store = _StoreThatDeliversLate(tmp_path / "late.db")
+    async with server_factory(store=store) as s, await s.client() as first:
+        session = (await first.recv())["session_id"]
+        done = await first.run("one")
+        after = done[-1]["seq"]
+        store.armed = True
+        await first.send({"type": "chat", "content": "two"})
+        await asyncio.wait_for(store.stored.wait(), 5)
+        async with await s.client(session_id=session, after_seq=after) as again:
+            await again.recv()  # session
+            replayed = await again.until(lambda f: f.get("seq") == after + 1)
+            await again.send({"type": "dance"})  # answered once the replay is done
+            answered = await again.until("error")
+            store.go.set()  # now the session delivers what was replayed
+            rest = await again.until("response_complete")
+    seqs = [f["seq"] for f in replayed + answered + rest if "seq" in f]
+    assert seqs == list(range(after + 1, after + 1 + len(seqs)))
 
 
 async def test_reconnect_without_after_seq_gets_only_live_events(server, fake_llm):
