@@ -127,7 +127,7 @@ class _Reader:
             _ESTIMATE.count(f"{t.name} {t.description} {orjson.dumps(t.parameters).decode()}")
             for t in tools
         )
-        return ModelTurn(content, (), prompt, _ESTIMATE.count(content), "stop")
+        return ModelTurn(content, (), prompt, _ESTIMATE.count(content), "stop", estimated=True)
 
 
 async def _close(stream: AsyncIterator[object]) -> None:

@@ -77,17 +77,21 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens the model server reused from its prefix cache
     calls: int = 0
+    estimated_calls: int = 0  # calls whose tokens were estimated (a reply closed early)
     by_phase: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
-    def add(self, phase: str, prompt: int, completion: int, cached: int = 0) -> None:
+    def add(
+        self, phase: str, prompt: int, completion: int, cached: int = 0, estimated: bool = False
+    ) -> None:
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.cached_tokens += cached
         self.calls += 1
+        self.estimated_calls += estimated
         self.by_phase[phase] = self.by_phase.get(phase, 0) + prompt + completion
 
     def as_dict(self) -> dict[str, float | int]:
@@ -97,4 +101,5 @@ class Usage:
             "total_tokens": self.total_tokens,
             "cached_tokens": self.cached_tokens,
             "llm_calls": self.calls,
+            "estimated_calls": self.estimated_calls,
         }

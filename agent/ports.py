@@ -76,6 +76,7 @@ class ModelTurn:
     completion_tokens: int = 0
     finish_reason: str | None = None
     cached_tokens: int = 0  # prompt tokens the server reused from its prefix cache
+    estimated: bool = False  # the tokens are the agent's estimate: the server reported none
 
 
 class ChatModel(Protocol):

@@ -231,7 +231,9 @@ class RunRecorder:
 
     def count(self, phase: str, turn: ModelTurn) -> None:
         """Add one model call's tokens to the run's usage."""
-        self._usage.add(phase, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens)
+        self._usage.add(
+            phase, turn.prompt_tokens, turn.completion_tokens, turn.cached_tokens, turn.estimated
+        )
 
     async def add(self, message: Message) -> None:
         """Append to the conversation and persist it."""

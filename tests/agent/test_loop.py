@@ -59,6 +59,7 @@ async def test_a_run_goes_reason_act_observe_and_finishes(harness: Harness):
     assert completion.final_answer == "It is **noon** in Paris."
     assert (completion.stop_reason, completion.steps) == ("finished", 1)
     assert completion.usage["total_tokens"] == 45  # three calls of 10 + 5 tokens
+    assert completion.usage["estimated_calls"] == 0  # every count came from the model server
     # The transcript holds the tool call and its result for the next run.
     tool_results = [m for m in record.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_results] == [call.id]
@@ -93,8 +94,9 @@ async def test_a_model_repeating_its_block_is_cut_off_and_the_run_goes_on(harnes
     assert harness.metrics[Metric.REPLIES_CUT] == 1
     (completion,) = record.of(RunCompleted)
     assert completion.final_answer == "It is noon."
-    # The cut call sent no usage: its tokens are estimated, not dropped.
+    # The cut call sent no usage: its tokens are estimated, not dropped, and said to be.
     assert completion.usage["total_tokens"] > 30 + 15
+    assert (completion.usage["llm_calls"], completion.usage["estimated_calls"]) == (3, 1)
 
 
 async def test_act_is_told_the_tools_reason_named(harness: Harness):

@@ -20,6 +20,7 @@ ZERO_USAGE = {
     "total_tokens": 0,
     "cached_tokens": 0,
     "llm_calls": 0,
+    "estimated_calls": 0,
 }
 CUT_BY_RESTART = "Not completed: the server restarted before this call finished."
 

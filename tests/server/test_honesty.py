@@ -140,6 +140,7 @@ async def test_budget_exceeded_ends_with_what_the_run_has(server_factory, fake_l
                 "total_tokens": 45,
                 "cached_tokens": 0,
                 "llm_calls": 3,
+                "estimated_calls": 0,
             },
         }
         assert metrics["runs_over_budget"] == 1 and metrics["runs_started"] == 1
