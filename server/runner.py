@@ -55,7 +55,7 @@ GC_THRESHOLDS = (10_000, 10, 10)
 def settle_heap() -> None:
     """Once the app has started: move what startup built (modules, schemas, settings) out of
     the collector's sight, and collect young objects less often (docs/benchmarks.md, "The
-    garbage collector under load"). The process's own objects are collected as before."""
+    garbage collector under load"). Everything made after this is collected as usual."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
