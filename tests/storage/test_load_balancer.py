@@ -124,9 +124,10 @@ async def test_round_robin_through_haproxy_with_reconnects(
     # HAProxy sends there over both) and a lone server on another.
     ports = [free_port() for _ in range(2)]
     procs = await asyncio.gather(
-        start_server_process(tmp_path, ports[0], env, extra=["--workers", "2"]),
+        start_server_process(tmp_path, ports[0], env, extra=["--workers", "2"], capture=True),
         start_server_process(tmp_path, ports[1], env),
     )
+    workers_log = asyncio.create_task(procs[0].stdout.read())  # type: ignore[union-attr]
     try:
         async with haproxy(tmp_path, ports) as address:
             answered = await asyncio.gather(*(asked_then_answered(address, n) for n in range(6)))
@@ -135,6 +136,7 @@ async def test_round_robin_through_haproxy_with_reconnects(
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
         codes = await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), 20)
+        log = (await asyncio.wait_for(workers_log, 20)).decode(errors="replace")
 
     for frames, _ in answered:
         numbered = [f for f in frames if "seq" in f]
@@ -151,4 +153,5 @@ async def test_round_robin_through_haproxy_with_reconnects(
     assert [f["seq"] for f in stopped if "seq" in f] == list(range(1, len(stopped) + 1))
     assert [kind(f) for f in stopped[-2:]] == ["agent_stopped", "response_complete"]
     assert stopped[-2]["reason"] == "user"
-    assert codes[0] == 0  # the --workers parent: both workers stopped cleanly on SIGTERM
+    # the --workers parent: both workers started and stopped cleanly on SIGTERM
+    assert codes[0] == 0, log[-4000:]
