@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -105,6 +107,9 @@ def _supervise(args: argparse.Namespace) -> int:
     Each worker is a whole server (its own event loop, runs and connections); they meet in
     the store (`storage.shared`, set here for every backend), so any of them serves any
     session. SIGTERM/SIGINT are passed on, and each worker shuts down as a lone server would.
+    A worker that exits on its own (it crashed, or could not start) stops the others and the
+    server exits with an error, so that its supervisor (systemd, Kubernetes) restarts all of
+    it instead of it serving on with fewer workers; its runs are closed by the next start.
     """
     if args.port == 0:
         print("agent-server: --workers needs a fixed port, not 0", file=sys.stderr)
@@ -115,17 +120,31 @@ def _supervise(args: argparse.Namespace) -> int:
             command += [flag, str(value)]
     env = {**os.environ, "AGENT__STORAGE__SHARED": "true"}
     workers = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+    told_to_stop = threading.Event()
 
     def forward(signum: int, frame: FrameType | None) -> None:
+        told_to_stop.set()
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
+    exits: queue.Queue[int] = queue.Queue()
+    for worker in workers:  # one waiter each: the first exit wakes the loop below
+        threading.Thread(target=lambda w=worker: exits.put(w.wait()), daemon=True).start()
+    first = exits.get()
+    crashed = not told_to_stop.is_set()
+    if crashed:
+        print(
+            f"agent-server: a worker exited on its own (code {first}); stopping the others",
+            file=sys.stderr,
+        )
+        forward(signal.SIGTERM, None)
     codes = [worker.wait() for worker in workers]
     clean = (0, -signal.SIGTERM, -signal.SIGINT)  # uvicorn re-raises the signal it handled
-    return max((0 if code in clean else abs(code) or 1 for code in codes), default=0)
+    code = max((0 if code in clean else abs(code) or 1 for code in codes), default=0)
+    return code or int(crashed)
 
 
 def _chat(args: argparse.Namespace) -> int:

@@ -180,3 +180,41 @@ async def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
             proc.kill()
             await proc.wait()
     assert (tmp_path / "a.db").exists()
+
+
+async def test_a_worker_that_dies_stops_the_others_and_the_server_exits_with_an_error(tmp_path):
+    """`serve --workers 2`: a crashed worker is not silently missing from then on; the whole
+    server exits non-zero, for its supervisor (systemd, Kubernetes) to restart."""
+    import asyncio
+    import os
+    import signal
+
+    from tests.fakes.processes import free_port, start_server_process
+
+    env = {"AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
+    proc = await start_server_process(
+        tmp_path, free_port(), env, capture=True, extra=["--workers", "2"]
+    )
+    children = await asyncio.to_thread(_children, proc.pid)
+    try:
+        assert len(children) == 2
+        os.kill(int(children[0]), signal.SIGKILL)
+        output = (await asyncio.wait_for(proc.stdout.read(), 30)).decode()  # type: ignore[union-attr]
+        assert await asyncio.wait_for(proc.wait(), 30) != 0
+        assert "a worker exited on its own" in output
+        assert not await asyncio.to_thread(_alive, children[1])  # the other one was stopped
+    finally:
+        for child in children:  # without the fix they outlive the test and hold its pipe
+            if await asyncio.to_thread(_alive, child):
+                os.kill(int(child), signal.SIGKILL)
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
+def _alive(pid: str) -> bool:
+    return Path(f"/proc/{pid}").exists()
