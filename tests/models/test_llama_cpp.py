@@ -67,7 +67,7 @@ async def test_an_agent_run_calls_a_real_tool_and_completes(real: Running, llama
             {
                 "type": "chat",
                 "content": "What time is it in Tokyo right now? Use the get_current_time tool.",
-                "agent_max_steps": 2,  # bounds the slow path where the model asks first
+                "agent_max_steps": 1,  # one step proves it; a second one doubles the test's time
             }
         )
         frames: list[dict[str, Any]] = []
@@ -110,7 +110,7 @@ async def test_a_question_is_asked_and_answered(real: Running, llama: LlamaServe
                     "Tell me the time in my city. You do not know my city: ask me for it "
                     "first with the request_input tool."
                 ),
-                "agent_max_steps": 2,
+                "agent_max_steps": 2,  # the model may plan in step 1 and ask in step 2
                 "tools": [],  # only `request_input` is offered: the small model must ask
             }
         )
