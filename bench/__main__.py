@@ -1,7 +1,7 @@
 """Benchmark suite: `make bench` (= `python -m bench`). Prints a Markdown table and writes
 bench/results/<time>.{json,md} and bench/results/latest.{json,md}.
 
-    python -m bench [--quick] [--only step,throughput,stop,concurrency,memory,storage]
+    python -m bench [--quick] [--only step,throughput,deltas,stop,concurrency,memory,storage]
                     [--profile] [--no-nostore]
 
 The agent server, the bare baseline and the fake LLM each run in their own process; this
@@ -26,6 +26,7 @@ from typing import Any
 
 from bench import (
     concurrency,
+    deltas,
     memory,
     profiling,
     replicas,
@@ -40,7 +41,17 @@ from bench.procs import machine_info
 from bench.report import markdown, profile_markdown, rows
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ALL = ("step", "throughput", "stop", "concurrency", "memory", "storage", "replicas", "workers")
+ALL = (
+    "step",
+    "throughput",
+    "deltas",
+    "stop",
+    "concurrency",
+    "memory",
+    "storage",
+    "replicas",
+    "workers",
+)
 NOTES = [
     "Server, bare baseline and fake LLM run in separate processes; the load generator is a "
     "lean raw-asyncio WebSocket client (bench/wsclient.py). Server CPU is from /proc/PID/stat, "
@@ -108,6 +119,7 @@ async def _main(args: argparse.Namespace) -> int:
     steps: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
         ("step", "step_overhead", lambda: step_overhead.run(bench)),
         ("throughput", "throughput", lambda: throughput.run(bench, nostore=args.nostore)),
+        ("deltas", "deltas", lambda: deltas.run(bench, nostore=args.nostore)),
         ("stop", "stop_latency", lambda: stop_latency.run(bench)),
         ("concurrency", "concurrency", lambda: concurrency.run(bench)),
         ("memory", "memory", lambda: memory.run(bench)),

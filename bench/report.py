@@ -135,6 +135,28 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"), "ms"
                 ),
             ]
+    dl = results.get("deltas")
+    if dl:
+        b = f"2b delta events ({dl['sessions']} sessions, a chunk every {dl['pace_ms']:g} ms)"
+        for name, label, most in (("sqlite", "SQLite", 30), ("nostore", "no persistence", 20)):
+            if name in dl:
+                figure = dl[name]["cpu_us_per_delta"]
+                out += [
+                    Row(
+                        b,
+                        f"server CPU per delta event, {label} (marginal)",
+                        figure,
+                        "µs",
+                        f"≤ {most} µs",
+                        _check(figure, lambda v, most=most: v <= most),
+                    ),
+                    Row(
+                        b,
+                        f"  … delta events per run of {dl['chunks']} chunks",
+                        dl[name]["deltas_per_run"],
+                        "events",
+                    ),
+                ]
     stop = results.get("stop_latency")
     if stop:
         b = "3 stop latency"

@@ -42,6 +42,7 @@ class Streamers:
     errors: int = 0
     rounds: int = 0
     marks: int = 0  # MARKs received: the run's text, however it is split into events
+    deltas: int = 0  # `*_delta` events received
     running: bool = True
     busy: set[WSConn] = field(default_factory=set)
     conns: list[WSConn] = field(default_factory=list)
@@ -52,6 +53,7 @@ class Streamers:
     def on_message(self, conn: WSConn, payload: bytes, perf: float, wall: float) -> None:
         self.events += 1
         if DELTA in payload[:72]:
+            self.deltas += 1
             self.marks += payload.count(MARK)
         conn.state["last"] = payload  # for the report if this connection gets stuck
         if payload.startswith(DONE):
