@@ -28,6 +28,7 @@ import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import anyio
@@ -43,7 +44,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from agent.adapters.sse import MalformedChunk, StreamState, ThinkSplitter, pump
+from agent.adapters.sse import MalformedChunk, SSELines, StreamState, ThinkSplitter
 from agent.conversation import normalize
 from agent.errors import ContextTooLong, ModelError
 from agent.messages import Message
@@ -232,27 +233,41 @@ class OpenAIChatModel:
     async def _read(self, response: httpx2.Response) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Read the server-sent events ourselves (agent/adapters/sse.py).
 
-        A reader task parses the stream as it arrives; each time this generator resumes it
-        yields all the text read since, as one piece (thinking likewise, in order). Every
-        piece becomes an event for each client, so a stream that arrives faster than it is
-        forwarded costs fewer, larger events, and a slow one is passed on chunk by chunk.
+        Each time this generator resumes it reads everything that arrived meanwhile (aiohttp
+        keeps receiving into its buffer while the caller is busy, and one read takes what is
+        buffered, up to 16 KiB) and yields all the text in it as one piece (thinking
+        likewise, in order). Every piece becomes an event for each client, so a stream that
+        arrives faster than it is forwarded costs fewer, larger events, and a slow one is
+        passed on chunk by chunk. No reader task: a chunk costs no extra task switch.
         """
         state = StreamState()
-        ready = asyncio.Event()
-        reader = asyncio.create_task(pump(response.aiter_bytes(), state, ready))
-        try:
-            while not reader.done():
-                await ready.wait()
-                ready.clear()
+        lines = SSELines()
+        failure: Exception | None = None
+        async with aclosing(response.aiter_bytes()) as chunks:
+            while failure is None:
+                try:
+                    data = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # noqa: BLE001 - a broken stream fails the call below
+                    failure = exc
+                    break
+                try:
+                    for line in lines.feed(data):
+                        state.line(line)
+                except Exception as exc:  # noqa: BLE001 - a malformed chunk, likewise
+                    failure = exc
                 for item in state.take():
                     yield item
+        if failure is None:
+            try:
+                for line in lines.finish():
+                    state.line(line)
+                state.finish()
+            except Exception as exc:  # noqa: BLE001
+                failure = exc
             for item in state.take():
                 yield item
-            failure = reader.exception()
-        finally:
-            if not reader.done():
-                reader.cancel()
-                await asyncio.gather(reader, return_exceptions=True)
         if failure is not None:
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({_reason(failure)})."

@@ -9,9 +9,7 @@ servers send one line per event); comments, event names and keep-alives are skip
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +18,7 @@ import orjson
 from agent.messages import ToolCall
 from agent.ports import ModelTurn, Thinking
 
-__all__ = ["MalformedChunk", "SSELines", "StreamState", "ThinkSplitter", "pump"]
+__all__ = ["MalformedChunk", "SSELines", "StreamState", "ThinkSplitter"]
 
 
 class SSELines:
@@ -49,23 +47,6 @@ class SSELines:
         """End of the stream: a last line without its newline still counts."""
         rest, self._rest = self._rest, b""
         return [rest] if rest else []
-
-
-async def pump(chunks: AsyncIterator[bytes], state: StreamState, ready: asyncio.Event) -> None:
-    """Parse `chunks` into `state` as they arrive; set `ready` when there is something new
-    to pass on, and once more at the end (the task's exception is the stream's failure)."""
-    lines = SSELines()
-    try:
-        async for data in chunks:
-            for line in lines.feed(data):
-                state.line(line)
-            if state.out:
-                ready.set()
-        for line in lines.finish():
-            state.line(line)
-        state.finish()
-    finally:
-        ready.set()
 
 
 _MERGE_ABOVE = 4  # pieces waiting; a short or slow reply keeps its chunks as they came
