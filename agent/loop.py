@@ -227,7 +227,9 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
     answer = stream.content or (control.final_answer or control.observation if control else "")
     if answer.strip():
         return answer.strip()
-    return f"I reached the limit of {ctx.limits.max_steps} steps before finishing this task."
+    steps = ctx.limits.max_steps
+    limit = f"{steps} step" if steps == 1 else f"{steps} steps"
+    return _answer_from_findings(rec, f"I reached the limit of {limit} before finishing this task.")
 
 
 async def _complete(
@@ -250,6 +252,12 @@ def _check_budget(rec: RunRecorder) -> None:
 
 def _budget_answer(rec: RunRecorder) -> str:
     """A final answer from what the run has, without spending another call."""
+    return _answer_from_findings(rec, "I had to stop here because this task used up its budget.")
+
+
+def _answer_from_findings(rec: RunRecorder, why: str) -> str:
+    """`why` the run stops, then its last observation and the failures still unresolved: an
+    answer that keeps what the run found when the model wrote none."""
     found = next(
         (
             m.content
@@ -258,7 +266,7 @@ def _budget_answer(rec: RunRecorder) -> str:
         ),
         "",
     )
-    answer = "I had to stop here because this task used up its budget."
+    answer = why
     if found:
         answer += f" What I found so far: {found}"
     failures = rec.ledger.unresolved_failures()

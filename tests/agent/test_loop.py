@@ -123,6 +123,21 @@ async def test_max_steps_ends_with_a_summary(harness: Harness):
     assert completion.final_answer == "I ran out of steps; here is what I found."
 
 
+async def test_an_empty_summary_falls_back_to_what_the_run_found(harness: Harness):
+    # Qwen 0.5B on llama.cpp often ends the summary call at once: the answer must still say
+    # what the run found, not only that it stopped.
+    harness.model.script("observe", observe("It is 07:42 in Tokyo."))
+    harness.model.script("summarize", text(""))
+    record = await harness.run("What time is it in Tokyo?", max_steps=1)
+    (completion,) = record.of(RunCompleted)
+    assert completion.stop_reason == "max_steps"
+    assert completion.final_answer == (
+        "I reached the limit of 1 step before finishing this task. "
+        "What I found so far: It is 07:42 in Tokyo."
+    )
+    assert "".join(e.delta for e in record.of(AnswerDelta)) == completion.final_answer
+
+
 async def test_missing_control_block_is_free_text_and_the_run_continues(harness: Harness):
     harness.model.script("reason", text("Just thinking aloud, no block."))
     harness.model.script("observe", text("No block here either."), observe("ok", final="Final."))
