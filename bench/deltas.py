@@ -26,8 +26,9 @@ SESSIONS = 40
 PACE_S = 0.02  # 50 chunks a second per session: a small model's pace
 
 
-async def _load(bench: Bench, proc: Proc, chunks: int) -> tuple[float, float]:
-    """(server CPU per run in seconds, delta events per run) over one window."""
+async def _load(bench: Bench, proc: Proc, chunks: int) -> tuple[float, float] | None:
+    """(server CPU per run in seconds, delta events per run) over one window; None when no
+    run got through (a broken server must not read as a cheap one)."""
     await bench.llm_default({"kind": "deltas", "deltas": chunks, "delay_s": PACE_S})
     load = Streamers(proc.address)
     await load.start(SESSIONS)
@@ -36,23 +37,28 @@ async def _load(bench: Bench, proc: Proc, chunks: int) -> tuple[float, float]:
         deltas, marks = load.deltas, load.marks
         await asyncio.sleep(bench.sizes.stream_window_s)
         deltas, marks = load.deltas - deltas, load.marks - marks
-    await load.stop()
+    stuck = await load.stop()
+    if stuck:
+        bench.notes.append(f"deltas on {proc.name}: {stuck} run(s) had not ended after a stop")
     runs = marks / chunks  # the run's text ("tok " × chunks), however it was split
-    return (window.cpu / runs, deltas / runs) if runs else (0.0, 0.0)
+    return (window.cpu / runs, deltas / runs) if runs else None
 
 
-async def _marginal_us(bench: Bench, proc: Proc) -> tuple[float, float]:
-    cpu_long, deltas_long = await _load(bench, proc, LONG)
-    cpu_short, deltas_short = await _load(bench, proc, SHORT)
-    extra = deltas_long - deltas_short
-    return ((cpu_long - cpu_short) * 1e6 / extra if extra > 0 else 0.0), deltas_long
+async def _marginal_us(bench: Bench, proc: Proc) -> tuple[float | None, float | None]:
+    """(µs of server CPU per extra delta event, delta events per long run); None where the
+    load produced nothing to divide by."""
+    long, short = await _load(bench, proc, LONG), await _load(bench, proc, SHORT)
+    if long is None or short is None or long[1] <= short[1]:
+        bench.notes.append(f"deltas on {proc.name}: a window completed no comparable runs")
+        return None, long[1] if long else None
+    return (long[0] - short[0]) * 1e6 / (long[1] - short[1]), long[1]
 
 
 async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     targets = [("sqlite", await bench.server("agent"))]
     if nostore:
         targets.append(("nostore", await bench.server("agent_nostore")))
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in targets}
+    samples: dict[str, list[tuple[float | None, float | None]]] = {name: [] for name, _ in targets}
     for _ in range(bench.sizes.reps):
         for name, proc in targets:
             samples[name].append(await _marginal_us(bench, proc))
