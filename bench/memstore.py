@@ -19,6 +19,7 @@ import orjson
 
 from agent.messages import Message
 from server.storage.base import (
+    DeleteOutcome,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -90,12 +91,15 @@ class NullStore:
             self._sessions[session_id] = replace(record, title=title)
         return record is not None
 
-    async def delete_session(self, scope: Scope, session_id: str) -> bool:
-        if self._get(scope, session_id) is None:
-            return False
+    async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
+        record = self._get(scope, session_id)
+        if record is None:
+            return "not_found"
+        if record.status != "idle":
+            return "run_in_progress"
         del self._sessions[session_id]
         self._messages.pop(session_id, None)
-        return True
+        return "deleted"
 
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int

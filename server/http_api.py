@@ -161,13 +161,13 @@ async def session_item(request: Request) -> Response:
         if record is None:  # deleted in between
             raise _ApiError(404, "not_found", "There is no such session.")
         return _json(record.to_api())
-    if services.hub.run_active(session_id) or record.status != "idle":
+    outcome = await services.hub.delete(scope, session_id, CLOSE_SESSION_NOT_FOUND)
+    if outcome == "run_in_progress":
         raise _ApiError(
             409, "run_in_progress", "This conversation is still running; stop it, then delete it."
         )
-    if not await services.store.delete_session(scope, session_id):
+    if outcome == "not_found":
         raise _ApiError(404, "not_found", "There is no such session.")
-    services.hub.close_watchers(session_id, CLOSE_SESSION_NOT_FOUND)
     return Response(status_code=204)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 
 from server import remote
 from server.live import LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.run_recovery import Repairs
-from server.storage.base import Scope, SessionRecord, Store
+from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
 
 __all__ = ["SessionRegistry"]
 
@@ -36,6 +37,7 @@ class SessionRegistry:
         self._lease_ms = lease_ms
         self._live: dict[str, LiveSession] = {} if sessions is None else sessions
         self._emptied = asyncio.Event()
+        self._deleting: Counter[str] = Counter()  # deletes in progress, by session id
 
     @property
     def sessions(self) -> Mapping[str, LiveSession]:
@@ -105,6 +107,23 @@ class SessionRegistry:
         """True while a run of this session is working in this process."""
         live = self._live.get(session_id)
         return live is not None and live.run is not None
+
+    async def delete(self, scope: Scope, session_id: str) -> DeleteOutcome:
+        """Delete an idle session from the store. Until the store answers, no run of it
+        starts here (`deleting`); the store itself refuses when a run holds it elsewhere."""
+        if self.run_active(session_id):
+            return "run_in_progress"
+        self._deleting[session_id] += 1
+        try:
+            return await self._store.delete_session(scope, session_id, now_ms())
+        finally:
+            self._deleting[session_id] -= 1
+            if not self._deleting[session_id]:
+                del self._deleting[session_id]
+
+    def deleting(self, session_id: str) -> bool:
+        """True while a delete of this session is in progress in this process."""
+        return session_id in self._deleting
 
     def live_count(self, tenant: str | None = None) -> int:
         """Sessions held in memory (watched or running), of one tenant or (None) of all."""

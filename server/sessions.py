@@ -23,7 +23,7 @@ from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
 from agent.run import Search
 from server import remote
 from server.live import LiveSession
-from server.protocol import AgentControlFrame, ChatFrame
+from server.protocol import AgentControlFrame, ChatFrame, ProtocolError
 from server.relay import StoreRelay
 from server.run_context import RunContexts
 from server.run_controls import RunControls
@@ -33,7 +33,7 @@ from server.run_recovery import RunRecovery
 from server.run_request import Origin
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
-from server.storage.base import Scope, Store
+from server.storage.base import DeleteOutcome, Scope, Store
 from server.tenant_metrics import TenantMetrics
 
 __all__ = ["SessionHub"]
@@ -144,6 +144,14 @@ class SessionHub:
         """Close every connection watching the session (e.g. it was deleted) with `code`."""
         self._registry.close_watchers(session_id, code)
 
+    async def delete(self, scope: Scope, session_id: str, close_code: int) -> DeleteOutcome:
+        """Delete an idle session (SessionRegistry.delete); once it is gone, close its
+        watchers with `close_code`. A chat for it meanwhile is refused (`run_in_progress`)."""
+        outcome = await self._registry.delete(scope, session_id)
+        if outcome == "deleted":
+            self._registry.close_watchers(session_id, close_code)
+        return outcome
+
     def live_count(self, tenant: str | None = None) -> int:
         """Sessions held in memory (watched or running), of one tenant or (None) of all."""
         return self._registry.live_count(tenant)
@@ -162,11 +170,17 @@ class SessionHub:
         client_tools: Sequence[ToolSpec] = (),
     ) -> str:
         """Start a run for `frame`; see RunDriver.start_run."""
+        self._refuse_if_deleting(live)
         return await self._runs.start_run(live, frame, origin, client_tools)
 
     async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
         """`retry` or `continue` the session's last run; see RunDriver.rerun."""
+        self._refuse_if_deleting(live)
         return await self._runs.rerun(live, frame)
+
+    def _refuse_if_deleting(self, live: LiveSession) -> None:
+        if self._registry.deleting(live.session_id):
+            raise ProtocolError("run_in_progress", "This conversation is being deleted.")
 
     async def stop(self, live: LiveSession) -> None:
         """Stop the session's run, here or (shared store) in the process that owns it."""

@@ -16,6 +16,7 @@ from agent.messages import Message, ToolCall
 __all__ = [
     "Control",
     "ControlKind",
+    "DeleteOutcome",
     "Scope",
     "SessionRecord",
     "SessionStatus",
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
+DeleteOutcome = Literal["deleted", "not_found", "run_in_progress"]
 ControlKind = Literal["stop", "answer", "decision"]
 SLOT_GRACE_MS = 10_000  # a run slot this young is never taken for a leftover
 
@@ -123,10 +125,12 @@ class Store(Protocol):
         session in the caller's scope."""
         ...
 
-    async def delete_session(self, scope: Scope, session_id: str) -> bool:
-        """Delete the session with its events and messages; False if no such session in the
-        caller's scope (nothing of another scope is touched). The caller makes sure no run of
-        it is active."""
+    async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
+        """Delete an idle session with its events and messages. "not_found": no such session
+        in the caller's scope (nothing of another scope is touched). "run_in_progress": its
+        status is not idle, or its run slot was taken less than `SLOT_GRACE_MS` ago (a run
+        starting in another process); nothing is deleted. A run cannot take the slot while
+        the delete holds it, so no run writes into a session being deleted."""
         ...
 
     async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:

@@ -48,6 +48,7 @@ from server.settings import StorageSettings
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
+    DeleteOutcome,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -202,21 +203,43 @@ class MongoStore:
             )
         return result.matched_count > 0
 
-    async def delete_session(self, scope: Scope, session_id: str) -> bool:
-        """The session document goes last, so a failure half way leaves a session that can
-        be deleted again rather than orphaned events."""
+    async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
+        """The delete holds the session's run slot, so no run starts in any process while it
+        goes; a run already holding it makes the delete refuse. The session document goes
+        last, so a failure half way leaves a session that can be deleted again rather than
+        orphaned events."""
         query = _session_filter(scope, session_id)
+        holder = f"delete/{uuid.uuid4().hex}"
+        slot = {
+            "key": f"session/{session_id}",
+            "tenant_id": scope.tenant_id,
+            "session_id": session_id,
+            "run_id": holder,
+        }
         with _translated("delete session"):
             if await self._col("sessions").find_one(query, {"_id": 1}) is None:
-                return False
-            await self._col("events").delete_many(query)
-            await self._col("messages").delete_many(query)
-            await self._col("controls").delete_many(query)
-            await self._col("sessions").delete_one(query)
+                return "not_found"
+            if not await self._insert_slot(slot, now) and not (
+                await self._free_leftover_slots(scope, now) and await self._insert_slot(slot, now)
+            ):
+                held = await self._col("run_slots").find_one({"key": slot["key"]}, {"run_id": 1})
+                going = held is not None and str(held["run_id"]).startswith("delete/")
+                return "not_found" if going else "run_in_progress"  # going: another delete
+            try:
+                session = await self._col("sessions").find_one(query, {"_id": 0, "status": 1})
+                if session is None:
+                    return "not_found"
+                if session.get("status") != "idle":
+                    return "run_in_progress"
+                for name in ("events", "messages", "controls"):
+                    await self._col(name).delete_many(query)
+                await self._col("sessions").delete_one(query)
+            finally:
+                await self._col("run_slots").delete_many({"run_id": holder})
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
         self._checked.pop((scope.tenant_id, scope.user_id, session_id), None)
-        return True
+        return "deleted"
 
     # -- events ------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from agent.messages import Message
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
+    DeleteOutcome,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -214,7 +215,7 @@ class SQLiteStore:
             "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
         )
         args += [session_id, scope.tenant_id, scope.user_id]
-        free_slots = self.shared and status == "idle"
+        free_slots = status == "idle"
 
         def op(conn: sqlite3.Connection) -> None:
             if conn.execute(sql, args).rowcount and free_slots:  # the run ended: a next one
@@ -234,22 +235,37 @@ class SQLiteStore:
 
         return bool(await self._write(op))
 
-    async def delete_session(self, scope: Scope, session_id: str) -> bool:
-        self._last_seq.pop(session_id, None)
+    async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
+        """One transaction: the status and the run slot are read under the write lock that
+        `take_run_slot` takes too, so a run and a delete never overlap, across processes."""
+        owner = (session_id, scope.tenant_id, scope.user_id)
 
-        def op(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute(
+        def op(conn: sqlite3.Connection) -> DeleteOutcome:
+            row = conn.execute(
+                "SELECT status FROM sessions WHERE session_id = ? AND tenant_id = ? "
+                "AND user_id = ?",
+                owner,
+            ).fetchone()
+            if row is None:
+                return "not_found"  # events of a foreign session id must stay
+            starting = conn.execute(
+                "SELECT 1 FROM run_slots WHERE key = ? AND created_at >= ?",
+                (f"session/{session_id}", now - SLOT_GRACE_MS),
+            ).fetchone()
+            if row[0] != "idle" or starting is not None:
+                return "run_in_progress"
+            conn.execute(
                 "DELETE FROM sessions WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
-                (session_id, scope.tenant_id, scope.user_id),
+                owner,
             )
-            if cursor.rowcount == 0:
-                return False  # events of a foreign session id must stay
-            conn.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
-            conn.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            conn.execute("DELETE FROM controls WHERE session_id = ?", (session_id,))
-            return True
+            for table in ("events", "messages", "controls", "run_slots"):
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+            return "deleted"
 
-        return bool(await self._write(op))
+        outcome: DeleteOutcome = await self._write(op)
+        if outcome == "deleted":
+            self._last_seq.pop(session_id, None)
+        return outcome
 
     # -- events ------------------------------------------------------------------------------
 

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
 import httpx
 from websockets.exceptions import ConnectionClosed
 
+from server.storage.base import DeleteOutcome
+from server.storage.sqlite import SQLiteStore
 from tests.fakes.openai_server import FakeLLM, Reply
 
 ALICE = "alice-token-0123456789"
@@ -79,3 +87,46 @@ async def test_another_caller_can_neither_rename_nor_delete(server_factory, fake
             assert patched.status_code == 404
             listed = (await http.get("/api/sessions", headers=alice)).json()["sessions"]
             assert [(x["session_id"], x["title"]) for x in listed] == [(sid, "mine")]
+
+
+class _StoreThatDeletesWhenTold(SQLiteStore):
+    """`delete_session` waits for `go` before it deletes (a slow store, made certain)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.deleting = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def delete_session(self, *args: Any, **kwargs: Any) -> DeleteOutcome:
+        self.deleting.set()
+        await self.go.wait()
+        return await super().delete_session(*args, **kwargs)
+
+
+async def test_a_chat_while_the_session_is_being_deleted_is_refused_and_nothing_is_left(
+    server_factory, fake_llm: FakeLLM, tmp_path: Path
+):
+    """Without the hold, the chat would start a run on a session the delete then removes
+    under it: the run ends in `storage_error` (SQLite) or leaves orphaned events (MongoDB)."""
+    store = _StoreThatDeletesWhenTold(tmp_path / "deleting.db")
+    async with server_factory(store=store) as s, await s.client() as c:
+        sid = (await c.recv())["session_id"]
+        await c.run("first")
+        async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+            deleting = asyncio.create_task(http.delete(f"/api/sessions/{sid}"))
+            await asyncio.wait_for(store.deleting.wait(), 5)
+            await c.send({"type": "chat", "content": "second"})
+            refused = await c.until("error")
+            store.go.set()
+            assert (await deleting).status_code == 204
+        try:  # then the connection is told the session is gone, with nothing run in between
+            while True:
+                refused.append(await c.recv())
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None and closed.rcvd.code == 4404
+    assert [(f["type"], f.get("code")) for f in refused] == [("error", "run_in_progress")]
+    assert "being deleted" in refused[0]["message"]
+    with closing(sqlite3.connect(tmp_path / "deleting.db")) as db:
+        for table in ("sessions", "events", "messages", "run_slots"):
+            rows = db.execute(f"SELECT COUNT(*) FROM {table} WHERE session_id = ?", (sid,))
+            assert rows.fetchone() == (0,), table

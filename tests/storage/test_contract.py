@@ -159,21 +159,43 @@ async def test_delete_session_removes_its_events_and_messages_only(store: Store)
         await store.append_events(ALICE, sid, [frame(1), frame(2)], 200)
         await store.append_messages(ALICE, sid, [Message("user", f"hi {sid}")], 200)
 
-    assert await store.delete_session(BOB, "s1") is False
-    assert await store.delete_session(MALLORY, "s1") is False
+    assert await store.delete_session(BOB, "s1", 300) == "not_found"
+    assert await store.delete_session(MALLORY, "s1", 300) == "not_found"
     assert seqs(await store.read_events(ALICE, "s1", 0)) == [1, 2]
-    assert await store.delete_session(ALICE, "s1") is True
+    assert await store.delete_session(ALICE, "s1", 300) == "deleted"
 
     assert await store.get_session(ALICE, "s1") is None
     assert [s.session_id for s in await store.list_sessions(ALICE, 10)] == ["s2"]
     assert await store.read_events(ALICE, "s1", 0) == []
     assert await store.read_messages(ALICE, "s1", 10, None) == ([], 0)
     assert await store.load_history(ALICE, "s1") == []
-    assert await store.delete_session(ALICE, "s1") is False
+    assert await store.delete_session(ALICE, "s1", 300) == "not_found"
     assert seqs(await store.read_events(ALICE, "s2", 0)) == [1, 2]
     assert [m.content for m in await store.load_history(ALICE, "s2")] == ["hi s2"]
     with pytest.raises(StorageError):  # a deleted session takes no more writes
         await store.append_events(ALICE, "s1", [frame(3)], 300)
+
+
+async def test_delete_refuses_a_session_a_run_holds_and_keeps_everything(store: Store) -> None:
+    """A run holds its session from taking the slot (status still idle: a run starting in
+    another process) until its end is stored; a delete meanwhile deletes nothing."""
+    await new_session(store)
+    await store.append_events(ALICE, "s1", [frame(1)], 200)
+    assert await store.take_run_slot(ALICE, "s1", "run-1", 3, 1000) is None
+    assert await store.delete_session(ALICE, "s1", 1500) == "run_in_progress"
+    await store.update_session(ALICE, "s1", 1600, status="running", active_run_id="run-1")
+    assert await store.delete_session(ALICE, "s1", 1700) == "run_in_progress"
+    assert seqs(await store.read_events(ALICE, "s1", 0)) == [1]
+
+    await store.update_session(ALICE, "s1", 1800, status="idle")  # the run ended
+    assert await store.delete_session(ALICE, "s1", 1900) == "deleted"
+    assert await store.take_run_slot(ALICE, "s1", "run-2", 3, 2000) is None  # nothing left over
+
+
+async def test_a_slot_left_by_a_dead_process_does_not_block_a_delete(store: Store) -> None:
+    await new_session(store)
+    assert await store.take_run_slot(ALICE, "s1", "run-1", 3, 1000) is None  # never ended
+    assert await store.delete_session(ALICE, "s1", 1000 + SLOT_GRACE_MS + 1) == "deleted"
 
 
 async def test_update_session_sets_status_run_and_pending_input_together(store: Store) -> None:

@@ -141,7 +141,7 @@ async def test_a_frame_that_is_not_json_uses_no_number(store: SQLiteStore) -> No
 
 async def test_a_deleted_session_numbers_from_one_again(store: SQLiteStore) -> None:
     (sid,) = await _sessions(store, 1)
-    assert await store.delete_session(ALICE, sid)
+    assert await store.delete_session(ALICE, sid, 150) == "deleted"
     with pytest.raises(StorageError, match="does not exist"):
         await store.append_events(ALICE, sid, [{"type": "x"}], 200)
     await store.create_session(ALICE, sid, 300)
