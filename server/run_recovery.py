@@ -24,9 +24,9 @@ from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
-from server.storage.base import SessionRecord, Store, UnfinishedRun
+from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
-__all__ = ["Repairs", "RunRecovery"]
+__all__ = ["Repairs", "RunRecovery", "last_step_of"]
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,28 @@ class RunRecovery:
     async def _last_step(self, live: LiveSession, run_id: str) -> int:
         """The last step the dead run showed starting (a step's Reason is stored only when
         it ends, so the conversation alone would say one less)."""
-        frames = await self._store.read_events(live.scope, live.session_id, 0)
-        steps = (orjson.loads(raw) for raw in frames)
-        return max((int(f.get("step") or 0) for f in steps if f.get("run_id") == run_id), default=0)
+        return await last_step_of(self._store, live.scope, live.session_id, live.last_seq, run_id)
+
+
+_BACK_WINDOW = 256  # events read per query, from the end of the session backwards
+
+
+async def last_step_of(
+    store: Store, scope: Scope, session_id: str, last_seq: int, run_id: str
+) -> int:
+    """The highest `step` among the events of `run_id`, the session's last run: read from
+    `last_seq` backwards, only as far as the run goes, so a long history costs nothing."""
+    step, end, window = 0, last_seq, _BACK_WINDOW
+    while end > 0:
+        after = max(0, end - window)
+        frames = [
+            orjson.loads(raw)
+            for raw in await store.read_events(scope, session_id, after, end - after)
+        ]
+        for frame in frames:
+            if frame.get("run_id") == run_id:
+                step = max(step, int(frame.get("step") or 0))
+        if any(f.get("run_id") not in (run_id, None) for f in frames):
+            break  # the run's first event is in this window
+        end, window = after, window * 2
+    return step

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from agent.ports import ToolSpec
 from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
+from server.run_recovery import last_step_of
 from server.run_request import read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
@@ -292,3 +294,39 @@ async def test_a_chat_cut_off_while_its_session_is_repaired_leaves_nothing_taken
         await chat
     assert live.run is None  # the session takes the next chat
     assert quota.active_runs(ALICE.tenant_id) == 0  # and the tenant's run count is given back
+
+
+class _CountingReads(SQLiteStore):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read = 0
+
+    async def read_events(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        frames = await super().read_events(*args, **kwargs)
+        self.read += len(frames)
+        return frames
+
+
+@pytest.mark.parametrize("run_events", [5, 700])  # within one read back, and across several
+async def test_recovery_reads_back_only_as_far_as_the_dead_run_goes(
+    tmp_path: Path, run_events: int
+) -> None:
+    store = _CountingReads(tmp_path / "long.db")
+    await store.open()
+    try:
+        await store.create_session(ALICE, "s1", 1)
+        old = [{"type": "x", "run_id": f"old-{i // 50}", "step": 9} for i in range(5000)]
+        await store.append_events(ALICE, "s1", old, 2)
+        dead = [
+            {"type": "x", "run_id": "dead", "step": 1 + i * 3 // run_events}
+            for i in range(run_events)
+        ]
+        dead.insert(run_events // 2, {"type": "x", "run_id": "dead"})  # an event without a step
+        await store.append_events(ALICE, "s1", dead, 3)
+        store.read = 0
+        last_seq = 5000 + run_events + 1
+        assert await last_step_of(store, ALICE, "s1", last_seq, "dead") == 3
+        assert store.read < 4 * (run_events + 256)  # not the 5,000 events before the run
+        assert await last_step_of(store, ALICE, "s1", last_seq, "never-ran") == 0
+    finally:
+        await store.close()
