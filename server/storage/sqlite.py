@@ -3,7 +3,8 @@
 Nothing here blocks the event loop: statements run in two dedicated threads, one writer and
 one reader, each with its own connection. Writes are group-committed: every write waiting
 while a transaction runs goes into the next one, so a hundred streaming sessions cost one
-commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction.
+commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction, or
+one statement when it holds only numbered events (a model streaming at its own pace).
 
 Events are numbered on the event loop, from the last `seq` this store gave the session; how
 the writer then stores a batch in a few multi-row statements, and redoes it numbered from the
@@ -37,14 +38,24 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
-from server.storage.sqlite_batch import Append, Op, bump, encode, isolated, run_together
+from server.storage.sqlite_batch import (
+    IN_ORDER_SCHEMA,
+    Append,
+    Op,
+    bump,
+    encode,
+    isolated,
+    run_alone,
+    run_together,
+)
 from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id    TEXT PRIMARY KEY,
     tenant_id     TEXT NOT NULL,
@@ -95,6 +106,8 @@ CREATE TABLE IF NOT EXISTS run_slots (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
+    + IN_ORDER_SCHEMA
+)
 _TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
 
 _SESSION_COLUMNS = (
@@ -592,6 +605,9 @@ class SQLiteStore:
         conn = self._write_conn
         if conn is None:
             raise StorageError("the SQLite store is not open")
+        alone = run_alone(conn, ops)
+        if alone is not None:
+            return alone
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:

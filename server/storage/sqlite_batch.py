@@ -22,13 +22,23 @@ import orjson
 from agent.errors import StorageError
 from server.storage.base import Scope
 
-__all__ = ["Append", "Op", "bump", "encode", "isolated", "run_together"]
+__all__ = [
+    "IN_ORDER_SCHEMA",
+    "Append",
+    "Op",
+    "bump",
+    "encode",
+    "isolated",
+    "run_alone",
+    "run_together",
+]
 
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
 _ROWS_PER_INSERT = 128  # 5 bound variables each: within SQLite's oldest limit of 999
 _SESSIONS_PER_UPDATE = 128  # 6 bound variables each
+_ROWS_ALONE = 64  # events `run_alone` stores in one statement (8 bound variables each)
 
 
 @dataclass(slots=True)
@@ -56,6 +66,49 @@ class Append:
     @property
     def last(self) -> int:
         return self.first + len(self.frames) - 1
+
+
+# Inserting into this view stores an event only if it is the next one of its session in the
+# caller's scope, advancing `last_seq` with it: the checks and both writes of a batch of
+# numbered events in one statement, which in autocommit mode is its own transaction.
+IN_ORDER_SCHEMA = """
+CREATE VIEW IF NOT EXISTS events_in_order AS
+    SELECT e.session_id, e.seq, e.run_id, e.ts, e.body, s.tenant_id, s.user_id,
+           s.updated_at AS now
+    FROM events e JOIN sessions s ON s.session_id = e.session_id;
+CREATE TRIGGER IF NOT EXISTS events_in_order_insert INSTEAD OF INSERT ON events_in_order
+BEGIN
+    SELECT RAISE(ABORT, 'a session''s last_seq moved since its events were numbered')
+    WHERE NOT EXISTS (
+        SELECT 1 FROM sessions WHERE session_id = NEW.session_id AND last_seq = NEW.seq - 1
+        AND tenant_id = NEW.tenant_id AND user_id = NEW.user_id
+    );
+    UPDATE sessions SET last_seq = NEW.seq, updated_at = NEW.now
+    WHERE session_id = NEW.session_id;
+    INSERT INTO events (session_id, seq, run_id, ts, body)
+    VALUES (NEW.session_id, NEW.seq, NEW.run_id, NEW.ts, NEW.body);
+END;
+"""
+
+
+def run_alone(conn: sqlite3.Connection, ops: list[Op | Append]) -> list[Any] | None:
+    """A batch of numbered events only (a model streaming at its own pace commits one delta
+    at a time): store it with one statement and no explicit transaction, one GIL round trip
+    instead of four. None when the batch is anything else, or the statement failed (rolled
+    back whole: a stale number, a lock); the caller then runs the batch the usual way."""
+    appends = [op for op in ops if isinstance(op, Append) and op.bodies is not None]
+    if len(appends) != len(ops) or not 0 < sum(len(a.frames) for a in appends) <= _ROWS_ALONE:
+        return None
+    rows = [
+        (*row, a.scope.tenant_id, a.scope.user_id, a.now)
+        for a in appends
+        for row in _event_rows([a])
+    ]
+    try:
+        conn.execute(_insert_in_order_sql(len(rows)), _flat(rows))
+    except sqlite3.Error:
+        return None
+    return [a.bodies for a in appends]
 
 
 def run_together(conn: sqlite3.Connection, ops: list[Op | Append]) -> list[Any]:
@@ -102,14 +155,19 @@ def _store_prenumbered(conn: sqlite3.Connection, appends: list[Append]) -> None:
 
 
 def _insert_events(conn: sqlite3.Connection, appends: list[Append]) -> None:
-    """Insert the numbered events (numbered from `first`: a caller may pass one dict twice)."""
-    rows = [
+    """Insert the numbered events."""
+    for chunk in _chunks(_event_rows(appends), _ROWS_PER_INSERT):
+        conn.execute(_insert_events_sql(len(chunk)), _flat(chunk))
+
+
+def _event_rows(appends: list[Append]) -> list[tuple[Any, ...]]:
+    """The `events` rows of numbered appends (numbered from `first`: a caller may pass one
+    dict twice)."""
+    return [
         (a.session_id, seq, frame.get("run_id"), frame.get("ts", a.now), body)
         for a in appends
         for seq, (frame, body) in enumerate(zip(a.frames, a.bodies or (), strict=True), a.first)
     ]
-    for chunk in _chunks(rows, _ROWS_PER_INSERT):
-        conn.execute(_insert_events_sql(len(chunk)), _flat(chunk))
 
 
 def _chunks(rows: list[T], most: int) -> list[list[T]]:
@@ -131,6 +189,15 @@ def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
 def _insert_events_sql(rows: int) -> str:
     values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
     return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {values}"
+
+
+@functools.cache
+def _insert_in_order_sql(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+    return (
+        "INSERT INTO events_in_order (session_id, seq, run_id, ts, body, tenant_id, user_id, "
+        f"now) VALUES {values}"
+    )
 
 
 @functools.cache

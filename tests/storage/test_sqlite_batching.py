@@ -62,6 +62,29 @@ async def test_a_batch_of_appends_is_one_transaction_of_a_few_statements(
         assert await store.read_events(ALICE, sid, 1) == bodies
 
 
+async def test_a_lone_append_of_numbered_events_is_one_statement(store: SQLiteStore) -> None:
+    """A model streaming at its own pace: each delta is a batch of its own."""
+    (sid,) = await _sessions(store, 1)
+    statements = await traced(store)
+    (body,) = await store.append_events(ALICE, sid, [{"type": "delta"}], 200)
+
+    # One call into SQLite (the trace repeats its text for each statement of the trigger).
+    assert len(set(statements)) == 1 and statements[0].startswith("INSERT INTO events_in_order")
+    assert orjson.loads(body)["seq"] == 2
+    assert await store.read_events(ALICE, sid, 1) == [body]
+    record = await store.get_session(ALICE, sid)
+    assert record is not None and (record.last_seq, record.updated_at) == (2, 200)
+
+
+async def test_a_lone_append_in_another_scope_is_refused_and_stores_nothing(
+    store: SQLiteStore,
+) -> None:
+    (sid,) = await _sessions(store, 1)
+    with pytest.raises(StorageError, match="does not exist"):
+        await store.append_events(BOB, sid, [{"type": "x"}], 200)  # numbered from ALICE's
+    assert await _seqs(store, ALICE, sid) == [1]
+
+
 async def test_appends_of_one_session_in_one_batch_stay_in_order(store: SQLiteStore) -> None:
     (sid,) = await _sessions(store, 1)
     results = await asyncio.gather(
