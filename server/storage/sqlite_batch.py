@@ -185,27 +185,27 @@ def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
     return [value for row in rows for value in row]
 
 
+def _values(rows: int, width: int) -> str:
+    """`(?, ?, …), (?, ?, …)…`: `rows` rows of `width` bound variables."""
+    return ", ".join([f"({', '.join('?' * width)})"] * rows)
+
+
 @functools.cache
 def _insert_events_sql(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
-    return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {values}"
+    return f"INSERT INTO events (session_id, seq, run_id, ts, body) VALUES {_values(rows, 5)}"
 
 
 @functools.cache
 def _insert_in_order_sql(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
-    return (
-        "INSERT INTO events_in_order (session_id, seq, run_id, ts, body, tenant_id, user_id, "
-        f"now) VALUES {values}"
-    )
+    columns = "session_id, seq, run_id, ts, body, tenant_id, user_id, now"
+    return f"INSERT INTO events_in_order ({columns}) VALUES {_values(rows, 8)}"
 
 
 @functools.cache
 def _update_last_seq_sql(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
     return (
         "UPDATE sessions SET last_seq = v.column3, updated_at = v.column4 "
-        f"FROM (VALUES {values}) AS v WHERE sessions.session_id = v.column1 "
+        f"FROM (VALUES {_values(rows, 6)}) AS v WHERE sessions.session_id = v.column1 "
         "AND sessions.last_seq = v.column2 AND sessions.tenant_id = v.column5 "
         "AND sessions.user_id = v.column6"
     )
