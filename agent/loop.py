@@ -21,7 +21,6 @@ from typing import Any
 
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.calling import call_model
-from agent.echo import EchoGate
 from agent.events import (
     AnswerDelta,
     CompletionReason,
@@ -220,12 +219,12 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
     step = rec.step
     instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
     stream = ControlStream(OBSERVE_KEYS)
-    shown = await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
+    await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
     rec.end_stream()  # the answer is stored by _complete
-    if not shown.strip():
+    if not stream.content.strip():
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
-    answer = shown or (control.final_answer or control.observation if control else "")
+    answer = stream.content or (control.final_answer or control.observation if control else "")
     if answer.strip():
         return answer.strip()
     steps = ctx.limits.max_steps
@@ -385,7 +384,6 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    gate = EchoGate("\n".join([system, *(m.content for m in extra)]))
 
     async def show(shown: str) -> None:
         if shown:
@@ -397,7 +395,7 @@ async def stream_text(
             await ctx.sink.emit(AnswerDelta(step, answer))
 
     async def feed(piece: str) -> None:
-        await show(gate.feed(stream.feed(piece)))
+        await show(stream.feed(piece))
 
     await call_model(
         ctx,
@@ -410,9 +408,5 @@ async def stream_text(
         on_text=feed,
         enough=lambda: stream.settled,
     )
-    await show(gate.feed(stream.finish()))
-    await show(gate.finish())
-    if gate.echoed:  # the phase wrote our prompts back: as if it had written nothing
-        ctx.metrics[Metric.PROMPT_ECHOES] += 1
-        return ""
+    await show(stream.finish())
     return stream.content

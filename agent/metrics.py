@@ -26,7 +26,6 @@ class Metric(StrEnum):
     CONTROL_BLOCK_LOOSE = "control_block_loose"
     CONTROL_BLOCK_RETRIES = "control_block_retries"
     CONTROL_BLOCK_FALLBACKS = "control_block_fallbacks"
-    PROMPT_ECHOES = "prompt_echoes"
     REPLIES_CUT = "replies_cut"
     RESEARCH_FAILURES = "research_failures"
     CONTEXT_OVERFLOW_RETRIES = "context_overflow_retries"
@@ -60,7 +59,6 @@ _HELP = {
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",
     Metric.CONTROL_BLOCK_RETRIES: "Model calls repeated for a missing control block.",
     Metric.CONTROL_BLOCK_FALLBACKS: "Phases that went on without a control block.",
-    Metric.PROMPT_ECHOES: "Phases whose text was a copy of their own instructions, not shown.",
     Metric.REPLIES_CUT: "Replies closed early because the model began repeating its block.",
     Metric.RESEARCH_FAILURES: "Research steps that failed.",
     Metric.CONTEXT_OVERFLOW_RETRIES: "Calls sent again, shortened, after a context overflow.",

@@ -18,9 +18,7 @@ from agent.events import (
     AnswerDelta,
     ChatDelta,
     ChatDone,
-    ObserveDelta,
     ObserveDone,
-    ReasonDelta,
     ReasonDone,
     RunCompleted,
     RunStopped,
@@ -30,7 +28,6 @@ from agent.events import (
     ToolStarted,
 )
 from agent.metrics import Metric
-from agent.prompts import default_prompt_dir
 from agent.tools.current_time import make_current_time_tool
 from tests.fakes.openai_server import FakeToolCall, Reply, act, observe, reason, text
 from tests.fakes.scripted_model import Harness
@@ -139,48 +136,6 @@ async def test_an_empty_summary_falls_back_to_what_the_run_found(harness: Harnes
         "What I found so far: It is 07:42 in Tokyo."
     )
     assert "".join(e.delta for e in record.of(AnswerDelta)) == completion.final_answer
-
-
-def _directive(name: str) -> str:
-    """A phase's instructions as the model reads them, without their heading."""
-    return (default_prompt_dir() / f"{name}.md").read_text().split("\n", 1)[1].strip()
-
-
-def _in_chunks(text: str, size: int = 7) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-async def test_a_phase_that_copies_its_instructions_shows_none_of_them(harness: Harness):
-    # Qwen 0.5B on llama.cpp, when a step went wrong: the Observe text and then the max-steps
-    # answer were our own directives, word for word.
-    copied = _directive("agent_observe_prompt")
-    block = json.dumps({"observation": "It is 07:42 in Tokyo.", "should_continue": True})
-    harness.model.script("observe", Reply(chunks=[*_in_chunks(copied), "\n", block]))
-    harness.model.script("summarize", text(*_in_chunks(_directive("agent_summarize_prompt"))))
-    record = await harness.run("What time is it in Tokyo?", max_steps=1)
-
-    assert record.of(ObserveDelta) == []
-    assert record.of(ObserveDone)[0].content == "It is 07:42 in Tokyo."  # the block's
-    (completion,) = record.of(RunCompleted)
-    assert completion.final_answer == (
-        "I reached the limit of 1 step before finishing this task. "
-        "What I found so far: It is 07:42 in Tokyo."
-    )
-    assert "".join(e.delta for e in record.of(AnswerDelta)) == completion.final_answer
-    assert harness.metrics[Metric.PROMPT_ECHOES] == 2
-
-
-async def test_text_that_only_begins_like_the_instructions_is_shown_whole(harness: Harness):
-    own = "Write a letter to the hotel? No: first I will check the time in Tokyo."
-    harness.model.script("reason", Reply(chunks=[*_in_chunks(own, 3), "\n", _REASON_BLOCK]))
-    record = await harness.run("What time is it in Tokyo?", max_steps=1)
-
-    assert "".join(e.delta for e in record.of(ReasonDelta)).strip() == own
-    assert record.of(ReasonDone)[0].content == own
-    assert harness.metrics[Metric.PROMPT_ECHOES] == 0
-
-
-_REASON_BLOCK = json.dumps({"plan": "Check the time.", "tools_to_consider": [], "finish": False})
 
 
 async def test_missing_control_block_is_free_text_and_the_run_continues(harness: Harness):
