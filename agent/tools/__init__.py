@@ -1,23 +1,23 @@
 """Tools the agent can call, and the registry that validates their arguments.
 
-BUILTIN_TOOLS need nothing. `build_tools` builds the ones that need configuration or
-collaborators (an HTTP client, a memory store); a tool whose requirement is missing is
-simply not built, and REQUIREMENTS says what it needs, for the startup error message.
+The tools that ship with the agent are in agent/tools/standard.py. The names below are
+imported on first use (agent/lazy.py): the page-text worker process imports
+`agent.tools.extract_worker` alone, without the HTTP client, the tools or the loop.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import httpx
+from agent.lazy import lazy_exports
 
-from agent.tools.base import Tool
-from agent.tools.config import MemoryConfig, ToolsConfig, WebFetchConfig, WebSearchConfig
-from agent.tools.current_time import current_time_tool
-from agent.tools.extractor import ExtractorPool
-from agent.tools.http_client import create_http_client
-from agent.tools.memory import MemoryRecord, MemoryStore, build_memory_tools
-from agent.tools.registry import ToolRegistry
-from agent.tools.web_fetch import build_web_fetch
-from agent.tools.web_search import build_web_search
+if TYPE_CHECKING:
+    from agent.tools.base import Tool
+    from agent.tools.config import MemoryConfig, ToolsConfig, WebFetchConfig, WebSearchConfig
+    from agent.tools.current_time import current_time_tool
+    from agent.tools.extractor import ExtractorPool
+    from agent.tools.http_client import create_http_client
+    from agent.tools.memory import MemoryRecord, MemoryStore
+    from agent.tools.registry import ToolRegistry
+    from agent.tools.standard import BUILTIN_TOOLS, REQUIREMENTS, build_tools
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -36,37 +36,22 @@ __all__ = [
     "current_time_tool",
 ]
 
-BUILTIN_TOOLS: dict[str, Tool] = {current_time_tool.name: current_time_tool}
-
-REQUIREMENTS: dict[str, str] = {
-    "web_search": 'a provider: [tools.web_search] provider = "searxng" or "brave"',
-    "web_fetch": "an HTTP client and page-text workers",
-    "memory_save": "a memory store (storage.backend = sqlite or mongodb)",
-    "memory_retrieve": "a memory store (storage.backend = sqlite or mongodb)",
-}
-
-
-def build_tools(
-    config: ToolsConfig,
-    *,
-    http: httpx.AsyncClient | None,
-    memory: MemoryStore | None,
-    extractor: ExtractorPool | None = None,
-) -> list[Tool]:
-    """Build every configurable tool whose requirements are met (enabled or not).
-
-    web_fetch needs `http` and `extractor` (its page-text workers; the caller closes them).
-    Raise ValueError when a tool is configured but cannot work (Brave without an API key).
-    """
-    tools: list[Tool] = []
-    if http is not None:
-        search = build_web_search(
-            config.web_search, http=http, api_key=config.web_search.api_key.get_secret_value()
-        )
-        if search is not None:
-            tools.append(search)
-    if http is not None and extractor is not None:
-        tools.append(build_web_fetch(config.web_fetch, http=http, extractor=extractor))
-    if memory is not None:
-        tools.extend(build_memory_tools(config.memory, memory))
-    return tools
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "BUILTIN_TOOLS": "agent.tools.standard",
+        "REQUIREMENTS": "agent.tools.standard",
+        "build_tools": "agent.tools.standard",
+        "ExtractorPool": "agent.tools.extractor",
+        "MemoryConfig": "agent.tools.config",
+        "ToolsConfig": "agent.tools.config",
+        "WebFetchConfig": "agent.tools.config",
+        "WebSearchConfig": "agent.tools.config",
+        "MemoryRecord": "agent.tools.memory",
+        "MemoryStore": "agent.tools.memory",
+        "Tool": "agent.tools.base",
+        "ToolRegistry": "agent.tools.registry",
+        "create_http_client": "agent.tools.http_client",
+        "current_time_tool": "agent.tools.current_time",
+    },
+)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 FORBIDDEN = {"starlette", "uvicorn", "pymongo", "sqlite3", "server", "websockets", "httpx"}
@@ -50,3 +54,35 @@ def test_the_terminal_client_speaks_only_the_wire_protocol():
     for path in files:
         used = _imports(path)
         assert not used & {"agent", "server"}, f"{path} imports {used & {'agent', 'server'}}"
+
+
+def test_the_page_text_worker_starts_without_the_rest_of_the_agent():
+    """Each page-text worker process imports its own module and nothing heavy of the agent
+    (the package's names load on first use): a worker starts in tens of ms, not hundreds."""
+    probe = (
+        "import sys, agent.tools.extract_worker; "
+        "print(' '.join(sorted(m.split('.')[0] if not m.startswith('agent') else m "
+        "for m in sys.modules)))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert [m for m in loaded if m.startswith("agent")] == [
+        "agent",
+        "agent.lazy",
+        "agent.tools",
+        "agent.tools.extract_worker",
+    ]
+    assert not {"httpx", "httpx2", "openai", "pydantic", "trafilatura"} & set(loaded)
+
+
+def test_the_packages_public_names_load_on_first_use():
+    import agent
+    import agent.tools
+    from agent.loop import run_agent
+    from agent.tools.standard import build_tools
+
+    assert agent.run_agent is run_agent and agent.tools.build_tools is build_tools
+    assert {"run_agent", "RunLimits"} <= set(dir(agent)) and "ToolRegistry" in dir(agent.tools)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
+        agent.nothing_here  # noqa: B018
