@@ -106,7 +106,12 @@ class OpenAIChatModel:
         base = self._client.base_url  # as the SDK joins it with a path
         self._url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
         self._timeout = httpx2.Timeout(timeout_s)
-        self._headers = _sdk_headers(self._client, self._timeout)
+        self._timeouts = self._timeout.as_dict()
+        # The client's headers overridden by the SDK's, as `build_request` merges them, once:
+        # merging ~20 headers on every call cost more than the rest of building the request.
+        merged = httpx2.Headers(self._http.headers)
+        merged.update(_sdk_headers(self._client, self._timeout))
+        self._headers = merged.multi_items()
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage
@@ -157,13 +162,15 @@ class OpenAIChatModel:
             ]
             if tool_choice != "auto":
                 body["tool_choice"] = tool_choice
-        headers = {
-            **self._headers,
-            "X-Agent-Session": call.session_id,
-            "X-Agent-Run": call.run_id,
-            "X-Agent-Step": str(call.step),
-            "X-Agent-Phase": call.phase,
-        }
+        headers = httpx2.Headers(
+            [
+                *self._headers,
+                ("X-Agent-Session", call.session_id),
+                ("X-Agent-Run", call.run_id),
+                ("X-Agent-Step", str(call.step)),
+                ("X-Agent-Phase", call.phase),
+            ]
+        )
         response = await self._open(orjson.dumps(body), headers, call)
         try:
             async for item in self._read(response):
@@ -171,7 +178,7 @@ class OpenAIChatModel:
         finally:
             await response.aclose()  # also when cancelled: the model stops generating
 
-    async def _open(self, body: bytes, headers: dict[str, str], call: CallInfo) -> httpx2.Response:
+    async def _open(self, body: bytes, headers: httpx2.Headers, call: CallInfo) -> httpx2.Response:
         """Send the request (retrying transient failures) and return the open stream."""
         total = self._max_retries + 1
 
@@ -210,11 +217,18 @@ class OpenAIChatModel:
             raise ModelError(f"The language model could not be reached ({_reason(exc)}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send(self, body: bytes, headers: dict[str, str]) -> httpx2.Response:
+    async def _send(self, body: bytes, headers: httpx2.Headers) -> httpx2.Response:
         """One attempt; failures raised as the SDK raises them (APIConnectionError,
-        APITimeoutError, APIStatusError and its subclasses)."""
-        request = self._http.build_request(
-            "POST", self._url, content=body, headers=headers, timeout=self._timeout
+        APITimeoutError, APIStatusError and its subclasses). The request is what the client's
+        `build_request` makes (its headers were merged at startup), with the client's cookies,
+        so a gateway's sticky-session cookie still goes back."""
+        request = httpx2.Request(
+            "POST",
+            self._url,
+            content=body,
+            headers=headers,
+            cookies=self._http.cookies,
+            extensions={"timeout": self._timeouts},
         )
         try:
             response = await self._http.send(request, stream=True)

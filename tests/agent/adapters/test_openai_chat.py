@@ -180,6 +180,28 @@ async def test_the_request_is_the_one_the_sdk_would_send():
     assert ours.extensions["timeout"] == theirs.extensions["timeout"]
 
 
+async def test_a_cookie_the_model_server_sets_goes_back_with_the_next_call():
+    """A gateway's sticky-session cookie: the request is built without the client's
+    `build_request`, but still carries the client's cookies."""
+    cookies: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        cookies.append(request.headers.get("cookie"))
+        return httpx.Response(
+            200, headers={"set-cookie": "route=b1; Path=/"}, content=b"data: [DONE]\n\n"
+        )
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    model = OpenAIChatModel(model="m", api_key="k", base_url="http://llm/v1", http_client=client)
+    try:
+        for _ in range(2):
+            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                pass
+    finally:
+        await model.aclose()
+    assert cookies == [None, "route=b1"]
+
+
 @pytest.mark.parametrize(
     ("status", "content"),
     [
