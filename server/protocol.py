@@ -139,14 +139,14 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
         raise ProtocolError(
             "invalid_json", f"A frame must be a JSON object, got {_json_type(data)}."
         )
-    kind = data.get("type")
-    model = _FRAMES.get(kind) if isinstance(kind, str) else None
-    if model is None:
-        expected = ", ".join(_FRAMES)
-        got = "no type" if "type" not in data else f"type {kind!r}"
-        raise ProtocolError("unknown_type", f"Expected a type of {expected}; got {got}.")
     given = data.get("id")
     frame_id = given if isinstance(given, str) and 0 < len(given) <= 128 else None
+    kind = data.get("type")
+    model = _FRAMES.get(kind) if isinstance(kind, str) else None
+    if model is None:  # checked before the other fields, `id` among them
+        expected = ", ".join(_FRAMES)
+        got = "no type" if "type" not in data else f"type {kind!r}"
+        raise ProtocolError("unknown_type", f"Expected a type of {expected}; got {got}.", frame_id)
     try:
         frame = model.model_validate(data)
     except ValidationError as exc:

@@ -122,7 +122,10 @@ async def _attach(
     await websocket.send_text(_dumps({**first, **snapshot}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
-    replayed_up_to = snapshot["last_seq"] if after_seq is None else after_seq
+    # A number past the end (a stale or foreign one) replays nothing: live events follow
+    # from the session's own last_seq, none of them skipped.
+    last_seq = snapshot["last_seq"]
+    replayed_up_to = last_seq if after_seq is None else min(after_seq, last_seq)
     while after_seq is not None:
         try:
             page = await services.store.read_events(

@@ -116,6 +116,20 @@ async def test_reconnect_without_after_seq_gets_only_live_events(server, fake_ll
     assert frames[0]["seq"] == hello["last_seq"] + 1
 
 
+async def test_after_seq_past_the_end_replays_nothing_and_loses_no_live_event(server, fake_llm):
+    """A client that claims more than the session has (a stale or foreign `after_seq`) gets
+    every live event after the session's `last_seq`, not only those above its own number."""
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.run("one")
+    async with await server.client(session_id=session, after_seq=99_999) as again:
+        hello = await again.recv()
+        frames = await again.run("two")
+    seqs = [f["seq"] for f in frames if "seq" in f]
+    assert seqs == list(range(hello["last_seq"] + 1, hello["last_seq"] + 1 + len(seqs)))
+    assert frames[-1]["type"] == "response_complete"
+
+
 async def test_invalid_after_seq_is_reported_and_nothing_is_replayed(server):
     async with await server.client() as c:
         session = (await c.recv())["session_id"]

@@ -29,11 +29,14 @@ async def test_errors_echo_the_id_of_the_message_they_refuse(server, fake_llm: F
         nothing = await c.recv()
         await c.send({"type": "chat", "content": "x", "id": 7})
         wrong_id = await c.recv()
+        await c.send({"type": "dance", "id": "m-4"})
+        unknown = await c.recv()
         frames = await c.run("hello", id="m-3")
     assert (refused["code"], refused["id"]) == ("invalid_message", "m-1")
     assert (nothing["code"], nothing["id"]) == ("no_active_run", "m-2")
     assert wrong_id["code"] == "invalid_message" and "id" in wrong_id["message"]
     assert "id" not in wrong_id  # an id that is not a string is not echoed
+    assert (unknown["code"], unknown["id"]) == ("unknown_type", "m-4")
     assert kind(frames[0]) == "agent_user_message" and frames[0]["id"] == "m-3"
 
 
