@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 
 __all__ = ["RedactingFilter", "install_log_redaction", "redact"]
 
@@ -28,17 +29,35 @@ def redact(text: str) -> str:
 
 
 class RedactingFilter(logging.Filter):
-    """Mask credentials in the record's message (its arguments already applied)."""
+    """Mask credentials in the record's message and its arguments.
+
+    The arguments keep their shape: uvicorn's access formatter unpacks them (address, method,
+    path, version, status), so a record collapsed to one string would fail to format. Only
+    a credential that appears once the arguments are applied (an object's `str`) collapses
+    the record to its masked text.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken record is left for logging to report
             return True
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, ()
+        if redact(message) == message:
+            return True
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redacted(arg) for arg in record.args)
+        elif isinstance(record.args, Mapping):
+            record.args = {key: _redacted(value) for key, value in record.args.items()}
+        cleaned = record.getMessage()
+        if redact(cleaned) != cleaned:
+            record.msg, record.args = redact(cleaned), ()
         return True
+
+
+def _redacted(value: object) -> object:
+    return redact(value) if isinstance(value, str) else value
 
 
 _LOGGERS = ("", "uvicorn", "uvicorn.access", "uvicorn.error", "websockets")

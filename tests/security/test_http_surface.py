@@ -72,6 +72,7 @@ async def test_no_token_reaches_the_access_log(tmp_path: Path) -> None:
             proc.kill()
         await proc.wait()
     assert "/ws?token=[redacted]" in output and "/?token=[redacted]" in output  # lines kept
+    assert "Logging error" not in output  # kept as access lines, not as a formatter's failure
     for secret in (TOKEN_A, near, TOKEN_B, TOKEN_A[:12]):
         assert secret not in output
 
