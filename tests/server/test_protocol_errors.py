@@ -26,6 +26,7 @@ async def _error(c: Client, frame) -> dict:
         ({"content": "hi"}, "unknown_type"),
         ({"type": "dance"}, "unknown_type"),
         ({"type": 5}, "unknown_type"),
+        ({"type": "dance", "id": 5}, "unknown_type"),  # the type is checked before the id
         ({"type": "chat"}, "invalid_message"),
         ({"type": "chat", "content": ""}, "invalid_message"),
         ({"type": "chat", "content": "   "}, "invalid_message"),

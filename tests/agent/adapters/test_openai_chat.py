@@ -181,25 +181,34 @@ async def test_the_request_is_the_one_the_sdk_would_send():
 
 
 async def test_a_cookie_the_model_server_sets_goes_back_with_the_next_call():
-    """A gateway's sticky-session cookie: the request is built without the client's
-    `build_request`, but still carries the client's cookies."""
-    cookies: list[str | None] = []
+    """A gateway's sticky-session cookie, over a real socket with the default (aiohttp)
+    client: the request is built without the client's `build_request`, yet carries the
+    cookie once."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        cookies.append(request.headers.get("cookie"))
-        return httpx.Response(
-            200, headers={"set-cookie": "route=b1; Path=/"}, content=b"data: [DONE]\n\n"
-        )
+    from tests.fakes.servers import serve
 
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    model = OpenAIChatModel(model="m", api_key="k", base_url="http://llm/v1", http_client=client)
-    try:
-        for _ in range(2):
-            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
-                pass
-    finally:
-        await model.aclose()
-    assert cookies == [None, "route=b1"]
+    cookies: list[list[str]] = []
+
+    async def chat(request: Request) -> Response:
+        cookies.append(request.headers.getlist("cookie"))
+        reply = Response(b"data: [DONE]\n\n", media_type="text/event-stream")
+        reply.set_cookie("route", "b1")
+        return reply
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    async with serve(app) as address:
+        model = OpenAIChatModel(model="m", api_key="k", base_url=f"http://{address}/v1")
+        try:
+            for _ in range(3):
+                async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                    pass
+        finally:
+            await model.aclose()
+    assert cookies == [[], ["route=b1"], ["route=b1"]]
 
 
 @pytest.mark.parametrize(
