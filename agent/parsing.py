@@ -39,6 +39,7 @@ __all__ = [
     "REASON_KEYS",
     "ControlStream",
     "ObserveControl",
+    "completed_json_object",
     "json_object_end",
     "ReasonControl",
     "read_observe_control",
@@ -59,6 +60,7 @@ _TAG_PREFIXES = frozenset(tag[:n] for tag in _TAGS for n in range(1, len(tag) + 
 _LONGEST_TAG = max(len(t) for t in _TAGS)
 _MARKERS = ("`", "{", "<")  # a chunk with none of these cannot start a block or a tag
 _UNDECIDED = -1
+_MAX_OPEN_OBJECTS_READ = 4  # each costs a scan to the end of the reply
 _SPACES = re.compile(r"\s*")
 _CANDIDATE_START = re.compile(re.escape(_FENCE) + "|" + re.escape(_ACTION_OPEN) + r"|\{")
 
@@ -94,6 +96,7 @@ class ControlStream:
         self._scan: _ObjectScan | None = None  # the open object being read, resumed per chunk
         self._fence_searched = (-1, 0)  # (open fence's start, where its closing search resumes)
         self._block_end: int | None = None  # where the last control block read ended
+        self._open_objects_read = 0  # unclosed objects read on inside at the end (bounded)
         self.control: dict[str, Any] | None = None
         self.settled = False  # the block is read and the model began another: stop reading
 
@@ -152,7 +155,11 @@ class ControlStream:
             if cand.end == _UNDECIDED:
                 if not final:
                     break
-                self._settle_open(cand, out)
+                if cand.fenced:
+                    self._open_fence_at_end(cand, out)
+                    continue
+                if self._settle_open(cand, out):
+                    continue
                 break
             if cand.control is not None or cand.hidden:
                 self.control = cand.control or self.control
@@ -210,16 +217,36 @@ class ControlStream:
         self.settled = True
         return True
 
-    def _settle_open(self, cand: _Candidate, out: list[str]) -> None:
-        """At the end of the stream, decide about a block that never closed."""
+    def _open_fence_at_end(self, cand: _Candidate, out: list[str]) -> None:
+        """At the end of the stream, a fence that never closed is no code block: its opening
+        line is cut when it was meant as the block's fence and shown otherwise, and the text
+        inside is read on like any other. A model that opened a fence mid-line ("see ```json")
+        makes its closing fence look like an opening one, with the block after it."""
+        text = self._text
+        line_end = text.find("\n", cand.start)
+        if not self._meant_as_block(cand):
+            out.append(_FENCE)
+            self._pos = cand.start + len(_FENCE)
+        else:
+            self._pos = len(text) if line_end == -1 else line_end + 1
+
+    def _settle_open(self, cand: _Candidate, out: list[str]) -> bool:
+        """At the end of the stream, decide about an object or action tag that never closed:
+        cut when it looks like a block cut short; else show its brace and return True to read
+        on inside it ("{" opened in prose), a few times at most, as each read scans to the end."""
         body = self._text[cand.start :]
-        looks_like_control = (cand.fenced and self._meant_as_block(cand)) or cand.hidden
-        if not cand.fenced:
-            head = body.lstrip("{ \t\r\n")
-            looks_like_control = any(head.startswith(f'"{k}"') for k in self._keys)
-        if not looks_like_control:
-            out.append(body)
+        head = body.lstrip("{ \t\r\n")
+        if cand.hidden or any(head.startswith(f'"{k}"') for k in self._keys):
+            self._pos = len(self._text)
+            return False
+        if self._open_objects_read < _MAX_OPEN_OBJECTS_READ:
+            self._open_objects_read += 1
+            out.append("{")
+            self._pos = cand.start + 1
+            return True
+        out.append(body)
         self._pos = len(self._text)
+        return False
 
     def _meant_as_block(self, cand: _Candidate) -> bool:
         """A fence at the very end that did not parse as a control block was still meant as
@@ -422,6 +449,16 @@ class _ObjectScan:
 def json_object_end(text: str, start: int) -> int:
     """Return the index after the object that opens at `start`, or _UNDECIDED."""
     return _ObjectScan(start).advance(text)
+
+
+def completed_json_object(text: str, start: int) -> str | None:
+    """The object that opens at `start` and runs to the end of `text` short of its closing
+    braces only (a small model's reply often stops one brace early), with them added; None
+    when it is closed, or cut inside a string."""
+    scan = _ObjectScan(start)
+    if scan.advance(text) != _UNDECIDED or scan.in_string:
+        return None
+    return text[start:].rstrip() + "}" * scan.depth
 
 
 def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] | None]:

@@ -4,9 +4,10 @@ Small and local models often write a call instead of emitting `tool_calls`: a ba
 `{"name": "get_current_time", "arguments": {...}}`, the same in a ```json fence (or a list of
 them), Hermes/Qwen `<tool_call>…</tool_call>` tags, or a reply that is nothing but a call in
 function syntax (`get_current_time(timezone="Asia/Tokyo")`, `[get_current_time()]`, or the bare
-name). When Act's reply has no native calls, these forms are recognised, but only for the
-tools that were offered: anything else stays text. Function syntax is read with `ast`, never
-evaluated.
+name). A call object that ends the reply short of its closing braces, as small models often
+write it, is completed. When Act's reply has no native calls, these forms are recognised, but
+only for the tools that were offered: anything else stays text. Function syntax is read with
+`ast`, never evaluated.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Collection
 from typing import Any
 
 from agent.messages import ToolCall
-from agent.parsing import json_object_end
+from agent.parsing import completed_json_object, json_object_end
 
 __all__ = ["read_text_tool_calls"]
 
@@ -106,7 +107,10 @@ def _read_at(text: str, start: int, offered: Collection[str]) -> tuple[int, list
         return end, _calls(_loads(_unfence(inner)), offered)
     end = _value_end(text, start)
     if end == -1:
-        return start, []
+        completed = completed_json_object(text, start) if text[start] == "{" else None
+        if completed is None:
+            return start, []
+        return len(text), _calls(_loads(completed), offered)  # a call cut short of its braces
     return end, _calls(_loads(text[start:end]), offered)
 
 

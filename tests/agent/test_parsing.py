@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -273,3 +275,76 @@ def test_a_repeat_after_the_final_block_fills_in_what_it_left_empty():
     s.finish()
     assert s.settled and s.answer == ""
     assert s.control == {"observation": "done", "should_continue": False, "final_answer": "Paris."}
+
+
+@pytest.mark.parametrize(
+    ("reply", "shown"),
+    [  # a fence opened mid-line: its closing fence looks like an opening one
+        ('A ```json\n{"a": 1}\n``` b. ' + _BLOCK, 'A ```json\n{"a": 1}\n``` b.'),
+        ("A ```\ncode\n```\n" + _BLOCK, "A ```\ncode"),
+        ('Try {"a": \n' + _BLOCK, 'Try {"a":'),  # a brace opened in prose, never closed
+    ],
+)
+def test_a_block_after_a_fence_or_brace_left_open_is_still_read(reply, shown):
+    for chunks in ([reply], [reply[: reply.index(_BLOCK)], _BLOCK]):
+        text, s = stream(chunks)
+        assert "".join(text).strip() == shown
+        assert s.control == {"plan": "p", "finish": False}
+
+
+# Prose a model writes around its block: words, braces, quotes and fences in any order, open or
+# closed, mid-line or not, but never a control key or a thinking/action tag.
+_PROSE_PIECES = st.sampled_from(
+    [
+        "A",
+        " b.",
+        "code",
+        " ",
+        "\n",
+        "\n\n",
+        "`",
+        "``",
+        "```",
+        "```json",
+        "```python",
+        "```\n",
+        "```json\n",
+        "{",
+        "}",
+        '"',
+        '{"a": ',
+        '{"a": 1}',
+        "[1, {",
+        "x = {`}",
+        "\\",
+        ":",
+    ]
+)
+_BLOCK_FORMS = [
+    "\n" + _BLOCK,
+    " " + _BLOCK,
+    "\n```json\n" + _BLOCK + "\n```",
+    "\n```\n" + _BLOCK + "\n```\n",
+    "\n```json\n" + _BLOCK,  # the model stopped before closing its fence
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    prose=st.lists(_PROSE_PIECES, max_size=12).map("".join),
+    form=st.sampled_from(_BLOCK_FORMS),
+    cuts=st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=40),
+)
+def test_the_block_is_found_after_any_prose_in_any_chunking(prose, form, cuts):
+    """Whatever fences or braces the text before it left open, the block at the end is read
+    and never shown; the prose's own characters are all shown or cut, never reordered."""
+    reply = prose + form
+    chunks, i = [], 0
+    for cut in cuts * (len(reply) // sum(cuts) + 1):
+        if i >= len(reply):
+            break
+        chunks.append(reply[i : i + cut])
+        i += cut
+    shown, s = stream(chunks)
+    assert s.control == {"plan": "p", "finish": False}, reply
+    assert '"plan"' not in "".join(shown), reply

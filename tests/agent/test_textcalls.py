@@ -49,6 +49,31 @@ def test_anything_else_stays_text(reply):
     assert read_text_tool_calls(reply, OFFERED) == ((), reply)
 
 
+@pytest.mark.parametrize("ending", ["}", "", "}\n  "])
+def test_a_call_that_ends_the_reply_short_of_its_braces_is_completed(ending):
+    """llama.cpp with Qwen2.5-0.5B wrote `… "arguments": {"question": "…"}` and stopped."""
+    cut = 'I will ask.\n\n{"name": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"'
+    calls, rest = read_text_tool_calls(cut + ending, OFFERED)
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_current_time", {"timezone": "Asia/Tokyo"})
+    ]
+    assert rest == "I will ask."
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"name": "get_current_time", "arguments": {"timezone": "Asia/To',  # cut in a string
+        '{"name": "get_current_time", "arguments": {"timezone": ',  # cut before a value
+        '{"name": "get_current_time", "arguments": {"timezones": ["UTC"',  # an open list
+        '{"name": "get_current_time", "arguments": {} and then more',  # not a cut: prose
+        '{"name": "delete_everything", "arguments": {}',  # not offered
+    ],
+)
+def test_a_cut_object_that_is_not_a_whole_call_stays_text(reply):
+    assert read_text_tool_calls(reply, OFFERED) == ((), reply)
+
+
 def test_a_repeated_call_runs_once():
     call = '{"name": "get_current_time", "arguments": {}}'
     calls, _ = read_text_tool_calls(f"{call}\n{call}\n{call}", OFFERED)
