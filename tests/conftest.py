@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -15,8 +20,56 @@ from server.cli import uvicorn_config
 from server.runner import AgentServer
 from server.settings import Settings, load_settings
 from tests.fakes.client import Client
+from tests.fakes.llama_cpp import SHARED_ENV, LlamaServer, qwen_model
 from tests.fakes.openai_server import FakeLLM
 from tests.fakes.servers import ServerHandle, bind_loopback, run_server, serve
+
+_WORKER_NICENESS = 10
+_SHARED_LLAMA = pytest.StashKey[LlamaServer]()
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """One worker per core and one more: the model server's tests mostly wait on it.
+    PYTEST_XDIST_AUTO_NUM_WORKERS still decides when it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under pytest-xdist, the controller runs the real model server (llama.cpp, one thread)
+    for the whole session and the workers lower their own priority: the model's tests are the
+    longest chain of the suite, and at equal priority the other workers' servers and browsers
+    took half its core."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        os.nice(_WORKER_NICENESS)
+    elif config.option.numprocesses and _runs_model_tests(config):
+        try:
+            server = LlamaServer(qwen_model(), log=Path(tempfile.mkdtemp()) / "llama-server.log")
+            server.launch()  # the model loads while the workers start
+        except (OSError, RuntimeError, subprocess.SubprocessError):
+            return  # the model's tests start their own server and report what is missing
+        config.stash[_SHARED_LLAMA] = server
+        os.environ[SHARED_ENV] = json.dumps({"base_url": server.base_url, "log": server.log_path})
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    server = session.config.stash.get(_SHARED_LLAMA, None)
+    if server is not None:
+        server.close()
+        shutil.rmtree(Path(str(server.log_path)).parent, ignore_errors=True)
+
+
+def _runs_model_tests(config: pytest.Config) -> bool:
+    models = Path(__file__).parent / "models"
+    if "slow" in (config.option.markexpr or ""):
+        return False
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if path == models or models in path.parents or path in models.parents:
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -31,8 +84,6 @@ def _no_real_llm(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test may reach a real model: point the defaults at a closed local port."""
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    import os
-
     for name in list(os.environ):
         if name.startswith("AGENT__"):
             monkeypatch.delenv(name)

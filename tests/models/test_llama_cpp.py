@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import Running, ServerFactory
 from tests.fakes.client import kind
-from tests.fakes.llama_cpp import LlamaServer, qwen_model
+from tests.fakes.llama_cpp import LlamaServer, qwen_model, shared_server
 
 pytestmark = pytest.mark.slow
 
@@ -25,7 +25,15 @@ _TIMEOUT = 240.0  # a whole run on CPU: several calls of a 0.5B model
 
 @pytest.fixture(scope="module")
 def llama() -> Iterator[LlamaServer]:
-    with LlamaServer(qwen_model(), ctx_size=4096) as server:  # llama.cpp's usual small window
+    """The session's server when the pytest controller runs one, else one for this module."""
+    shared = shared_server()
+    if shared is not None:
+        try:
+            yield shared
+        finally:
+            shared.close()
+        return
+    with LlamaServer(qwen_model()) as server:
         yield server
 
 
@@ -102,6 +110,9 @@ async def test_stop_lands_in_the_middle_of_a_real_stream(real: Running, llama: L
 
 
 async def test_a_question_is_asked_and_answered(real: Running, llama: LlamaServer):
+    """The model asks, the answer goes back to it, and the run goes on with it; then a stop
+    ends the run (the first test already proves a run completes; more steps of a 0.5B model
+    prove nothing more and take the longest part of this module)."""
     async with await real.client() as c:
         await c.recv()
         await c.send(
@@ -119,16 +130,17 @@ async def test_a_question_is_asked_and_answered(real: Running, llama: LlamaServe
             lambda f: kind(f) in ("agent_request_input", "response_complete"), _TIMEOUT
         )
         assert kind(asked[-1]) == "agent_request_input", [kind(f) for f in asked]
-        rest: list[dict[str, Any]] = []
-        while not rest or rest[-1]["type"] != "response_complete":
-            await c.send({"type": "agent_user_input", "content": "Paris"})  # each time asked
-            rest += await c.until(
-                lambda f: kind(f) in ("agent_request_input", "response_complete"), _TIMEOUT
-            )
+        await c.send({"type": "agent_user_input", "content": "Paris"})
+        rest = await c.until(lambda f: kind(f) in ("agent_observe", "response_complete"), _TIMEOUT)
+        if kind(rest[-1]) != "response_complete":
+            await c.send({"type": "agent_control", "action": "stop"})
+            rest += await c.until("response_complete", 60)
     assert _errors(asked + rest) == [], [e["message"] for e in _errors(asked + rest)]
-    answered = [f for f in rest if kind(f) == "agent_user_answer"]
-    assert answered and answered[0]["content"] == "Paris"
-    assert any(kind(f) == "agent_completion" for f in rest)
+    answered = [i for i, f in enumerate(rest) if kind(f) == "agent_user_answer"]
+    assert answered and rest[answered[0]]["content"] == "Paris"
+    observed = [i for i, f in enumerate(rest) if kind(f) == "agent_observe"]
+    assert observed and observed[0] > answered[0], [kind(f) for f in rest]  # it went on
+    assert any(kind(f) in ("agent_completion", "agent_stopped") for f in rest)
     assert _refused(llama) == []
 
 
