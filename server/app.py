@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -41,6 +42,7 @@ from agent.tools.mcp import McpServer
 from agent.tools.python import load_tool_modules
 from server.agui import routes as agui_routes
 from server.auth import Authenticator
+from server.http_api import http_error
 from server.http_api import routes as api_routes
 from server.services import Services
 from server.sessions import SessionHub
@@ -288,7 +290,12 @@ def create_app(
             ", ".join(hosts),
         )
     middleware = [Middleware(TrustedHostMiddleware, allowed_hosts=hosts)]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=middleware,
+        exception_handlers={HTTPException: http_error},
+    )
     app.state.services = services
     return app
 

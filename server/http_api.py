@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,6 +35,21 @@ class _ApiError(Exception):
 
 def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no such path, a method the path does not take) in the API's
+    error shape, with their headers (`Allow`)."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (204, 304):  # no body allowed
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+    response = _json({"code": code, "message": f"{exc.detail}."}, exc.status_code)
+    response.headers.update(exc.headers or {})
+    return response
 
 
 def _services(request: Request) -> Services:
@@ -146,13 +162,16 @@ async def _title_from_body(request: Request) -> str:
 
 @_handler
 async def session_item(request: Request) -> Response:
-    """PATCH renames a session; DELETE removes it with its events and messages."""
+    """GET reads one session; PATCH renames it; DELETE removes it with its events and
+    messages."""
     scope = _scope(request)
     session_id = str(request.path_params["session_id"])
     services = _services(request)
     record = await services.store.get_session(scope, session_id)
     if record is None:
         raise _ApiError(404, "not_found", "There is no such session.")
+    if request.method == "GET":
+        return _json(record.to_api())
     if request.method == "PATCH":
         title = await _title_from_body(request)
         if not await services.store.rename_session(scope, session_id, title):
@@ -247,7 +266,7 @@ routes = [
     Route("/api/tools", list_tools),
     Route("/api/sessions", list_sessions),
     Route("/api/sessions/latest", latest_session),
-    Route("/api/sessions/{session_id}", session_item, methods=["PATCH", "DELETE"]),
+    Route("/api/sessions/{session_id}", session_item, methods=["GET", "PATCH", "DELETE"]),
     Route("/api/sessions/{session_id}/messages", session_messages),
     Route("/api/sessions/{session_id}/events", session_events),
     Route("/api/sessions/{session_id}/usage", session_usage),

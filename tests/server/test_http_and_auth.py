@@ -46,6 +46,19 @@ async def test_latest_is_404_without_sessions(server_factory, tmp_path):
     assert response.status_code == 404
 
 
+async def test_no_such_path_or_method_answers_in_the_api_error_shape(server):
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        missing = await http.get("/api/nothing")
+        wrong = await http.put("/api/sessions/abc", json={"title": "x"})
+        also_wrong = await http.post("/api/sessions")
+        empty_limit = await http.get("/api/sessions?limit=")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
+    assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD", "PATCH", "DELETE"}
+    assert also_wrong.status_code == 405 and also_wrong.headers["allow"] == "GET, HEAD"
+    assert empty_limit.status_code == 200  # an empty value is the default
+
+
 async def test_messages_api_roles_order_and_pagination(server, fake_llm: FakeLLM):
     async with await server.client() as c:
         session = (await c.recv())["session_id"]

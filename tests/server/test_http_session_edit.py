@@ -1,4 +1,5 @@
-"""PATCH and DELETE /api/sessions/{id}: rename and delete a conversation, scoped by caller."""
+"""GET, PATCH and DELETE /api/sessions/{id}: read, rename and delete a conversation, scoped by
+caller."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ async def test_rename_then_delete_a_session(server, fake_llm: FakeLLM):
         await c.run("Plan my trip to Rome")
     async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
         before = (await http.get("/api/sessions")).json()["sessions"][0]
+        assert (await http.get(f"/api/sessions/{sid}")).json() == before
         renamed = await http.patch(f"/api/sessions/{sid}", json={"title": "  Rome \n trip  "})
         assert renamed.status_code == 200
         assert renamed.json() == {**before, "title": "Rome trip"}  # updated_at unchanged
@@ -45,6 +47,8 @@ async def test_rename_then_delete_a_session(server, fake_llm: FakeLLM):
         assert (await http.get("/api/sessions")).json()["sessions"] == []
         assert (await http.get(f"/api/sessions/{sid}/events")).status_code == 404
         assert (await http.get(f"/api/sessions/{sid}/messages")).status_code == 404
+        gone = await http.get(f"/api/sessions/{sid}")
+        assert gone.status_code == 404 and gone.json()["code"] == "not_found"
         assert (await http.delete(f"/api/sessions/{sid}")).status_code == 404
         missing = await http.patch(f"/api/sessions/{sid}", json={"title": "again"})
         assert missing.status_code == 404 and missing.json()["code"] == "not_found"
@@ -73,7 +77,7 @@ async def test_delete_is_refused_while_a_run_is_active_and_closes_watchers(
             assert closed.rcvd is not None and closed.rcvd.code == 4404
 
 
-async def test_another_caller_can_neither_rename_nor_delete(server_factory, fake_llm: FakeLLM):
+async def test_another_caller_can_neither_read_rename_nor_delete(server_factory, fake_llm: FakeLLM):
     async with server_factory(auth={"tokens": TOKENS}) as s:
         async with await s.client(token=ALICE) as c:
             sid = (await c.recv())["session_id"]
@@ -83,6 +87,9 @@ async def test_another_caller_can_neither_rename_nor_delete(server_factory, fake
             alice = {"Authorization": f"Bearer {ALICE}"}
             assert (await http.delete(f"/api/sessions/{sid}")).status_code == 401
             assert (await http.delete(f"/api/sessions/{sid}", headers=bob)).status_code == 404
+            assert (await http.get(f"/api/sessions/{sid}", headers=bob)).status_code == 404
+            assert (await http.get(f"/api/sessions/{sid}")).status_code == 401
+            assert (await http.get(f"/api/sessions/{sid}", headers=alice)).json()["title"] == "mine"
             patched = await http.patch(f"/api/sessions/{sid}", json={"title": "x"}, headers=bob)
             assert patched.status_code == 404
             listed = (await http.get("/api/sessions", headers=alice)).json()["sessions"]
