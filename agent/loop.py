@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.calling import call_model
+from agent.echo import copied_from
 from agent.events import (
     AnswerDelta,
     CompletionReason,
@@ -116,7 +117,7 @@ async def _reason(
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
-        content = control.plan
+        content = "" if copied_from(control.plan, system, instruction.content) else control.plan
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
@@ -186,6 +187,8 @@ async def _observe(
     control = read_observe_control(block)
     if not content and control is not None:
         content = control.observation
+        if control.should_continue and copied_from(content, system, instruction.content):
+            content = ""  # not the answer, and not something the model found
     await rec.commit_stream(Message("assistant", content, phase="observe", run_id=ctx.run_id))
     await ctx.sink.emit(ObserveDone(step, content))
     if control is None or control.should_continue:

@@ -99,6 +99,34 @@ async def test_a_model_repeating_its_block_is_cut_off_and_the_run_goes_on(harnes
     assert (completion.usage["llm_calls"], completion.usage["estimated_calls"]) == (3, 1)
 
 
+async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_words(
+    harness: Harness,
+):
+    """Qwen2.5-0.5B on llama.cpp wrote only a block whose plan was a line of its guidance."""
+    copied = "Work out the single next thing to do for the person's latest request."
+    own = "Look up the time in Tokyo."
+
+    def block_only(**fields: object) -> Reply:
+        return text("\n\n", json.dumps(fields))
+
+    harness.model.script(
+        "reason",
+        block_only(plan=copied, tools_to_consider=[], finish=False),
+        block_only(plan=own, tools_to_consider=[], finish=False),
+    )
+    harness.model.script(
+        "observe",
+        block_only(observation="what you learned, in one sentence", should_continue=True),
+        observe("Found it.", final="It is noon."),
+    )
+
+    record = await harness.run("What time is it in Tokyo?", max_steps=2)
+
+    assert [e.content for e in record.of(ReasonDone)] == ["", own]
+    assert [e.content for e in record.of(ObserveDone)] == ["", "Found it."]
+    assert record.of(RunCompleted)[0].final_answer == "It is noon."
+
+
 async def test_act_is_told_the_tools_reason_named(harness: Harness):
     block = {"plan": "Ask, then look.", "tools_to_consider": ["request_input", "nope"]}
     harness.model.script("reason", text(json.dumps({**block, "finish": False})))

@@ -55,7 +55,8 @@ async def test_no_such_path_or_method_answers_in_the_api_error_shape(server):
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
     assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD", "PATCH", "DELETE"}
-    assert also_wrong.status_code == 405 and also_wrong.headers["allow"] == "GET, HEAD"
+    assert also_wrong.status_code == 405
+    assert set(also_wrong.headers["allow"].split(", ")) == {"GET", "HEAD"}
     assert empty_limit.status_code == 200  # an empty value is the default
 
 
