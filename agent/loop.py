@@ -216,6 +216,9 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     return False
 
 
+_COPIED_DRAFT = "The draft only repeated the instructions; the answer is built from the steps."
+
+
 async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list[ToolSpec]) -> str:
     """The extra call at max steps: the final answer, streamed as it is written. A control
     block the model writes anyway (small models copy the Observe format) is cut out."""
@@ -228,8 +231,12 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
     answer = stream.content or (control.final_answer or control.observation if control else "")
-    if answer.strip():
+    prompt = (system, instruction.content, *(t.description for t in tools))
+    if answer.strip() and not copied_from(answer, *prompt):
         return answer.strip()
+    if answer.strip():  # the prompt read back: the draft the client saw is withdrawn
+        await ctx.sink.emit(FinishVerified(step, False, _COPIED_DRAFT))
+        rec.discard_answer()
     steps = ctx.limits.max_steps
     limit = f"{steps} step" if steps == 1 else f"{steps} steps"
     return _answer_from_findings(rec, f"I reached the limit of {limit} before finishing this task.")

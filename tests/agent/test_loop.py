@@ -18,6 +18,7 @@ from agent.events import (
     AnswerDelta,
     ChatDelta,
     ChatDone,
+    FinishVerified,
     ObserveDone,
     ReasonDone,
     RunCompleted,
@@ -164,6 +165,30 @@ async def test_an_empty_summary_falls_back_to_what_the_run_found(harness: Harnes
         "What I found so far: It is 07:42 in Tokyo."
     )
     assert "".join(e.delta for e in record.of(AnswerDelta)) == completion.final_answer
+
+
+async def test_a_summary_that_reads_the_prompt_back_is_withdrawn_for_the_findings(
+    harness: Harness,
+):
+    """Qwen2.5-0.5B on llama.cpp answered the step limit with the summary instruction and a
+    tool's description: the draft streamed, then gave way to what the run found."""
+    copied = (
+        "The step limit stopped the work and what is left to do, if anything. "
+        "Do not call tools and do not add a JSON block."
+    )
+    harness.model.script("observe", observe("It is 07:42 in Tokyo."))
+    harness.model.script("summarize", text(copied))
+    record = await harness.run("What time is it in Tokyo?", max_steps=1)
+    (completion,) = record.of(RunCompleted)
+    assert completion.final_answer == (
+        "I reached the limit of 1 step before finishing this task. "
+        "What I found so far: It is 07:42 in Tokyo."
+    )
+    kinds = [e.kind for e in record.events if e.kind in ("answer_delta", "finish_verified")]
+    assert kinds == ["answer_delta", "finish_verified", "answer_delta"]  # draft, withdrawn, answer
+    (verdict,) = record.of(FinishVerified)
+    assert not verdict.done
+    assert record.of(AnswerDelta)[-1].delta == completion.final_answer
 
 
 async def test_missing_control_block_is_free_text_and_the_run_continues(harness: Harness):
