@@ -151,7 +151,7 @@ class ControlStream:
                 break
             out.append(text[self._pos : start])
             self._pos = start
-            cand = self._read_candidate(start)
+            cand = self._read_candidate(start, final=final)
             if cand.end == _UNDECIDED:
                 if not final:
                     break
@@ -206,7 +206,7 @@ class ControlStream:
                 return False
         elif not text.startswith("{", start):
             return False
-        cand = self._read_candidate(start)
+        cand = self._read_candidate(start, final=final)
         if cand.end == _UNDECIDED:
             return not final
         if cand.control is None:
@@ -300,7 +300,7 @@ class ControlStream:
             i += 1
         return _UNDECIDED
 
-    def _read_candidate(self, start: int) -> _Candidate:
+    def _read_candidate(self, start: int, *, final: bool) -> _Candidate:
         text = self._text
         if text.startswith(_ACTION_OPEN, start):
             close = text.find(_ACTION_CLOSE, start)
@@ -318,20 +318,28 @@ class ControlStream:
                 return _Candidate(start, _UNDECIDED, True, _label_is_json(text[start:]), None)
             label_json = _label_is_json(text[start:line_end])
             if label_json:
-                balanced = self._read_fenced_object(start, line_end)
+                balanced = self._read_fenced_object(start, line_end, final=final)
                 if balanced is not None:
                     return balanced
             close = self._closing_fence(start, line_end + 1)
             if close == -1:
                 return _Candidate(start, _UNDECIDED, True, label_json, None)
+            next_line = text.find("\n", close)
+            if _at_line_start(text, close) and next_line == -1 and not final:
+                return _Candidate(start, _UNDECIDED, True, label_json, None)  # "```json" yet?
             end = close + len(_FENCE)
+            if (
+                _at_line_start(text, close)
+                and text[end : next_line if next_line != -1 else None].strip()
+            ):
+                end = close  # "```json" opens the next fence: the one left open ends before it
             return _Candidate(start, end, True, label_json, self._control(text[line_end:close]))
         end = self._object_end(start)
         if end == _UNDECIDED:
             return _Candidate(start, _UNDECIDED, False, False, None)
         return _Candidate(start, end, False, False, self._control(text[start:end]))
 
-    def _read_fenced_object(self, start: int, line_end: int) -> _Candidate | None:
+    def _read_fenced_object(self, start: int, line_end: int, *, final: bool) -> _Candidate | None:
         """Read a ```json fence as one balanced object, so fences inside its strings stay
         inside; None when the fence does not hold an object (read it line-wise instead)."""
         text = self._text
@@ -355,7 +363,14 @@ class ControlStream:
             if control is not None:  # the same fence goes on with another object
                 return _Candidate(start, end, True, True, control, repeated=True)
             return None
-        return _Candidate(start, after + len(_FENCE), True, True, self._control(text[body:end]))
+        control = self._control(text[body:end])
+        fence_end = after + len(_FENCE)
+        next_line = text.find("\n", fence_end)
+        if text[fence_end : next_line if next_line != -1 else None].strip():
+            return _Candidate(start, after, True, True, control)  # "```json" opens the next one
+        if next_line == -1 and not final:
+            return _Candidate(start, _UNDECIDED, True, True, None)  # "```" or "```json" yet?
+        return _Candidate(start, fence_end, True, True, control)
 
     def _object_end(self, start: int) -> int:
         """`json_object_end`, resumed where the previous chunk's scan stopped: a long reply

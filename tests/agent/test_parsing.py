@@ -350,3 +350,44 @@ def test_the_block_is_found_after_any_prose_in_any_chunking(prose, form, cuts):
     shown, s = stream(chunks)
     assert s.control == {"plan": "p", "finish": False}, reply
     assert '"plan"' not in "".join(shown), reply
+
+
+_ENDING = '{"observation": "o", "should_continue": false}'
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "Code:\n```python\nprint(1)\n",  # a code block the model never closed
+        '```\n{"a": 1}\n',  # an object in a fence never closed
+    ],
+)
+def test_a_fence_left_open_ends_where_the_blocks_fence_opens(before):
+    """A line "```json" cannot close a fence (it opens one): the answer keeps no stray fence."""
+    reply = f"{before}```json\n{_ENDING}\n```\nIt is noon."
+    for size in (1, 5, len(reply)):
+        s = observing()
+        for i in range(0, len(reply), size):
+            s.feed(reply[i : i + size])
+        s.finish()
+        assert s.control == {"observation": "o", "should_continue": False}
+        assert s.answer == "It is noon."
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    prose=st.lists(_PROSE_PIECES, max_size=12).map("".join),
+    fenced=st.booleans(),
+    size=st.integers(min_value=1, max_value=12),
+)
+def test_an_observe_block_after_any_prose_ends_the_run_and_its_answer_follows(prose, fenced, size):
+    """The same for Observe's block that ends the run: the text after it is the answer."""
+    assume(prose.count("{") <= 4)
+    block = f"\n```json\n{_ENDING}\n```" if fenced else f"\n{_ENDING}"
+    reply = f"{prose}{block}\nIt is noon."
+    s = observing()
+    shown = [s.feed(reply[i : i + size]) for i in range(0, len(reply), size)]
+    shown.append(s.finish())
+    assert s.control == {"observation": "o", "should_continue": False}, reply
+    assert s.answer == "It is noon.", reply
+    assert '"observation"' not in "".join(shown), reply
