@@ -167,6 +167,10 @@ async def _run_tool(
         return _Outcome(False, problem, 0)
     if call.name == RECALL_DETAILS and ctx.context is not None:
         return _recall(rec, args)
+    if ctx.tool_names is not None and call.name not in ctx.tool_names:
+        # Not offered for this run (`chat.tools`, the tenant's tools): a model repeating a
+        # call it saw earlier in the conversation must not reach a tool the client left out.
+        return _Outcome(False, f"{call.name} is not available in this conversation.", 0)
     try:
         async with asyncio.timeout(ctx.limits.tool_timeout_s) as deadline:
             ask = make_ask(ctx, rec.step, call, deadline)  # a tool may ask the person (MCP)
@@ -204,6 +208,9 @@ async def _ask(
         question = _fallback_question(rec, ctx.run_id)
     if problem is not None or not isinstance(question, str) or not question.strip():
         error = problem or 'request_input needs {"question": "<a non-empty question>"}.'
+        await rec.open_call(step, call, args)  # shown like any call the model got wrong
+        rec.close_call(call.id)
+        await ctx.sink.emit(ToolFailed(step, call.id, call.name, error))
         rec.ledger.record(step, call.name, args, False, error)
         await rec.add(
             Message.tool_result(

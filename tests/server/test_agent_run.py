@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 
+from agent.ports import ToolContext
+from agent.tools.base import Tool
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
-from tests.fakes.tools import echo_tool
+from tests.fakes.tools import EchoArgs, echo_tool
 
 
 def kinds(frames: list[dict]) -> list[str]:
@@ -201,6 +203,53 @@ async def test_tools_field_limits_the_offered_tools(server, fake_llm: FakeLLM):
         await c.run("hi", tools=[])
     offered = {t["function"]["name"] for t in fake_llm.requests[1].body["tools"]}
     assert offered == {"request_input"}
+
+
+async def test_a_tool_left_out_of_the_chat_is_not_run_when_the_model_calls_it(
+    server_factory, fake_llm: FakeLLM
+):
+    """`tools` is a permission, not a hint: a model that calls a tool it was not offered (it
+    saw it earlier in the conversation) gets a tool error and the tool never runs."""
+    ran: list[str] = []
+
+    async def spy(args: EchoArgs, context: ToolContext) -> dict[str, str]:
+        ran.append(args.text)
+        return {"echo": args.text}
+
+    spy_tool = Tool("echo", "Echo the text back.", EchoArgs, spy)
+    fake_llm.script("act", act(FakeToolCall("echo", {"text": "hi"})))
+    fake_llm.script("observe", observe("Refused.", final="I could not use it."))
+    fake_llm.script("chat", Reply(tool_calls=[FakeToolCall("echo", {"text": "hi"})]), text("No."))
+    async with server_factory(
+        extra_tools=[spy_tool], tools={"enabled": ["get_current_time", "echo"]}
+    ) as srv:
+        async with await srv.client() as c:
+            await c.recv()
+            agent = await c.run("echo hi", tools=["get_current_time"])
+            chat = await c.run("echo hi", tools=[], agent_mode=False)
+    for frames in (agent, chat):
+        errors = [f for f in frames if f["type"] == "tool_error"]
+        assert [e["tool_name"] for e in errors] == ["echo"]
+        assert "not available" in errors[0]["error"]
+        assert not any(f["type"] == "tool_complete" for f in frames)
+    assert ran == []
+
+
+async def test_a_request_input_call_with_bad_arguments_is_shown_as_a_tool_error(
+    server, fake_llm: FakeLLM
+):
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": ""})))
+    fake_llm.script("observe", observe("It failed.", final="I could not ask."))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("ask me")
+    tool_frames = [f for f in frames if f["type"].startswith("tool_")]
+    assert [(f["type"], f["tool_name"]) for f in tool_frames] == [
+        ("tool_start", "request_input"),
+        ("tool_error", "request_input"),
+    ]
+    assert "question" in tool_frames[1]["error"]
+    assert not any(kind(f) == "agent_request_input" for f in frames)
 
 
 async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM):
