@@ -549,7 +549,11 @@ class TerminalChat:
         if self.status == "awaiting_approval" and self.approval is not None:
             await self.decide(text)
         elif self.status == "awaiting_input" and self.question is not None:
-            if await self.send({"type": "agent_user_input", "content": text}):
+            answer = {"type": "agent_user_input", "content": text}
+            call_id = self.question.get("tool_call_id")
+            if isinstance(call_id, str):  # a late answer is refused, not given to the next one
+                answer["tool_call_id"] = call_id
+            if await self.send(answer):
                 self.status, self.question = "running", None
         elif self.status != "idle":
             self.p.line(self.s.dim("(a run is in progress: Ctrl-C stops it)"))

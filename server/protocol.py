@@ -111,6 +111,7 @@ class AgentControlFrame(_Frame):
 class UserInputFrame(_Frame):
     type: Literal["agent_user_input"]
     content: StrictStr
+    tool_call_id: StrictStr | None = None  # the question meant; None: whichever is waiting
 
 
 class ToolDecisionFrame(_Frame):

@@ -39,6 +39,16 @@ def not_awaiting_input() -> ProtocolError:
     return ProtocolError("not_awaiting_input", "No question is waiting for an answer.")
 
 
+def check_question(waiting: str, meant: str | None) -> None:
+    """An answer naming its question (`tool_call_id`) is refused unless that one is waiting."""
+    if meant is not None and meant != waiting:
+        raise ProtocolError(
+            "not_awaiting_input",
+            f"The question of call {meant!r} is not waiting for an answer "
+            f"(the one waiting is {waiting!r}).",
+        )
+
+
 def already_decided(tool_call_id: str) -> ProtocolError:
     return ProtocolError(
         "already_decided", f"The call {tool_call_id!r} was already approved or denied."
@@ -86,11 +96,14 @@ async def stop_elsewhere(store: Store, live: LiveSession) -> None:
     await store.send_control(live.scope, stop, now_ms())  # a second stop: silent
 
 
-async def answer_elsewhere(store: Store, live: LiveSession, content: str) -> None:
+async def answer_elsewhere(
+    store: Store, live: LiveSession, content: str, tool_call_id: str | None
+) -> None:
     record = await _run_elsewhere(store, live)
     pending = None if record is None else record.pending_input
     if record is None or record.active_run_id is None or not pending:
         raise not_awaiting_input()
+    check_question(str(pending.get("tool_call_id")), tool_call_id)
     key = f"answer:{pending.get('tool_call_id')}"
     answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
     if not await store.send_control(live.scope, answer, now_ms()):

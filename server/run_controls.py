@@ -28,16 +28,18 @@ class RunControls:
             return
         live.run.control.request_stop("user")
 
-    async def answer(self, live: LiveSession, content: str) -> None:
+    async def answer(self, live: LiveSession, content: str, tool_call_id: str | None) -> None:
         """Answer the pending question, here or in the process that runs it; of two answers
-        to one question, from any processes, exactly one is accepted."""
+        to one question, from any processes, exactly one is accepted. With `tool_call_id`,
+        only the question of that call: an answer meant for an earlier one is refused."""
         run = live.run
         if run is None:
-            await remote.answer_elsewhere(self._store, live, content)
+            await remote.answer_elsewhere(self._store, live, content, tool_call_id)
             return
         question = run.control.pending
         if question is None:
             raise remote.not_awaiting_input()
+        remote.check_question(question.tool_call_id, tool_call_id)
         payload = {"content": content}
         key = f"answer:{question.tool_call_id}"
         if not await remote.claim(self._store, live, run, key, "answer", payload):

@@ -186,9 +186,11 @@ class SessionHub:
         """Stop the session's run, here or (shared store) in the process that owns it."""
         await self._controls.stop(live)
 
-    async def answer(self, live: LiveSession, content: str) -> None:
+    async def answer(
+        self, live: LiveSession, content: str, tool_call_id: str | None = None
+    ) -> None:
         """Answer the pending question; see RunControls.answer."""
-        await self._controls.answer(live, content)
+        await self._controls.answer(live, content, tool_call_id)
 
     async def decide(
         self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None

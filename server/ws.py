@@ -220,7 +220,7 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
         elif isinstance(frame, ToolDecisionFrame):
             await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
         else:
-            await services.hub.answer(live, frame.content)
+            await services.hub.answer(live, frame.content, frame.tool_call_id)
     except ProtocolError as exc:
         exc.frame_id = frame.id
         raise

@@ -246,7 +246,10 @@ function sendAnswer() {
   const content = ui.message.value;
   const pending = banner.current;
   if (!pending || !content.trim()) return;
-  if (!conn.send({ type: "agent_user_input", content })) {
+  // Naming the question: a late answer is refused rather than taken for the next question.
+  const frame = { type: "agent_user_input", content };
+  if (pending.tool_call_id) frame.tool_call_id = pending.tool_call_id;
+  if (!conn.send(frame)) {
     note("Not connected: the answer was not sent. It is still in the box.", "error");
     return;
   }

@@ -235,23 +235,6 @@ async def test_a_tool_left_out_of_the_chat_is_not_run_when_the_model_calls_it(
     assert ran == []
 
 
-async def test_a_request_input_call_with_bad_arguments_is_shown_as_a_tool_error(
-    server, fake_llm: FakeLLM
-):
-    fake_llm.script("act", act(FakeToolCall("request_input", {"question": ""})))
-    fake_llm.script("observe", observe("It failed.", final="I could not ask."))
-    async with await server.client() as c:
-        await c.recv()
-        frames = await c.run("ask me")
-    tool_frames = [f for f in frames if f["type"].startswith("tool_")]
-    assert [(f["type"], f["tool_name"]) for f in tool_frames] == [
-        ("tool_start", "request_input"),
-        ("tool_error", "request_input"),
-    ]
-    assert "question" in tool_frames[1]["error"]
-    assert not any(kind(f) == "agent_request_input" for f in frames)
-
-
 async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM):
     fake_llm.script("observe", observe("ok", final="The answer is 42."))
     async with await server.client() as c:

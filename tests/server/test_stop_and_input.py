@@ -185,9 +185,47 @@ async def test_invalid_request_input_arguments_are_fed_back(server, fake_llm: Fa
         await c.recv()
         frames = await c.run("ask badly")
     assert "agent_request_input" not in [kind(f) for f in frames]
+    shown = [(f["type"], f["tool_name"]) for f in frames if f["type"].startswith("tool_")]
+    assert shown == [("tool_start", "request_input"), ("tool_error", "request_input")]
     observe_request = [r for r in fake_llm.requests if r.phase == "observe"][-1]
     tool = [m for m in observe_request.body["messages"] if m["role"] == "tool"]
     assert "question" in tool[0]["content"]
+
+
+async def test_an_answer_naming_its_question_is_not_taken_for_the_next_one(
+    server, fake_llm: FakeLLM
+):
+    """Two questions in one step; a second tab's late answer to the first, naming it, must
+    not become the answer to the second (which asks something else)."""
+    first = FakeToolCall("request_input", {"question": "Which city?"})
+    second = FakeToolCall("request_input", {"question": "Delete all files? (yes/no)"})
+    fake_llm.script("act", act(first, second))
+    fake_llm.script("observe", observe("Got both.", final="Done."))
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.send({"type": "chat", "content": "go"})
+        await c.until("agent_request_input")
+        wrong = {"type": "agent_user_input", "content": "x", "tool_call_id": second.id}
+        await c.send({**wrong, "id": "w1"})  # the second is not asked yet
+        refused = await c.until("error")
+        assert (refused[-1]["code"], refused[-1]["id"]) == ("not_awaiting_input", "w1")
+        assert first.id in refused[-1]["message"]
+        await c.send({"type": "agent_user_input", "content": "Lyon", "tool_call_id": first.id})
+        asked = await c.until(lambda f: kind(f) == "agent_request_input")
+        assert asked[-1]["tool_call_id"] == second.id
+        async with await server.client(session_id=session) as late:
+            await late.recv()
+            stale = {"type": "agent_user_input", "content": "yes", "tool_call_id": first.id}
+            await late.send({**stale, "id": "late"})
+            error = await late.until("error")
+            assert (error[-1]["code"], error[-1]["id"]) == ("not_awaiting_input", "late")
+        await c.send({"type": "agent_user_input", "content": "no", "tool_call_id": second.id})
+        rest = await c.until("response_complete")
+    answers = [(f["tool_call_id"], f["content"]) for f in rest if kind(f) == "agent_user_answer"]
+    assert answers == [(second.id, "no")]
+    observe_request = [r for r in fake_llm.requests if r.phase == "observe"][-1]
+    tool = [m["content"] for m in observe_request.body["messages"] if m["role"] == "tool"]
+    assert tool == ["Lyon", "no"]
 
 
 async def test_stopped_run_events_replay_like_they_were_sent(server, fake_llm: FakeLLM):
