@@ -10,6 +10,7 @@ Order on the wire, for a turn with calls c1..cn:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -97,6 +98,8 @@ async def run_tool_calls(
         asyncio.create_task(_execute(ctx, rec, call, _refuse_repeat(rec, call, parsed[call.id])))
         for call in ordinary
     ]
+    for call, task in zip(ordinary, tasks, strict=True):
+        task.add_done_callback(functools.partial(_hold_end, ctx, rec, step, call))
     try:
         for call, task in zip(ordinary, tasks, strict=True):
             outcome = await task
@@ -130,22 +133,39 @@ async def _finish_call(
     rec.ledger.record(
         step, call.name, _parse_arguments(call.arguments)[0], outcome.ok, outcome.value
     )
+    event, message = _shown_end(ctx, step, call, outcome)
+    await ctx.sink.emit(event)
+    await rec.add(message)
+
+
+def _shown_end(
+    ctx: RunContext, step: int, call: ToolCall, outcome: _Outcome
+) -> tuple[ToolCompleted | ToolFailed, Message]:
+    """The event and the stored result that show how `call` ended."""
     if outcome.ok:
-        await ctx.sink.emit(
-            ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms)
-        )
         content = outcome.value if isinstance(outcome.value, str) else _dumps(outcome.value)
-        message = Message.tool_result(call, content, status="ok", run_id=ctx.run_id)
-    else:
-        await ctx.sink.emit(ToolFailed(step, call.id, call.name, outcome.value))
-        message = Message.tool_result(
+        return (
+            ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms),
+            Message.tool_result(call, content, status="ok", run_id=ctx.run_id),
+        )
+    return (
+        ToolFailed(step, call.id, call.name, outcome.value),
+        Message.tool_result(
             call,
             f"The tool call failed: {outcome.value}",
             status="error",
             error=outcome.value,
             run_id=ctx.run_id,
-        )
-    await rec.add(message)
+        ),
+    )
+
+
+def _hold_end(
+    ctx: RunContext, rec: RunRecorder, step: int, call: ToolCall, task: asyncio.Task[_Outcome]
+) -> None:
+    """A call ended: until its end is shown (after the calls before it), a stop shows it."""
+    if not task.cancelled() and task.exception() is None:
+        rec.hold_end(call.id, *_shown_end(ctx, step, call, task.result()))
 
 
 async def _execute(

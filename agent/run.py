@@ -150,6 +150,9 @@ class RunRecorder:
         self._window_tokens: int | None = None  # the server's window, once it refused one
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
         self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
+        # Calls that ended while their end waits behind an earlier call (results are shown in
+        # the model's order): what showing it will emit and store. A stop shows these.
+        self._held: dict[str, tuple[AgentEvent, Message]] = {}
         self._unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
         for message in self._conversation:  # a recovered run may have left calls open
             if message.run_id == ctx.run_id:
@@ -274,6 +277,13 @@ class RunRecorder:
     def close_call(self, call_id: str) -> None:
         """The call's end is being shown: a stop no longer reports it."""
         self._open_calls.pop(call_id, None)
+        self._held.pop(call_id, None)
+
+    def hold_end(self, call_id: str, event: AgentEvent, message: Message) -> None:
+        """The call ended, and its end waits to be shown: a stop shows it instead of
+        reporting the call as not completed."""
+        if call_id in self._open_calls:
+            self._held[call_id] = (event, message)
 
     def continue_from(self, step: int, started: Iterable[ToolCall]) -> None:
         """Take over a run another process began: it reached `step`, and showed `started`
@@ -346,14 +356,18 @@ class RunRecorder:
                 messages.append(
                     Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
                 )
-        events: list[AgentEvent] = [
-            ToolFailed(self._step, call_id, name, cut) for call_id, name in self._open_calls.items()
-        ]
-        self._open_calls.clear()
+        events: list[AgentEvent] = []
+        for call_id, name in self._open_calls.items():  # in the model's order
+            held = self._held.get(call_id)
+            events.append(held[0] if held else ToolFailed(self._step, call_id, name, cut))
         messages += [
-            Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
+            self._held[call.id][1]
+            if call.id in self._held
+            else Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
             for call in self._unanswered.values()
         ]
+        self._open_calls.clear()
+        self._held.clear()
         note = _STOP_NOTES[reason].format(step=self._step)
         messages.append(Message("system", note, phase="stop", run_id=ctx.run_id))
         events.append(RunStopped(self._step, reason, self.usage_report()))

@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from pydantic import BaseModel
 
 from agent.control import RunControl
-from agent.events import RunStopped, ToolFailed
+from agent.events import RunStopped, ToolCompleted, ToolFailed
 from agent.messages import Message, ToolCall
+from agent.ports import ToolContext
 from agent.run import RunInterrupted
 from agent.stopping import close_interrupted, stop_recorded
+from agent.tools.base import Tool
+from tests.fakes.openai_server import FakeToolCall, act
 from tests.fakes.scripted_model import Harness
+from tests.fakes.tools import Gate
 
 ZERO_USAGE = {
     "prompt_tokens": 0,
@@ -116,3 +121,33 @@ async def test_a_stop_before_the_task_is_attached_cancels_it_at_attach():
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
     assert reached.is_set() and task.cancelled()
+
+
+async def test_a_stop_shows_a_call_that_ended_behind_a_slower_one_with_its_result():
+    """Results are shown in the model's order, so a quick call's end waits behind a slow one;
+    a stop then must show the quick call's real result, not report it as not completed."""
+    slow = Gate("slow")
+
+    class QuickArgs(BaseModel):
+        pass
+
+    async def quick(args: QuickArgs, context: ToolContext) -> dict[str, str]:
+        # The user presses stop the moment this call ends (while the slow one still runs).
+        assert harness.control.request_stop("user")
+        return {"time": "noon"}
+
+    harness = Harness(tools=[slow.tool, Tool("quick", "Answer at once.", QuickArgs, quick)])
+    calls = [FakeToolCall("slow", {"label": "a"}), FakeToolCall("quick", {})]
+    harness.model.script("act", act(*calls))
+    async with asyncio.timeout(10):
+        await harness.start("go")
+    ends = [e for e in harness.record.events if isinstance(e, ToolCompleted | ToolFailed)]
+    assert [(type(e).__name__, e.call_id) for e in ends] == [
+        ("ToolFailed", calls[0].id),  # still running: not completed
+        ("ToolCompleted", calls[1].id),  # ended: its result, in the model's order
+    ]
+    assert isinstance(harness.record.events[-1], RunStopped)
+    results = {m.tool_call_id: m for m in harness.record.messages if m.role == "tool"}
+    assert results[calls[1].id].status == "ok" and "noon" in results[calls[1].id].content
+    assert results[calls[0].id].status == "stopped"
+    assert slow.cancelled.is_set()
