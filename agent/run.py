@@ -45,15 +45,33 @@ from agent.ports import (
 
 Search = Callable[[str, ToolContext], Awaitable[Any]]
 
-__all__ = ["RunContext", "RunInterrupted", "RunLimits", "RunRecorder", "Search", "Style"]
+__all__ = [
+    "RunContext",
+    "RunInterrupted",
+    "RunLimits",
+    "RunRecorder",
+    "Search",
+    "Style",
+    "stop_note",
+]
 
 _STOP_NOTES: dict[StopReason, str] = {
-    "user": "The user stopped the previous run at step {step} before it finished.",
+    "user": "The user stopped the previous run at step {step}, before it finished.",
     "input_timeout": "The previous run ended at step {step}: the user did not answer the question.",
     "shutdown": "The previous run was ended at step {step} because the server shut down.",
     "interrupted": "The previous run was interrupted at step {step} when the server restarted.",
     "run_timeout": "The previous run was ended at step {step}: it ran longer than its time limit.",
 }
+
+
+def stop_note(reason: StopReason, step: int, run_id: str) -> Message:
+    """The note that tells the model, on the next run, how this one ended."""
+    text = _STOP_NOTES[reason].format(step=step)
+    if not step:  # stopped before the loop began
+        text = text.replace("at step 0, before it finished", "before it began")
+        text = text.replace("at step 0", "before it began")
+    return Message("system", text, phase="stop", run_id=run_id)
+
 
 _CUT_SHORT: dict[StopReason, str] = {
     "user": "Not completed: the user stopped the run before this call finished.",
@@ -368,8 +386,7 @@ class RunRecorder:
         ]
         self._open_calls.clear()
         self._held.clear()
-        note = _STOP_NOTES[reason].format(step=self._step)
-        messages.append(Message("system", note, phase="stop", run_id=ctx.run_id))
+        messages.append(stop_note(reason, self._step, ctx.run_id))
         events.append(RunStopped(self._step, reason, self.usage_report()))
         for message in messages:
             self._track(message)

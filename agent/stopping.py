@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from agent.acting import REQUEST_INPUT
 from agent.events import RunStopped, StopReason
 from agent.messages import Message, Usage
-from agent.run import RunContext, RunInterrupted, RunRecorder
+from agent.run import RunContext, RunInterrupted, RunRecorder, stop_note
 
 __all__ = ["close_interrupted", "stop_recorded"]
 
@@ -46,8 +46,9 @@ async def stop_recorded(
 
 
 async def _record(ctx: RunContext, recorder: RunRecorder | None, reason: StopReason) -> None:
-    if recorder is None:
+    if recorder is None:  # before the loop began: still tell the next run's model
         await ctx.sink.emit(RunStopped(0, reason, Usage().as_dict()))
+        await ctx.transcript.append([stop_note(reason, 0, ctx.run_id)])
     else:
         await recorder.record_stop(reason)
 

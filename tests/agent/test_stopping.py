@@ -77,6 +77,9 @@ async def test_a_stop_before_the_run_began_is_recorded_at_step_zero(harness: Har
         await task  # ends normally: the stop is recorded, not raised
     assert not task.cancelled() and task.cancelling() == 0
     assert harness.record.events == [RunStopped(0, "user", ZERO_USAGE)]
+    (note,) = harness.record.messages  # the next run's model learns this turn was stopped
+    assert (note.role, note.phase) == ("system", "stop")
+    assert note.content == "The user stopped the previous run before it began."
 
 
 async def test_a_cancellation_without_a_stop_reason_is_not_a_stop(harness: Harness):
