@@ -44,7 +44,7 @@ async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
         if not calls:
             break
         await run_tool_calls(ctx, rec, 0, calls)
-    await ctx.sink.emit(ChatDone("".join(shown)))
+    await ctx.sink.emit(ChatDone("".join(shown), rec.usage_report()))
 
 
 async def _stream_round(

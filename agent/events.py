@@ -6,7 +6,7 @@ defines, so the loop can serve another transport unchanged.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
@@ -263,6 +263,7 @@ class ModelRetrying:
 @dataclass(frozen=True, slots=True)
 class ChatDone:
     content: str
+    usage: dict[str, Any] = field(default_factory=dict)  # tokens of the run, as on completion
     kind: Literal["chat_done"] = "chat_done"
 
 

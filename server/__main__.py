@@ -1,7 +1,8 @@
-"""`python -m server` is `agent-server serve …`."""
+"""`python -m server` is `agent-server`: `serve` when no command is named."""
 
 import sys
 
 from server.cli import main
 
-raise SystemExit(main(["serve", *sys.argv[1:]] if sys.argv[1:2] != ["chat"] else sys.argv[1:]))
+_args = sys.argv[1:]
+raise SystemExit(main(_args if _args[:1] in (["serve"], ["chat"]) else ["serve", *_args]))

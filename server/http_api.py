@@ -226,7 +226,8 @@ async def session_usage(request: Request) -> Response:
             continue
         frame = orjson.loads(raw)
         usage = frame.get("usage")
-        if frame.get("update_type") in ("agent_completion", "agent_stopped") and usage:
+        ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
+        if (ends_run or frame.get("type") == "chat_response") and usage:
             runs += 1
             for key, value in usage.items():
                 totals[key] = totals.get(key, 0) + value

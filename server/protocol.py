@@ -298,7 +298,7 @@ _SHAPES: dict[str, _Shape] = {
         (("step", "step"), ("tool_call_id", "call_id"), ("tool_name", "name"), ("error", "error")),
     ),
     "chat_delta": _Shape("chat_delta", None, (("delta", "delta"),)),
-    "chat_done": _Shape("chat_response", None, (("content", "content"),)),
+    "chat_done": _Shape("chat_response", None, (("content", "content"), ("usage", "usage"))),
     "user_message": _Shape(
         "agent_update",
         "agent_user_message",

@@ -146,6 +146,19 @@ async def test_budget_exceeded_ends_with_what_the_run_has(server_factory, fake_l
         assert metrics["runs_over_budget"] == 1 and metrics["runs_started"] == 1
 
 
+async def test_a_finished_chat_run_reports_its_usage_and_counts_in_the_sessions(
+    server, fake_llm: FakeLLM
+):
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        frames = await c.run("hello", agent_mode=False)
+    (response,) = [f for f in frames if f["type"] == "chat_response"]
+    assert response["usage"]["llm_calls"] == 1 and response["usage"]["total_tokens"] == 15
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        usage = (await http.get(f"/api/sessions/{session}/usage")).json()
+    assert usage["runs"] == 1 and usage["usage"]["llm_calls"] == 1
+
+
 async def test_usage_carries_cost_when_the_model_is_priced(server_factory, fake_llm):
     prices = {"gpt-4o-mini": {"prompt_per_million": 1000, "completion_per_million": 2000}}
     async with server_factory(llm={"prices": prices}) as s:

@@ -145,8 +145,8 @@ def test_serve_reports_bad_config_and_exits_2(tmp_path):
 def test_serve_refuses_unknown_tools(tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('[tools]\nenabled = ["get_current_time", "teleport"]\n')
-    done = subprocess.run(
-        [sys.executable, "-m", "server", "--config", str(config)],
+    done = subprocess.run(  # `python -m server serve …` is the same as without `serve`
+        [sys.executable, "-m", "server", "serve", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
