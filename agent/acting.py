@@ -163,9 +163,10 @@ def _shown_end(
 def _hold_end(
     ctx: RunContext, rec: RunRecorder, step: int, call: ToolCall, task: asyncio.Task[_Outcome]
 ) -> None:
-    """A call ended: until its end is shown (after the calls before it), a stop shows it."""
+    """A call ended: until its end is shown (after the calls before it), a stop shows it.
+    What a stop would show is built only if one comes."""
     if not task.cancelled() and task.exception() is None:
-        rec.hold_end(call.id, *_shown_end(ctx, step, call, task.result()))
+        rec.hold_end(call.id, functools.partial(_shown_end, ctx, step, call, task.result()))
 
 
 async def _execute(

@@ -170,7 +170,7 @@ class RunRecorder:
         self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
         # Calls that ended while their end waits behind an earlier call (results are shown in
         # the model's order): what showing it will emit and store. A stop shows these.
-        self._held: dict[str, tuple[AgentEvent, Message]] = {}
+        self._held: dict[str, Callable[[], tuple[AgentEvent, Message]]] = {}
         self._unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
         for message in self._conversation:  # a recovered run may have left calls open
             if message.run_id == ctx.run_id:
@@ -297,11 +297,11 @@ class RunRecorder:
         self._open_calls.pop(call_id, None)
         self._held.pop(call_id, None)
 
-    def hold_end(self, call_id: str, event: AgentEvent, message: Message) -> None:
-        """The call ended, and its end waits to be shown: a stop shows it instead of
-        reporting the call as not completed."""
+    def hold_end(self, call_id: str, shown: Callable[[], tuple[AgentEvent, Message]]) -> None:
+        """The call ended, and its end waits to be shown: a stop shows it (what `shown`
+        builds, only then) instead of reporting the call as not completed."""
         if call_id in self._open_calls:
-            self._held[call_id] = (event, message)
+            self._held[call_id] = shown
 
     def continue_from(self, step: int, started: Iterable[ToolCall]) -> None:
         """Take over a run another process began: it reached `step`, and showed `started`
@@ -374,13 +374,14 @@ class RunRecorder:
                 messages.append(
                     Message("assistant", text, phase=phase, status="stopped", run_id=ctx.run_id)
                 )
-        events: list[AgentEvent] = []
-        for call_id, name in self._open_calls.items():  # in the model's order
-            held = self._held.get(call_id)
-            events.append(held[0] if held else ToolFailed(self._step, call_id, name, cut))
+        ended = {call_id: shown() for call_id, shown in self._held.items()}
+        events: list[AgentEvent] = [  # in the model's order
+            ended[call_id][0] if call_id in ended else ToolFailed(self._step, call_id, name, cut)
+            for call_id, name in self._open_calls.items()
+        ]
         messages += [
-            self._held[call.id][1]
-            if call.id in self._held
+            ended[call.id][1]
+            if call.id in ended
             else Message.tool_result(call, cut, status="stopped", error=cut, run_id=ctx.run_id)
             for call in self._unanswered.values()
         ]
