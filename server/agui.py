@@ -183,7 +183,7 @@ async def _tool_result(services: Services, live: LiveSession, message: ToolMessa
         content = "\n".join(part.text for part in content if isinstance(part, TextPart))
     if message.error:
         content = f"Error: {message.error}"
-    await services.hub.answer(live, content)
+    await services.hub.answer(live, content, message.tool_call_id)
 
 
 async def _resume(services: Services, live: LiveSession, run_input: RunAgentInput) -> None:
@@ -210,7 +210,7 @@ async def _resume(services: Services, live: LiveSession, run_input: RunAgentInpu
         if isinstance(payload, dict) and isinstance(payload.get("answer"), str):
             payload = payload["answer"]
         text = payload if isinstance(payload, str) else orjson.dumps(payload).decode()
-        await hub.answer(live, text)
+        await hub.answer(live, text, wanted)
 
 
 async def agui_endpoint(request: Request) -> Response:
