@@ -241,9 +241,11 @@ async def test_an_answer_through_the_watching_process_shows_there_at_once(
         await a.until("agent_request_input", timeout=10)
         b = await group.client(1, session_id=session)
         before = await b.recv()
-        await b.send({"type": "agent_user_input", "content": "Paris"})
+        answer = {"type": "agent_user_input", "content": "Paris"}
+        await b.send({**answer, "tool_call_id": "call_of_another_question"})  # refused
+        await b.send({**answer, "tool_call_id": question.id})
         await b.send({"type": "no_such_frame"})  # frames are handled in order: a marker
-        await b.until("error")
+        await b.until(lambda f: f.get("code") == "unknown_type")
         async with await group.client(1, session_id=session) as later:
             after = await later.recv()
         await a.until("agent_user_answer", timeout=10)
@@ -255,5 +257,7 @@ async def test_an_answer_through_the_watching_process_shows_there_at_once(
         "awaiting_input",
         "Which city?",
     )
-    assert [f["code"] for f in b.seen if f["type"] == "error"] == ["unknown_type"]
+    errors = [f for f in b.seen if f["type"] == "error"]
+    assert [f["code"] for f in errors] == ["not_awaiting_input", "unknown_type"]
+    assert question.id in errors[0]["message"]  # names the question that is waiting
     assert (after["status"], after["pending_input"]) == ("running", None)
