@@ -63,7 +63,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def _runs_model_tests(config: pytest.Config) -> bool:
     models = Path(__file__).parent / "models"
-    if "slow" in (config.option.markexpr or ""):
+    if "not slow" in (config.option.markexpr or ""):
         return False
     for arg in config.args:
         path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
