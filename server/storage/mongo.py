@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from typing import Any, Literal, TypeVar
 
 import orjson
+import pymongo
 from bson import Binary
 from bson.errors import BSONError
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
@@ -65,6 +66,8 @@ Doc = dict[str, Any]
 _DUPLICATE_KEY = 11000
 _MAX_CONFLICTS = 100  # each conflict means another writer made progress: this bounds livelock
 _MAX_HINTS = 10_000  # remembered next numbers, one per recently written session and kind
+
+_OPEN_TIMEOUT_MS = 10_000  # the indexes at start-up: see open()
 
 # (collection, keys, unique). Created one per command: FerretDB 1.24 crashes on a
 # createIndexes batch whose indexes all exist already.
@@ -118,6 +121,11 @@ class MongoStore:
         db = client[self._settings.mongodb_database]
         try:
             with _translated(where):
+                await db.command("ping")  # an absent server fails within the timeout
+            # Creating the indexes is a one-off at start-up, and a fresh database's first DDL
+            # can take longer than a request may: a short `mongodb_timeout_ms` (meant to fail
+            # requests fast in an outage) must not fail the start.
+            with _translated(where), pymongo.timeout(max(timeout, _OPEN_TIMEOUT_MS) / 1000):
                 for name, keys, unique in _INDEXES:
                     await db[name].create_index(keys, unique=unique)
         except BaseException:
