@@ -5,7 +5,8 @@ mapping from our wire frames to AG-UI events.
 A request attaches to its session like a `/ws` connection (same auth, Origin rule, session
 registry and live events), starts a run (or resumes the paused one) and streams that run's
 frames, translated, until the run ends or pauses on a question. Closing the request does not
-stop the run; `POST /agui/{thread_id}/stop` does.
+stop the run; `POST /agui/{thread_id}/stop` does. server/app.py routes both here, and imports
+this module (with the AG-UI SDK) on the first request.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from agent.errors import StorageError
 from agent.ports import ToolSpec
@@ -31,7 +31,7 @@ from server.protocol import ChatFrame, ProtocolError
 from server.services import Services
 from server.storage.base import Scope
 
-__all__ = ["routes"]
+__all__ = ["agui_endpoint", "preflight", "stop_endpoint"]
 
 _SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -347,9 +347,3 @@ async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
         services.hub.release(live)
 
 
-routes = [
-    Route("/agui", agui_endpoint, methods=["POST"]),
-    Route("/agui/{thread_id}/stop", stop_endpoint, methods=["POST"]),
-    Route("/agui", preflight, methods=["OPTIONS"]),
-    Route("/agui/{thread_id}/stop", preflight, methods=["OPTIONS"]),
-]

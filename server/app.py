@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,6 @@ from agent.tools import (
 from agent.tools.catalog import ToolCatalog
 from agent.tools.mcp import McpServer
 from agent.tools.python import load_tool_modules
-from server.agui import routes as agui_routes
 from server.auth import Authenticator
 from server.http_api import http_error
 from server.http_api import routes as api_routes
@@ -185,6 +185,29 @@ def _budget(settings: Settings) -> Budget:
     return Budget(max_tokens=agent.max_run_tokens, max_cost=agent.max_run_cost, price=price)
 
 
+def _agui_routes() -> list[Route]:
+    """`POST /agui` and its stop (server/agui.py), that module loaded by the first request, in
+    a thread: the AG-UI SDK's models took ~0.15 s of CPU to import at every start, in
+    deployments that never serve AG-UI too."""
+
+    def lazy(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            module = sys.modules.get("server.agui") or await asyncio.to_thread(
+                importlib.import_module, "server.agui"
+            )
+            handler: Callable[[Request], Awaitable[Response]] = getattr(module, name)
+            return await handler(request)
+
+        return endpoint
+
+    return [
+        Route("/agui", lazy("agui_endpoint"), methods=["POST"]),
+        Route("/agui/{thread_id}/stop", lazy("stop_endpoint"), methods=["POST"]),
+        Route("/agui", lazy("preflight"), methods=["OPTIONS"]),
+        Route("/agui/{thread_id}/stop", lazy("preflight"), methods=["OPTIONS"]),
+    ]
+
+
 def create_app(
     settings: Settings,
     *,
@@ -277,7 +300,7 @@ def create_app(
     routes = [
         *api_routes,
         WebSocketRoute("/ws", websocket_endpoint),
-        *agui_routes,
+        *_agui_routes(),
     ]
     if (STATIC_DIR / "index.html").is_file():
         routes += [Route("/", index), Mount("/static", StaticFiles(directory=STATIC_DIR))]

@@ -1,19 +1,20 @@
 """OpenAIChatModel: the ChatModel port over any OpenAI-compatible chat-completions endpoint.
 
-Each call is one POST built here and sent through an httpx client: the SDK's per-call
-machinery (options models, request building, the response wrapper) cost more CPU than the
-rest of the server's work on a step. The SDK still resolves the configuration once (base URL,
-`OPENAI_BASE_URL`, the key, its default headers) and provides the error classes; the request
-carries what its own `create()` would send: the same URL, headers and JSON body
-(orjson-encoded). The default client is the SDK's aiohttp-backed one (`openai[aiohttp]`): the
-same httpx interface and errors, with aiohttp's C parser reading the stream.
+Each call is one POST built here: the JSON body (orjson-encoded) the openai SDK's `create()`
+would send, to the same URL (`base_url` + `chat/completions`), with the key as a bearer
+token and the four `X-Agent-*` headers. It goes through an `HttpTransport`
+(agent/adapters/http.py: aiohttp, directly); the reply's server-sent events are read from
+bytes (agent/adapters/sse.py). The SDK itself is not used: its per-call machinery and its
+httpx wrapper around aiohttp cost more CPU than the rest of a step's server work, and
+importing it took half a second at every start. Its request and its error messages stay
+the reference: tests compare ours with them.
 
-Retry policy (ours, not the SDK's: the client is built with max_retries=0): connection errors,
-timeouts, 429 and 5xx are retried with exponential backoff and jitter, up to `max_retries`
-times, but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once
-text has reached the caller a retry would repeat it, so a stream that breaks later fails the
-call. Other 4xx answers fail at once; one that says the prompt is longer than the context
-window raises ContextTooLong, so the loop can compact and try once more.
+Retry policy: connection errors, timeouts, 429 and 5xx are retried with exponential backoff
+and jitter, up to `max_retries` times, but only while opening the stream; `CallInfo.on_retry`
+hears of each retry first. Once text has reached the caller a retry would repeat it, so a
+stream that breaks later fails the call. Other 4xx answers fail at once; one that says the
+prompt is longer than the context window raises ContextTooLong, so the loop can compact and
+try once more.
 
 Every request goes through `normalize` (agent/conversation.py) first: strict chat templates
 (llama.cpp, vLLM, gateways to Anthropic) refuse what OpenAI tolerates. Reasoning models'
@@ -26,16 +27,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
+import os
 from collections.abc import AsyncIterator, Sequence
-from contextlib import aclosing
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-import anyio
-import httpx2
-import openai
 import orjson
-from openai import AsyncOpenAI
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -44,35 +41,36 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agent.adapters.http import AiohttpTransport, HttpReply, HttpTransport, Unreachable
 from agent.adapters.sse import MalformedChunk, SSELines, StreamState, ThinkSplitter
 from agent.conversation import normalize
 from agent.errors import ContextTooLong, ModelError
 from agent.messages import Message
 from agent.ports import CallInfo, ModelTurn, RetryNotice, Thinking, ToolChoice, ToolSpec
 
-__all__ = ["OpenAIChatModel", "ThinkSplitter"]
+__all__ = ["OpenAIChatModel", "StatusError", "ThinkSplitter"]
 
 _log = logging.getLogger(__name__)
 
-# What the SDK maps to APIConnectionError when sending fails (a timeout: APITimeoutError).
-_SEND_ERRORS = (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream)
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, also when OPENAI_BASE_URL is unset
 
-# The SDK's exception class per HTTP status (5xx: InternalServerError, others APIStatusError).
-_STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
-    400: openai.BadRequestError,
-    401: openai.AuthenticationError,
-    403: openai.PermissionDeniedError,
-    404: openai.NotFoundError,
-    409: openai.ConflictError,
-    422: openai.UnprocessableEntityError,
-    429: openai.RateLimitError,
-}
+
+class StatusError(Exception):
+    """The model server answered with an error status. `message` and `body` are what the
+    openai SDK's APIStatusError would carry: "Error code: N" and the server's own message,
+    and the body's `error` object (else the parsed body, else its text)."""
+
+    def __init__(self, status: int, message: str, body: Any) -> None:
+        super().__init__(message)
+        self.status_code = status
+        self.message = message
+        self.body = body
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+    if isinstance(exc, Unreachable):
         return True
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, StatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     return False
 
@@ -93,25 +91,18 @@ class OpenAIChatModel:
         retry_max_s: float = 8.0,
         temperature: float | None = None,
         max_tokens: int | None = None,
-        http_client: httpx2.AsyncClient | None = None,  # tests' transports
+        transport: HttpTransport | None = None,  # tests' chosen reads
     ) -> None:
-        self._http = http_client or _default_client()
-        self._client = AsyncOpenAI(
-            api_key=api_key or "unset",
-            base_url=base_url or None,
-            timeout=timeout_s,
-            max_retries=0,
-            http_client=self._http,
-        )
-        base = self._client.base_url  # as the SDK joins it with a path
-        self._url = base.copy_with(raw_path=base.raw_path + b"chat/completions")
-        self._timeout = httpx2.Timeout(timeout_s)
-        self._timeouts = self._timeout.as_dict()
-        # The client's headers overridden by the SDK's, as `build_request` merges them, once:
-        # merging ~20 headers on every call cost more than the rest of building the request.
-        merged = httpx2.Headers(self._http.headers)
-        merged.update(_sdk_headers(self._client, self._timeout))
-        self._headers = merged.multi_items()
+        self._transport = transport or AiohttpTransport(timeout_s)
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        self._url = base.rstrip("/") + "/chat/completions"
+        # Built once: none of them changes between calls.
+        self._headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            "User-Agent": _USER_AGENT,
+            "Authorization": f"Bearer {api_key or 'unset'}",
+        }
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage
@@ -126,7 +117,7 @@ class OpenAIChatModel:
         return self._model
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self._transport.aclose()
 
     async def stream(
         self,
@@ -162,23 +153,21 @@ class OpenAIChatModel:
             ]
             if tool_choice != "auto":
                 body["tool_choice"] = tool_choice
-        headers = httpx2.Headers(
-            [
-                *self._headers,
-                ("X-Agent-Session", call.session_id),
-                ("X-Agent-Run", call.run_id),
-                ("X-Agent-Step", str(call.step)),
-                ("X-Agent-Phase", call.phase),
-            ]
-        )
-        response = await self._open(orjson.dumps(body), headers, call)
+        headers = {
+            **self._headers,
+            "X-Agent-Session": call.session_id,
+            "X-Agent-Run": call.run_id,
+            "X-Agent-Step": str(call.step),
+            "X-Agent-Phase": call.phase,
+        }
+        reply = await self._open(orjson.dumps(body), headers, call)
         try:
-            async for item in self._read(response):
+            async for item in self._read(reply):
                 yield item
         finally:
-            await response.aclose()  # also when cancelled: the model stops generating
+            reply.close()  # also when cancelled: the model stops generating
 
-    async def _open(self, body: bytes, headers: httpx2.Headers, call: CallInfo) -> httpx2.Response:
+    async def _open(self, body: bytes, headers: dict[str, str], call: CallInfo) -> HttpReply:
         """Send the request (retrying transient failures) and return the open stream."""
         total = self._max_retries + 1
 
@@ -190,7 +179,7 @@ class OpenAIChatModel:
         try:
             try:
                 return await self._send(body, headers)
-            except Exception as exc:
+            except (Unreachable, StatusError) as exc:
                 if not _transient(exc) or self._max_retries == 0:
                     raise
                 await _notify(call, 2, total, exc, self._first_wait)
@@ -205,7 +194,7 @@ class OpenAIChatModel:
             async for attempt in attempts:
                 with attempt:
                     return await self._send(body, headers)
-        except openai.APIStatusError as exc:
+        except StatusError as exc:
             too_long = _context_overflow(exc)
             if too_long is not None:
                 raise too_long from exc
@@ -213,66 +202,49 @@ class OpenAIChatModel:
             raise ModelError(
                 f"The language model answered with an error (HTTP {exc.status_code})."
             ) from exc
-        except openai.APIError as exc:
-            raise ModelError(f"The language model could not be reached ({_reason(exc)}).") from exc
+        except Unreachable as exc:
+            raise ModelError(f"The language model could not be reached ({exc.reason}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _send(self, body: bytes, headers: httpx2.Headers) -> httpx2.Response:
-        """One attempt; failures raised as the SDK raises them (APIConnectionError,
-        APITimeoutError, APIStatusError and its subclasses). The request is what the client's
-        `build_request` makes (its headers were merged at startup), with the client's cookies,
-        so a gateway's sticky-session cookie still goes back."""
-        request = httpx2.Request(
-            "POST",
-            self._url,
-            content=body,
-            headers=headers,
-            cookies=self._http.cookies,
-            extensions={"timeout": self._timeouts},
-        )
+    async def _send(self, body: bytes, headers: dict[str, str]) -> HttpReply:
+        """One attempt: the open reply, or Unreachable, or StatusError for an error answer."""
+        reply = await self._transport.post(self._url, body, headers)
+        if 200 <= reply.status < 300:
+            return reply
         try:
-            response = await self._http.send(request, stream=True)
-        except httpx2.TimeoutException as exc:
-            raise openai.APITimeoutError(request) from exc
-        except _SEND_ERRORS as exc:
-            raise openai.APIConnectionError(request=request) from exc
-        if not response.is_success:
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-            raise _status_error(response)
-        return response
+            content = await reply.read_all()
+        finally:
+            reply.close()
+        raise _status_error(reply.status, content)
 
-    async def _read(self, response: httpx2.Response) -> AsyncIterator[str | Thinking | ModelTurn]:
+    async def _read(self, reply: HttpReply) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Read the server-sent events ourselves (agent/adapters/sse.py).
 
         Each time this generator resumes it reads everything that arrived meanwhile (aiohttp
-        keeps receiving into its buffer while the caller is busy, and one read takes what is
-        buffered, up to 16 KiB) and yields all the text in it as one piece (thinking
-        likewise, in order). Every piece becomes an event for each client, so a stream that
-        arrives faster than it is forwarded costs fewer, larger events, and a slow one is
-        passed on chunk by chunk. No reader task: a chunk costs no extra task switch.
+        keeps receiving into its buffer while the caller is busy, and one read takes all of
+        it) and yields all the text in it as one piece (thinking likewise, in order). Every
+        piece becomes an event for each client, so a stream that arrives faster than it is
+        forwarded costs fewer, larger events, and a slow one is passed on chunk by chunk. No
+        reader task: a chunk costs no extra task switch.
         """
         state = StreamState()
         lines = SSELines()
         failure: Exception | None = None
-        async with aclosing(response.aiter_bytes()) as chunks:
-            while failure is None:
-                try:
-                    data = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:  # noqa: BLE001 - a broken stream fails the call below
-                    failure = exc
-                    break
-                try:
-                    for line in lines.feed(data):
-                        state.line(line)
-                except Exception as exc:  # noqa: BLE001 - a malformed chunk, likewise
-                    failure = exc
-                for item in state.take():
-                    yield item
+        while failure is None:
+            try:
+                data = await reply.read_some()
+            except Exception as exc:  # noqa: BLE001 - a broken stream fails the call below
+                failure = exc
+                break
+            if not data:
+                break
+            try:
+                for line in lines.feed(data):
+                    state.line(line)
+            except Exception as exc:  # noqa: BLE001 - a malformed chunk, likewise
+                failure = exc
+            for item in state.take():
+                yield item
         if failure is None:
             try:
                 for line in lines.finish():
@@ -289,31 +261,21 @@ class OpenAIChatModel:
         yield state.turn()
 
 
-def _default_client() -> httpx2.AsyncClient:
-    """The SDK's aiohttp-backed client (`openai[aiohttp]`): the same httpx interface, errors
-    and timeouts, but aiohttp's C HTTP parser reads the stream. On the request path it costs
-    about 60% of the CPU of httpx's own transport (docs/benchmarks.md)."""
-    return openai.DefaultAioHttpClient()
+def _user_agent() -> str:
+    try:
+        return f"agent-server/{version('agent-server')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "agent-server"
 
 
-def _sdk_headers(client: AsyncOpenAI, timeout: httpx2.Timeout) -> dict[str, str]:
-    """The headers the SDK's `with_streaming_response.create()` sends, computed once: none of
-    them changes between calls (the key, the SDK's version and platform, the timeout)."""
-    merged = {**client.auth_headers, **client.default_headers}
-    headers = {name: value for name, value in merged.items() if isinstance(value, str)}
-    headers["X-Stainless-Raw-Response"] = "stream"
-    headers["X-Stainless-Retry-Count"] = "0"  # each of our attempts is a first one to the SDK
-    if timeout.read is not None:
-        headers["X-Stainless-Read-Timeout"] = str(timeout.read)
-    return headers
+_USER_AGENT = _user_agent()
 
 
-def _status_error(response: httpx2.Response) -> openai.APIStatusError:
-    """The SDK's exception for an error answer, with the same message and `body` (the JSON
-    body's `error` object when there is one, else the parsed body, else its text)."""
-    status = response.status_code
+def _status_error(status: int, content: bytes) -> StatusError:
+    """The error answer as the SDK reads it: the same message and `body` (the JSON body's
+    `error` object when there is one, else the parsed body, else its text)."""
     message = f"Error code: {status}"
-    text = response.text.strip()
+    text = content.decode(errors="replace").strip()
     body: Any = text
     try:
         body = json.loads(text)
@@ -325,8 +287,7 @@ def _status_error(response: httpx2.Response) -> openai.APIStatusError:
         if isinstance(detail, str) and detail:
             message += f" - {detail}"
     data = body.get("error", body) if isinstance(body, dict) else body
-    default = openai.InternalServerError if status >= 500 else openai.APIStatusError
-    return _STATUS_ERRORS.get(status, default)(message, response=response, body=data)
+    return StatusError(status, message, data)
 
 
 async def _notify(
@@ -339,11 +300,11 @@ async def _notify(
 
 def _retry_reason(exc: BaseException) -> str:
     """Plain words for a transient failure: what a user may read."""
-    if isinstance(exc, openai.APITimeoutError):
-        return "the model server did not answer in time"
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, Unreachable):
+        if exc.timed_out:
+            return "the model server did not answer in time"
         return "the model server could not be reached"
-    if isinstance(exc, openai.APIStatusError):
+    if isinstance(exc, StatusError):
         if exc.status_code == 429:
             return "the model server is busy (HTTP 429)"
         return f"the model server had an error (HTTP {exc.status_code})"
@@ -363,7 +324,7 @@ _CONTEXT_WORDS = (
 )
 
 
-def _context_overflow(exc: openai.APIStatusError) -> ContextTooLong | None:
+def _context_overflow(exc: StatusError) -> ContextTooLong | None:
     """A 400/413 whose message says the prompt does not fit, as ContextTooLong."""
     if exc.status_code not in (400, 413):
         return None
@@ -383,7 +344,7 @@ def _context_overflow(exc: openai.APIStatusError) -> ContextTooLong | None:
     )
 
 
-def _status_detail(exc: openai.APIStatusError) -> str:
+def _status_detail(exc: StatusError) -> str:
     """The server's own short reason, when it gave one (never the request's content)."""
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error", body)
@@ -396,5 +357,6 @@ def _reason(exc: BaseException) -> str:
         return str(exc)
     if isinstance(exc, orjson.JSONDecodeError):
         return "a stream chunk is not valid JSON"
-    cause = exc.__cause__ or exc.__context__
-    return type(cause).__name__ if cause is not None else type(exc).__name__
+    if isinstance(exc, Unreachable):
+        return exc.reason
+    return type(exc).__name__

@@ -1,15 +1,17 @@
-"""OpenAIChatModel reads SSE itself: text read while the caller was busy goes on as one piece."""
+"""OpenAIChatModel reads SSE itself: text read while the caller was busy goes on as one piece.
+Its request and error answers are compared with the openai SDK's own (the reference)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable, Mapping
+from contextlib import aclosing
 
-import httpx2 as httpx  # the HTTP client the openai SDK is built on
+import httpx2 as httpx  # the HTTP client the openai SDK is built on: to capture its request
 import orjson
 import pytest
 
-from agent.adapters.openai_chat import OpenAIChatModel
+from agent.adapters.openai_chat import OpenAIChatModel, StatusError
 from agent.errors import ModelError
 from agent.messages import Message
 from agent.ports import CallInfo, ModelTurn, Thinking
@@ -21,30 +23,57 @@ def _event(delta: dict[str, object]) -> bytes:
     return b"data: " + orjson.dumps({"choices": [{"delta": delta}]}) + b"\n\n"
 
 
-class _Reads(httpx.AsyncByteStream):
-    """A response body in the given reads; read `gate_at` waits until `gate` is set."""
+class _Reply:
+    """An answer whose body comes in the given reads; read `gate_at` waits until `gate` is set."""
 
-    def __init__(self, reads: list[bytes], gate: asyncio.Event, gate_at: int) -> None:
-        self._reads, self._gate, self._gate_at = reads, gate, gate_at
+    def __init__(
+        self, status: int, reads: list[bytes], gate: asyncio.Event | None = None, gate_at: int = -1
+    ) -> None:
+        self.status, self._reads, self._gate, self._gate_at = status, reads, gate, gate_at
+        self._next = 0
+        self.closed = False
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for i, data in enumerate(self._reads):
-            if i == self._gate_at:
-                await self._gate.wait()
-            yield data
+    async def read_some(self) -> bytes:
+        if self._next == len(self._reads):
+            return b""
+        if self._next == self._gate_at and self._gate is not None:
+            await self._gate.wait()
+        self._next += 1
+        return self._reads[self._next - 1]
+
+    async def read_all(self) -> bytes:
+        rest, self._next = self._reads[self._next :], len(self._reads)
+        return b"".join(rest)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _Transport:
+    """Records each request and answers it with `reply()`."""
+
+    def __init__(self, reply: Callable[[], _Reply]) -> None:
+        self._reply = reply
+        self.sent: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _Reply:
+        self.sent.append((url, body, dict(headers)))
+        return self._reply()
+
+    async def aclose(self) -> None:
+        pass
+
+
+def _model(transport: _Transport, **options: object) -> OpenAIChatModel:
+    return OpenAIChatModel(
+        model="m", api_key="k", base_url="http://llm/v1", transport=transport, **options
+    )
 
 
 async def _stream(reads: list[bytes], gate_at: int = -1) -> list[str | Thinking | ModelTurn]:
     """Stream a reply; the gated read is released once the first item reached the caller."""
     gate = asyncio.Event()
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(
-            200, headers={"content-type": "text/event-stream"}, stream=_Reads(reads, gate, gate_at)
-        )
-
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    model = OpenAIChatModel(model="m", api_key="k", base_url="http://llm/v1", http_client=client)
+    model = _model(_Transport(lambda: _Reply(200, reads, gate, gate_at)))
     items: list[str | Thinking | ModelTurn] = []
     try:
         async for item in model.stream([Message("user", "hi")], tools=(), call=CALL):
@@ -159,6 +188,8 @@ async def _capture_sdk(handler: Callable[[httpx.Request], httpx.Response]) -> Ex
 
 
 async def test_the_request_is_the_one_the_sdk_would_send():
+    """The same URL and JSON body, and the headers that carry meaning to a model server (the
+    SDK's own telemetry headers, X-Stainless-*, and its User-Agent are not sent)."""
     sent: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -166,18 +197,39 @@ async def test_the_request_is_the_one_the_sdk_would_send():
         return httpx.Response(200, content=b"data: [DONE]\n\n")
 
     await _capture_sdk(handler)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    model = OpenAIChatModel(model="m", api_key="k", base_url="http://llm/v1", http_client=client)
+    (theirs,) = sent
+    transport = _Transport(lambda: _Reply(200, [b"data: [DONE]\n\n"]))
+    model = _model(transport)
     try:
         async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
             pass
     finally:
         await model.aclose()
-    theirs, ours = sent
-    assert (ours.method, ours.url) == (theirs.method, theirs.url)
-    assert sorted(ours.headers.multi_items()) == sorted(theirs.headers.multi_items())
-    assert orjson.loads(ours.content) == orjson.loads(theirs.content)
-    assert ours.extensions["timeout"] == theirs.extensions["timeout"]
+    ((url, body, headers),) = transport.sent
+    assert url == str(theirs.url) and theirs.method == "POST"
+    assert orjson.loads(body) == orjson.loads(theirs.content)
+    meaningful = {
+        name: value
+        for name, value in theirs.headers.items()
+        if not name.startswith("x-stainless")
+        and name not in ("user-agent", "host", "accept-encoding", "connection", "content-length")
+    }
+    assert {name.lower(): value for name, value in headers.items()} == {
+        **meaningful,
+        "user-agent": headers["User-Agent"],
+    }
+    assert headers["User-Agent"].startswith("agent-server")
+
+
+async def test_a_base_url_with_or_without_its_slash_reaches_the_same_endpoint():
+    urls = []
+    for base in ("http://llm/v1", "http://llm/v1/"):
+        transport = _Transport(lambda: _Reply(200, [b"data: [DONE]\n\n"]))
+        model = OpenAIChatModel(model="m", api_key="k", base_url=base, transport=transport)
+        async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+            pass
+        urls.append(transport.sent[0][0])
+    assert urls == ["http://llm/v1/chat/completions"] * 2
 
 
 async def test_a_cookie_the_model_server_sets_goes_back_with_the_next_call():
@@ -224,17 +276,15 @@ async def test_a_cookie_the_model_server_sets_goes_back_with_the_next_call():
         (503, b""),
     ],
 )
-async def test_an_error_answer_is_the_exception_the_sdk_raises(status: int, content: bytes):
+async def test_an_error_answer_reads_as_the_sdk_reads_it(status: int, content: bytes):
     import openai
 
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=content)
 
     theirs = await _capture_sdk(handler)
-    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    model = OpenAIChatModel(
-        model="m", api_key="k", base_url="http://llm/v1", max_retries=0, http_client=client
-    )
+    reply = _Reply(status, [content])
+    model = _model(_Transport(lambda: reply), max_retries=0)
     try:
         with pytest.raises(ModelError) as failure:  # ContextTooLong is one
             async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
@@ -242,10 +292,20 @@ async def test_an_error_answer_is_the_exception_the_sdk_raises(status: int, cont
     finally:
         await model.aclose()
     ours = failure.value.__cause__
-    assert isinstance(theirs, openai.APIStatusError) and isinstance(ours, openai.APIStatusError)
-    assert type(ours) is type(theirs)
+    assert isinstance(theirs, openai.APIStatusError) and isinstance(ours, StatusError)
     assert (ours.message, ours.body, ours.status_code) == (
         theirs.message,
         theirs.body,
         theirs.status_code,
     )
+    assert reply.closed
+
+
+async def test_a_stream_left_early_closes_its_reply():
+    reply = _Reply(200, [_event({"content": "a"}), _event({"content": "b"})])
+    model = _model(_Transport(lambda: reply))
+    async with aclosing(model.stream([Message("user", "hi")], tools=(), call=CALL)) as items:
+        async for _ in items:
+            break
+        assert not reply.closed
+    assert reply.closed

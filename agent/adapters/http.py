@@ -1,0 +1,157 @@
+"""The model adapter's HTTP: one streamed POST per call, behind a small port.
+
+`HttpTransport` is the port (tests give a transport that hands out chosen reads);
+`AiohttpTransport` is the one the server uses. aiohttp is used directly: its C parser reads
+the stream, and nothing is built per call but the request itself. The openai SDK's client
+wrapped the same aiohttp session in httpx objects, which cost more CPU per call than the
+rest of the request path and half a second of import at startup (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
+
+__all__ = ["AiohttpTransport", "HttpReply", "HttpTransport", "Unreachable"]
+
+MAX_CONNECTIONS = 1000  # LLM calls in flight per process, as the openai SDK's client allows
+
+
+class Unreachable(Exception):
+    """The request got no answer: the connection could not be made, broke, or timed out."""
+
+    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
+
+
+class HttpReply(Protocol):
+    """An answer whose status and headers arrived; its body is read as it comes."""
+
+    @property
+    def status(self) -> int: ...
+
+    async def read_some(self) -> bytes:
+        """Everything that arrived since the last read (waiting for at least one byte);
+        b"" at the end of the body. A connection that breaks raises."""
+        ...
+
+    async def read_all(self) -> bytes:
+        """The rest of the body (an error answer's)."""
+        ...
+
+    def close(self) -> None:
+        """Done with the reply: a body read to its end leaves the connection for the next
+        call; one cut short closes it, so the server stops generating."""
+        ...
+
+
+class HttpTransport(Protocol):
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
+        """Send the request and wait for the answer's status line and headers. Raises
+        Unreachable when there is none."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class _AiohttpReply:
+    __slots__ = ("_response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        return self._response.status
+
+    async def read_some(self) -> bytes:
+        try:
+            return await self._response.content.readany()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+
+    async def read_all(self) -> bytes:
+        try:
+            return await self._response.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+
+    def close(self) -> None:
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            self._response.close()
+
+
+class AiohttpTransport:
+    """One aiohttp session for every call of the process, made on the first call (aiohttp
+    wants a running event loop). Each wait for the server (connecting, or the next bytes of
+    the answer) may take up to `timeout_s`; a reply that keeps streaming has no overall
+    limit. Proxies come from the environment (`HTTPS_PROXY`, `NO_PROXY`); cookies the model
+    server sets (a gateway's sticky session) go back with later calls, IP hosts included."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout_s, sock_connect=timeout_s, sock_read=timeout_s
+        )
+        self._session: aiohttp.ClientSession | None = None
+        self._proxies: dict[str, tuple[URL | None, aiohttp.BasicAuth | None]] = {}
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS),
+                cookie_jar=aiohttp.CookieJar(unsafe=True),
+                timeout=self._timeout,
+            )
+        return self._session
+
+    def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+        """The environment's proxy for `url`, looked up once: aiohttp's own `trust_env`
+        looks it up (and reads ~/.netrc) in a worker thread on every request."""
+        if url not in self._proxies:
+            try:
+                self._proxies[url] = get_env_proxy_for_url(URL(url))
+            except LookupError:
+                self._proxies[url] = (None, None)
+        return self._proxies[url]
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
+        session = self._open_session()
+        proxy, proxy_auth = self._proxy(url)
+        try:
+            response = await session.post(
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                proxy=proxy,
+                proxy_auth=proxy_auth,
+            )
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+        return _AiohttpReply(response)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+def _name(exc: BaseException) -> str:
+    """What failed, in a word a log or an error message can carry (never a URL or a key)."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        refused = isinstance(exc.os_error, ConnectionRefusedError)
+        return "connection refused" if refused else "could not connect"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return "the reply broke off"
+    return type(exc).__name__
