@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import os
+import socket
+from pathlib import Path
 
 import pytest
 from websockets.asyncio.client import connect
@@ -15,17 +18,34 @@ from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
 from tests.fakes.tools import Gate
 
 
+def _deltas_to_fill(chunk_bytes: int, queued: int) -> int:
+    """Enough deltas to fill what holds a client's unread frames, with half again to spare: the
+    server's queue, and its kernel send buffer, which grows up to tcp_wmem's maximum (the
+    client's receive buffer is kept at 4 kB)."""
+    try:
+        send_buffer = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, IndexError, ValueError):
+        send_buffer = 4 << 20  # Linux's usual maximum
+    return math.ceil(1.5 * (send_buffer / chunk_bytes + queued))
+
+
 async def test_a_client_that_stops_reading_is_closed_with_1013_and_slows_nothing(
     server_factory, fake_llm: FakeLLM
 ):
     chunk = "x" * 20_000
-    # ~16 MB of deltas at a pace a reading client keeps up with (the fake LLM's own speed)
-    fake_llm.script("reason", Reply(chunks=[chunk] * 800, delay_s=0.001))
+    # deltas at a pace a reading client keeps up with (the fake LLM's own speed)
+    deltas = _deltas_to_fill(len(chunk), queued=64)
+    fake_llm.script("reason", Reply(chunks=[chunk] * deltas, delay_s=0.001))
     async with server_factory(server={"outbound_queue_size": 64}) as s:
         watcher = await s.client()
         session = (await watcher.recv())["session_id"]
         url = f"ws://{s.address}/ws?session_id={session}"
-        async with connect(url, max_queue=1, max_size=None) as sluggish:
+        host, port = s.address.split(":")
+        tight = socket.socket()
+        tight.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+        tight.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(tight, (host, int(port)))
+        async with connect(url, sock=tight, max_queue=1, max_size=None) as sluggish:
             first = await sluggish.recv()  # the session frame; then it never reads again
             assert '"session"' in first
             await watcher.send({"type": "chat", "content": "stream a lot"})
