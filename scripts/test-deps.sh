@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What the tests need beyond the Python packages in pyproject.toml, installed idempotently:
 #   - Debian's haproxy, the load balancer of tests/storage/test_load_balancer.py;
-#   - Debian's chromium, driven by Playwright in tests/ui (browser downloads are impossible
-#     here, so `playwright install` is never run: the tests use /usr/bin/chromium);
+#   - Debian's chromium-headless-shell (Chromium's headless-only build, what Playwright runs
+#     for headless tests), driven by Playwright in tests/ui (browser downloads are impossible
+#     here, so `playwright install` is never run);
 #   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
 #   - Go >= 1.22, which builds FerretDB (tests/fakes/ferretdb.py) on first use: Debian's
 #     golang-go when its candidate is new enough (Debian 13), else a versioned golang-1.2x-go
@@ -14,7 +15,7 @@
 #     ~/.cache/agent-server/npm (tests skip them when node is missing);
 #   - the AG-UI reference client, @ag-ui/client and @ag-ui/core (pinned), into the same folder,
 #     for tests/agui/client.mjs.
-# Safe to run again and again; needs root (or sudo) only when chromium is missing.
+# Safe to run again and again; needs root (or sudo) only when something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,9 +30,9 @@ apt_install() {
     $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-if ! command -v chromium >/dev/null 2>&1; then
-    echo "test-deps: installing chromium (Debian package)"
-    apt_install chromium fonts-dejavu-core
+if ! command -v chromium-headless-shell >/dev/null 2>&1; then
+    echo "test-deps: installing chromium-headless-shell (Debian package)"
+    apt_install chromium-headless-shell fonts-dejavu-core
 fi
 
 # The C++ toolchain for llama-server.
@@ -124,5 +125,5 @@ fi
 # A real model server for tests/models (built and assembled once, cached; see above).
 "$VENV_PY" -m tests.fakes.llama_cpp
 
-echo "test-deps: go $(command -v go || echo missing), chromium $(command -v chromium), playwright $("$VENV_PY" -c \
+echo "test-deps: go $(command -v go || echo missing), chromium $(command -v chromium-headless-shell), playwright $("$VENV_PY" -c \
     'import importlib.metadata as m; print(m.version("playwright"))')"

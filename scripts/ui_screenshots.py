@@ -28,6 +28,7 @@ from server.settings import load_settings  # noqa: E402
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason  # noqa: E402
 from tests.fakes.page_socket import PageSocket  # noqa: E402
 from tests.fakes.servers import bind_loopback, run_server, serve  # noqa: E402
+from tests.ui.conftest import CHROMIUM  # noqa: E402
 
 DOCS = ROOT / "docs"
 DESKTOP = {"width": 1280, "height": 800}
@@ -166,8 +167,8 @@ async def main() -> None:
                 "server": {"allowed_origins": [f"http://{address}"]},
             })
             async with run_server(create_app(settings), sock=sock), async_playwright() as p:
-                browser = await p.chromium.launch(executable_path="/usr/bin/chromium",
-                                                  args=CHROMIUM_ARGS)
+                assert CHROMIUM is not None, "scripts/test-deps.sh installs a Chromium"
+                browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 url = f"http://{address}/"
                 try:
                     await finished_run(browser, url, fake_llm)

@@ -3,19 +3,20 @@ send a message, and read what the page shows."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ui.conftest import CHROMIUM
 
 pw = pytest.importorskip(
     "playwright.async_api",
     reason="the playwright package is missing (scripts/test-deps.sh installs it into .venv)",
 )
-if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
+if CHROMIUM is None:
     pytest.skip(
-        "Debian's chromium is missing (scripts/test-deps.sh installs it)", allow_module_level=True
+        "Debian's chromium-headless-shell is missing (scripts/test-deps.sh installs it)",
+        allow_module_level=True,
     )
 
 expect = pw.expect

@@ -3,28 +3,30 @@
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.ui.conftest import CHROMIUM, Snap
 
 pw = pytest.importorskip(
     "playwright.async_api",
     reason="the playwright package is missing (scripts/test-deps.sh installs it into .venv)",
 )
-if shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists():
-    pytest.skip("Debian's chromium is missing", allow_module_level=True)
+if CHROMIUM is None:
+    pytest.skip(
+        "Debian's chromium-headless-shell is missing (scripts/test-deps.sh installs it)",
+        allow_module_level=True,
+    )
 
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe  # noqa: E402
 
 expect = pw.expect
 expect.set_options(timeout=10_000)
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "ui"
 
 
 async def test_pick_tools_then_approve_and_deny_calls(
-    ui_server_factory, page: Any, fake_llm: FakeLLM
+    ui_server_factory, page: Any, fake_llm: FakeLLM, snap: Snap
 ):
     first = FakeToolCall("get_current_time", {"timezone": "UTC"})
     second = FakeToolCall("get_current_time", {"timezone": "Asia/Tokyo"})
@@ -49,8 +51,7 @@ async def test_pick_tools_then_approve_and_deny_calls(
         await expect(banner).to_be_visible()
         await expect(page.locator("#approve-call")).to_have_text("get_current_time")
         await expect(page.locator("#approve-args")).to_contain_text('"UTC"')
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(ARTIFACTS / "tool-approval.png"))
+        await snap("tool-approval")
         await page.locator("#approve-yes").click()
         # The next call's banner may follow at once: wait for its arguments, not a gap.
         await expect(page.locator("#approve-args")).to_contain_text("Asia/Tokyo")
