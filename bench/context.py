@@ -32,7 +32,7 @@ class Sizes:
     levels: tuple[int, ...] = (100, 250, 500, 1000)
     level_window_s: float = 4.0
     idle_conns: int = 500  # per memory increment
-    active_runs: int = 300  # per memory increment (the SDK pools at most 1000 LLM connections)
+    active_runs: int = 300  # per memory increment (the LLM client pools at most 1000 connections)
     storage_sessions: int = 100
     storage_window_s: float = 3.0
 

@@ -194,7 +194,7 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     versions: dict[str, str | None] = {}
-    for dist in ("uvicorn", "websockets", "starlette", "orjson", "openai", "httpx", "pymongo"):
+    for dist in ("uvicorn", "websockets", "starlette", "orjson", "aiohttp", "httpx", "pymongo"):
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

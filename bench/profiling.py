@@ -46,13 +46,11 @@ _ENTRY = (
 # Parts of the server, each the samples whose stack passes through one of these functions
 # (a sample can count in more than one part: the store's loop side runs inside the publish).
 SUBSYSTEMS: dict[str, tuple[str, ...]] = {
-    "LLM request: OpenAI SDK create() (agent/adapters/openai_chat.py _open)": (
+    "LLM request: sending it (agent/adapters/openai_chat.py _open, aiohttp)": (
         "OpenAIChatModel._open ",
     ),
-    "  of which the SDK's params transform (async_maybe_transform)": ("async_maybe_transform ",),
-    "LLM stream: OpenAI SDK chunk parsing (openai_chat.py _read)": ("OpenAIChatModel._read ",),
-    "  of which pydantic chunk models (_process_response_data)": (
-        "BaseClient._process_response_data ",
+    "LLM stream: reading and parsing its events (openai_chat.py _read)": (
+        "OpenAIChatModel._read ",
     ),
     "storage, event-loop side (SQLiteStore._write/_commit_next/_committed/_in_*)": (
         "SQLiteStore._write ",

@@ -7,7 +7,7 @@ Two ways to take the LLM's share out:
 
 - overhead vs fake: minus the time the fake spent itself on that step's three requests
   (request reaching its app → last byte sent). What remains includes the server's whole
-  HTTP client side of the LLM calls (the OpenAI SDK, httpx).
+  HTTP client side of the LLM calls (agent/adapters: aiohttp, the SSE parser).
 - overhead vs round trips: minus the wall time of the same three requests (Reason, Act with
   a tool call, Observe; a system-prompt-sized body) made by a minimal httpx client from
   this process: the LLM's time as a lean client sees it. The issue's target is read on this
