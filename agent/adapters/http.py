@@ -9,6 +9,7 @@ rest of the request path and half a second of import at startup (docs/benchmarks
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -19,6 +20,7 @@ from yarl import URL
 __all__ = ["AiohttpTransport", "HttpReply", "HttpTransport", "Unreachable"]
 
 MAX_CONNECTIONS = 1000  # LLM calls in flight per process, as the openai SDK's client allows
+_FAILURES = (aiohttp.ClientError, OSError, TimeoutError)  # what aiohttp raises when one fails
 
 
 class Unreachable(Exception):
@@ -73,14 +75,14 @@ class _AiohttpReply:
     async def read_some(self) -> bytes:
         try:
             return await self._response.content.readany()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+        except _FAILURES as exc:
+            raise _unreachable(exc) from exc
 
     async def read_all(self) -> bytes:
         try:
             return await self._response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+        except _FAILURES as exc:
+            raise _unreachable(exc) from exc
 
     def close(self) -> None:
         if self._response.content.at_eof():
@@ -112,19 +114,17 @@ class AiohttpTransport:
             )
         return self._session
 
-    def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
-        """The environment's proxy for `url`, looked up once: aiohttp's own `trust_env`
-        looks it up (and reads ~/.netrc) in a worker thread on every request."""
+    async def _proxy(self, url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+        """The environment's proxy for `url`, looked up (in a thread: it may read ~/.netrc)
+        on the first call only. aiohttp's own `trust_env` looks it up on every request, which
+        cost more CPU than the rest of the request."""
         if url not in self._proxies:
-            try:
-                self._proxies[url] = get_env_proxy_for_url(URL(url))
-            except LookupError:
-                self._proxies[url] = (None, None)
+            self._proxies[url] = await asyncio.to_thread(_env_proxy, url)
         return self._proxies[url]
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
         session = self._open_session()
-        proxy, proxy_auth = self._proxy(url)
+        proxy, proxy_auth = await self._proxy(url)
         try:
             response = await session.post(
                 url,
@@ -134,13 +134,24 @@ class AiohttpTransport:
                 proxy=proxy,
                 proxy_auth=proxy_auth,
             )
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError)) from exc
+        except _FAILURES as exc:
+            raise _unreachable(exc) from exc
         return _AiohttpReply(response)
 
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:  # none, or NO_PROXY names the host
+        return None, None
+
+
+def _unreachable(exc: BaseException) -> Unreachable:
+    return Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError))
 
 
 def _name(exc: BaseException) -> str:

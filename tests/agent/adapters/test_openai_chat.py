@@ -309,3 +309,53 @@ async def test_a_stream_left_early_closes_its_reply():
             break
         assert not reply.closed
     assert reply.closed
+
+
+async def test_a_proxy_named_in_the_environment_carries_the_calls(monkeypatch):
+    """HTTP_PROXY (HTTPS_PROXY for https) sends every call through the proxy, with the model
+    server's full URL; NO_PROXY names hosts reached directly. The proxy here is a real HTTP
+    server that answers like the model server it stands for."""
+    from tests.fakes.servers import serve
+
+    seen: list[tuple[bytes, bytes]] = []
+
+    async def proxy(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return
+        seen.append((scope["raw_path"], dict(scope["headers"])[b"host"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        body = _event({"content": "via proxy"}) + b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": body})
+
+    async with serve(proxy) as address:
+        monkeypatch.setenv("HTTP_PROXY", f"http://{address}")
+        for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        model = OpenAIChatModel(model="m", api_key="k", base_url="http://model.invalid/v1")
+        try:
+            items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
+        finally:
+            await model.aclose()
+    assert seen == [(b"http://model.invalid/v1/chat/completions", b"model.invalid")]
+    assert isinstance(items[-1], ModelTurn) and items[-1].content == "via proxy"
+
+
+async def test_no_proxy_reaches_its_hosts_directly(monkeypatch):
+    from tests.fakes.servers import serve
+
+    async def model_server(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    async with serve(model_server) as address:
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: no proxy
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        model = OpenAIChatModel(
+            model="m", api_key="k", base_url=f"http://{address}/v1", max_retries=0
+        )
+        try:
+            items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
+        finally:
+            await model.aclose()
+    assert isinstance(items[-1], ModelTurn)
