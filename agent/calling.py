@@ -8,11 +8,14 @@ current one) and sent again. A second refusal ends the run with an error that sa
 
 A caller may also say when it has read enough (`enough`: a small model repeating its control
 block). The call is then closed at once, so the server stops generating; its tokens are not
-reported by the server, so they are estimated from the messages sent and the text read.
+reported by the server, so they are estimated from the messages sent and the text read. A call
+a stop cuts short is counted the same way: the model server has worked on it, and the usage an
+`agent_stopped` reports includes it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import orjson
@@ -86,25 +89,30 @@ async def _drain(
         stream = ctx.model.stream(
             messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
         )
-        async for item in stream:
-            if isinstance(item, str):
-                if await reader.text(item):
-                    await _close(stream)
-                    turn = reader.cut_turn(messages, tools)
-                    ctx.metrics[Metric.REPLIES_CUT] += 1
-                    break
-            elif isinstance(item, Thinking):
-                if item.text:
-                    await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
-            else:
-                turn = item
+        try:
+            async for item in stream:
+                if isinstance(item, str):
+                    if await reader.text(item):
+                        await _close(stream)
+                        turn = reader.cut_turn(messages, tools)
+                        ctx.metrics[Metric.REPLIES_CUT] += 1
+                        break
+                elif isinstance(item, Thinking):
+                    if item.text:
+                        await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
+                else:
+                    turn = item
+        except asyncio.CancelledError:  # a stop: the usage it reports counts this call too
+            rec.count(phase, reader.cut_turn(messages, tools))
+            raise
         record_turn(span, turn)
     rec.count(phase, turn)
     return turn
 
 
 class _Reader:
-    """Hands a call's text to the caller and keeps it while `enough` may still cut it."""
+    """Hands a call's text to the caller and keeps it, to estimate the call's tokens if it is
+    cut short (by `enough`, or by a stop)."""
 
     def __init__(self, on_text: TextSink | None, enough: Enough | None) -> None:
         self._on_text = on_text
@@ -113,15 +121,14 @@ class _Reader:
 
     async def text(self, piece: str) -> bool:
         """Pass `piece` on; True when the caller has read enough of the reply."""
+        self._text.append(piece)
         if self._on_text is not None:
             await self._on_text(piece)
-        if self._enough is None:
-            return False
-        self._text.append(piece)
-        return self._enough()
+        return self._enough is not None and self._enough()
 
     def cut_turn(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> ModelTurn:
-        """The turn of a reply closed early: the server sent no usage, so estimate it."""
+        """The turn of a reply closed early or cut by a stop: the server sent no usage, so
+        estimate it."""
         content = "".join(self._text)
         prompt = sum(message_tokens(_ESTIMATE, m) for m in messages) + sum(
             _ESTIMATE.count(f"{t.name} {t.description} {orjson.dumps(t.parameters).decode()}")

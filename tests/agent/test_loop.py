@@ -248,6 +248,9 @@ async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harn
     assert harness.model.cancelled == 1
     assert not harness.record.of(RunCompleted)
     assert harness.record.messages[-1].phase == "stop"  # a note for the model's next run
+    # the cut call is in the usage the stop reports, its tokens estimated
+    assert (stopped.usage["llm_calls"], stopped.usage["estimated_calls"]) == (1, 1)
+    assert stopped.usage["prompt_tokens"] > 0 and stopped.usage["completion_tokens"] > 0
 
 
 async def test_chat_mode_streams_deltas_and_may_call_tools(harness: Harness):

@@ -273,3 +273,19 @@ async def test_a_chat_sent_the_moment_a_run_ends_is_a_proper_run(server, fake_ll
         await c.send({"type": "agent_control", "action": "stop"})
         frames = await c.until("response_complete")
         assert [kind(f) for f in frames][-2:] == ["agent_stopped", "response_complete"]
+
+
+async def test_a_chat_stopped_mid_stream_reports_the_cut_call_in_its_usage(
+    server, fake_llm: FakeLLM
+):
+    fake_llm.script("chat", Reply(chunks=["Once upon ", "a time"], hang_after=1))
+    async with await server.client() as c:
+        await c.recv()
+        await c.send({"type": "chat", "content": "a story", "agent_mode": False})
+        await c.until("chat_delta")
+        await c.send({"type": "agent_control", "action": "stop"})
+        frames = await c.until("response_complete")
+    (stopped,) = [f for f in frames if kind(f) == "agent_stopped"]
+    usage = stopped["usage"]
+    assert (usage["llm_calls"], usage["estimated_calls"]) == (1, 1)  # the server sent none
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
