@@ -5,9 +5,11 @@ one writer task, is stored, and only then reaches the subscribers, so each conne
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done.
 
-A run does not wait for its events to be stored, only for its messages, status changes and
-last event: what queues while the store is busy goes into the next batch, so the writes of a
-phase share store round trips instead of taking one each.
+A run waits for neither its events nor its messages to be stored, only for its status changes
+and its last event, and whenever more than `_QUEUE_HIGH_WATER` of its session's writes wait:
+what queues while the store is busy goes into the next batch, so the writes of a phase share
+store round trips instead of taking one each. What is stored is always a prefix of what the
+run did, in order, and nothing reaches a client before it is stored.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ from server.storage.base import Scope, SessionRecord, SessionStatus, Store
 __all__ = ["ActiveRun", "LiveSession", "Subscriber", "now_ms", "shielded"]
 
 T = TypeVar("T")
-_QUEUE_HIGH_WATER = 16  # queued writes per session before a stream waits for storage
+# Queued writes per session before a run waits for storage: the backlog a stop's own write
+# may find ahead of it (16 made stops under saturation slower: docs/benchmarks.md).
+_QUEUE_HIGH_WATER = 8
 _QUESTION = ("question", "tool_call_id", "step", "expires_at")
 _APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
@@ -158,22 +162,14 @@ class LiveSession:
         await self._submit(write)
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
-        """Queue run events without waiting for them to be stored, unless the queue is long:
-        then wait, so a fast stream cannot run ahead of storage (and a stop, queued behind
-        it, stays quick). They are delivered once stored, in order. If storing fails, a
-        write awaited in the same batch raises, else the next write of the session."""
-        failed, self._unreported = self._unreported, None
-        if failed is not None:
-            raise failed
-        write = _Write(self._future(), frames, awaited=False)
-        self._enqueue(write)
-        if len(self._writes) > _QUEUE_HIGH_WATER:
-            write.awaited = True
-            await write.future
+        """Queue run events without waiting for them to be stored (see `_queue`). They are
+        delivered once stored, in order."""
+        await self._queue(_Write(self._future(), frames, awaited=False))
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
-        """Store messages, with the events queued before them."""
-        await self._submit(_Write(self._future(), messages=messages))
+        """Queue messages without waiting for them to be stored (see `_queue`), in order with
+        the run's events: what is stored is always a prefix of what the run did."""
+        await self._queue(_Write(self._future(), messages=messages, awaited=False))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -215,6 +211,18 @@ class LiveSession:
 
     def _future(self) -> asyncio.Future[None]:
         return asyncio.get_running_loop().create_future()
+
+    async def _queue(self, write: _Write) -> None:
+        """Queue a run's write without waiting, unless the queue is long: then wait, so a fast
+        run cannot get ahead of storage (and a stop, queued behind it, stays quick). If
+        storing fails, a write awaited in the same batch raises, else the session's next."""
+        failed, self._unreported = self._unreported, None
+        if failed is not None:
+            raise failed
+        self._enqueue(write)
+        if len(self._writes) > _QUEUE_HIGH_WATER:
+            write.awaited = True
+            await write.future
 
     async def _submit(self, write: _Write) -> None:
         failed, self._unreported = self._unreported, None

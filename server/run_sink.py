@@ -1,8 +1,8 @@
 """RunSink: where a run's events and messages go, through its session's LiveSession.
 
-Questions and approval requests change the session's status with their frame. Other events
-queue without waiting and are stored with the run's next awaited write; a run's last event
-is awaited, so a failed write before it is reported. Everything is stored before any socket
+Questions and approval requests change the session's status with their frame. Other events,
+and the run's messages, queue without waiting (server/live.py); a run's last event is
+awaited, so a failed write before it is reported. Everything is stored before any socket
 sees it.
 """
 
@@ -59,7 +59,7 @@ class RunSink:
             )
         elif isinstance(event, _LAST):
             await self._live.publish([frame])
-        else:  # stored in order with the run's next awaited write (its messages, its end)
+        else:  # queued: stored in order, a failure reported by the run's next awaited write
             await self._live.publish_streamed([frame])
 
     async def emit_all(self, events: Sequence[AgentEvent]) -> None:

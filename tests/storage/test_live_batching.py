@@ -1,6 +1,7 @@
 """LiveSession stores what queued while the store was busy in one batch: the run's events and
 its messages in one SQLite transaction, a status change after them, each event delivered
-only once stored; a failed batch stores and delivers nothing and is reported as before."""
+only once stored; a failed batch stores and delivers nothing and is reported as before. A run
+waits for neither its events nor its messages, only for its status changes and last event."""
 
 from __future__ import annotations
 
@@ -58,13 +59,14 @@ async def test_queued_events_and_the_messages_after_them_are_one_transaction(
     statements = await traced(store)
     for n in range(5):
         await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
-    assert watcher.frames == []  # queued, not stored yet: nothing delivered
     await live.save_messages([Message("assistant", "hello")])
+    assert watcher.frames == []  # queued, not stored yet: nothing delivered, nobody waited
+    await live.publish([{"type": "reason", "n": 5, "seq": 0}])  # a write that is awaited
 
     assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
-    assert [seq for _, seq in watcher.frames] == [1, 2, 3, 4, 5]
-    assert [frame["n"] for frame, _ in watcher.frames] == [0, 1, 2, 3, 4]
-    assert live.last_seq == 5
+    assert [seq for _, seq in watcher.frames] == [1, 2, 3, 4, 5, 6]
+    assert [frame["n"] for frame, _ in watcher.frames] == [0, 1, 2, 3, 4, 5]
+    assert live.last_seq == 6
     history = await store.load_history(ALICE, "s1")
     assert [m.content for m in history] == ["hello"]
 
@@ -88,8 +90,9 @@ async def test_a_failed_batch_is_reported_to_its_awaited_write_and_loses_nothing
     await live.publish([{"type": "before", "seq": 0}])
     await store._in_writer(_read_only, store, True)
     await live.publish_streamed([{"type": "lost", "seq": 0}])
+    await live.save_messages([Message("assistant", "lost too")])
     with pytest.raises(StorageError):
-        await live.save_messages([Message("assistant", "lost too")])
+        await live.publish([{"type": "lost as well", "seq": 0}])
     assert [frame["type"] for frame, _ in watcher.frames] == ["before"]  # never sent unstored
 
     await store._in_writer(_read_only, store, False)
