@@ -345,5 +345,3 @@ async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
         raise _Refused(409, exc.code, exc.message) from None
     finally:
         services.hub.release(live)
-
-

@@ -6,9 +6,10 @@ every event once, in `seq` order, and a replay returns exactly what a live clien
 are shielded: a run cancelled by a stop cannot leave a write half done.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
-and its last event, and whenever more than `_QUEUE_HIGH_WATER` of its session's writes wait:
-what queues while the store is busy goes into the next batch, so the writes of a phase share
-store round trips instead of taking one each. What is stored is always a prefix of what the
+and its last event, unless the store is behind (more than `_QUEUE_HIGH_WATER` of its
+session's writes wait, or the process's `WriteBacklog` is past its mark): what queues while
+the store is busy goes into the next batch, so the writes of a phase share store round trips
+instead of taking one each. What is stored is always a prefix of what the
 run did, in order, and nothing reaches a client before it is stored.
 """
 
@@ -29,7 +30,7 @@ from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import Scope, SessionRecord, SessionStatus, Store
 
-__all__ = ["ActiveRun", "LiveSession", "Subscriber", "now_ms", "shielded"]
+__all__ = ["ActiveRun", "LiveSession", "Subscriber", "WriteBacklog", "now_ms", "shielded"]
 
 T = TypeVar("T")
 # Queued writes per session before a run waits for storage: the backlog a stop's own write
@@ -52,6 +53,23 @@ class Subscriber(Protocol):
     async def wait_closed(self) -> None:
         """Return once `finish` has closed the connection."""
         ...
+
+
+class WriteBacklog:
+    """Writes queued and not yet stored, over the sessions that share it (the registry's: one
+    per process). Past `mark`, runs wait for their writes again: under load the store and the
+    deliveries then come before more run work, which keeps event delays and stops short
+    (docs/benchmarks.md, "Messages queued like events"); at ease no run waits for storage."""
+
+    __slots__ = ("mark", "queued")
+
+    def __init__(self, mark: int = 32) -> None:
+        self.mark = mark
+        self.queued = 0
+
+    @property
+    def behind(self) -> bool:
+        return self.queued > self.mark
 
 
 @dataclass(slots=True)
@@ -102,7 +120,13 @@ class LiveSession:
     """
 
     def __init__(
-        self, record: SessionRecord, store: Store, *, stored: bool = True, lease_ms: int = 30_000
+        self,
+        record: SessionRecord,
+        store: Store,
+        *,
+        stored: bool = True,
+        lease_ms: int = 30_000,
+        backlog: WriteBacklog | None = None,
     ) -> None:
         self.scope = Scope(record.tenant_id, record.user_id)
         self.stored = stored
@@ -118,6 +142,7 @@ class LiveSession:
         self.run: ActiveRun | None = None
         self._store = store
         self._writes: deque[_Write] = deque()
+        self._backlog = backlog or WriteBacklog()
         self._writer: asyncio.Task[None] | None = None
         self._unreported: Exception | None = None  # a write nobody awaited failed
 
@@ -220,7 +245,7 @@ class LiveSession:
         if failed is not None:
             raise failed
         self._enqueue(write)
-        if len(self._writes) > _QUEUE_HIGH_WATER:
+        if len(self._writes) > _QUEUE_HIGH_WATER or self._backlog.behind:
             write.awaited = True
             await write.future
 
@@ -233,6 +258,7 @@ class LiveSession:
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)
+        self._backlog.queued += 1
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain())
 
@@ -256,6 +282,8 @@ class LiveSession:
                     elif not write.future.done():
                         write.future.set_result(None)
                 continue
+            finally:
+                self._backlog.queued -= len(batch)
             for write in batch:
                 if not write.future.done():
                     write.future.set_result(None)

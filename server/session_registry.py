@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from server import remote
-from server.live import LiveSession, now_ms
+from server.live import LiveSession, WriteBacklog, now_ms
 from server.protocol import ProtocolError
 from server.run_recovery import Repairs
 from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
@@ -38,6 +38,7 @@ class SessionRegistry:
         self._live: dict[str, LiveSession] = {} if sessions is None else sessions
         self._emptied = asyncio.Event()
         self._deleting: Counter[str] = Counter()  # deletes in progress, by session id
+        self._backlog = WriteBacklog()  # one for the process's sessions: is the store behind?
 
     @property
     def sessions(self) -> Mapping[str, LiveSession]:
@@ -94,7 +95,9 @@ class SessionRegistry:
         return stored is None and session_id not in self._live  # nobody made it meanwhile
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
-        return LiveSession(record, self._store, stored=stored, lease_ms=self._lease_ms)
+        return LiveSession(
+            record, self._store, stored=stored, lease_ms=self._lease_ms, backlog=self._backlog
+        )
 
     def release(self, live: LiveSession) -> None:
         """Forget the session when nobody watches it and no run works on it."""

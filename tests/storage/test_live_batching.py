@@ -10,7 +10,7 @@ import pytest
 
 from agent.errors import StorageError
 from agent.messages import Message
-from server.live import LiveSession
+from server.live import LiveSession, WriteBacklog
 from server.storage.base import Scope
 from server.storage.sqlite import SQLiteStore
 from tests.storage.sqlite_trace import traced
@@ -118,3 +118,14 @@ async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
     await live.publish([{"type": "end", "seq": 0}])
 
     assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("end", 1)]
+
+
+async def test_a_run_waits_for_its_writes_once_the_store_is_behind(store: SQLiteStore) -> None:
+    record = await store.create_session(ALICE, "s1", 100)
+    backlog = WriteBacklog(mark=1)  # a process whose store is behind past one queued write
+    live = LiveSession(record, store, backlog=backlog)
+    await live.publish_streamed([{"type": "delta", "seq": 0}])  # one queued: not behind yet
+    assert await store.read_events(ALICE, "s1", 0) == []  # the run did not wait
+    await live.save_messages([Message("assistant", "hello")])  # two queued: it waits
+    assert [m.content for m in await store.load_history(ALICE, "s1")] == ["hello"]
+    assert backlog.queued == 0 and not backlog.behind  # every write stored is counted out
