@@ -77,7 +77,7 @@ async def _drain(
     tool_choice: ToolChoice,
     reader: _Reader,
 ) -> ModelTurn:
-    turn = ModelTurn("")
+    turn: ModelTurn | None = None  # the model's own, with its usage, once it came
     model = getattr(ctx.model, "model_name", None)  # optional: not part of the port
     with model_call_span(
         model if isinstance(model, str) else None,
@@ -103,8 +103,9 @@ async def _drain(
                 else:
                     turn = item
         except asyncio.CancelledError:  # a stop: the usage it reports counts this call too
-            rec.count(phase, reader.cut_turn(messages, tools))
+            rec.count(phase, turn if turn is not None else reader.cut_turn(messages, tools))
             raise
+        turn = turn if turn is not None else ModelTurn("")
         record_turn(span, turn)
     rec.count(phase, turn)
     return turn
