@@ -10,6 +10,7 @@ rest of the request path and half a second of import at startup (docs/benchmarks
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -96,19 +97,23 @@ class AiohttpTransport:
     wants a running event loop). Each wait for the server (connecting, or the next bytes of
     the answer) may take up to `timeout_s`; a reply that keeps streaming has no overall
     limit. Proxies come from the environment (`HTTPS_PROXY`, `NO_PROXY`); cookies the model
-    server sets (a gateway's sticky session) go back with later calls, IP hosts included."""
+    server sets (a gateway's sticky session) go back with later calls, IP hosts included.
+    Certificates are checked against the system's store and certifi's (`_trust`)."""
 
     def __init__(self, timeout_s: float) -> None:
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=timeout_s, sock_connect=timeout_s, sock_read=timeout_s
         )
         self._session: aiohttp.ClientSession | None = None
+        self._trust: ssl.SSLContext | None = None
         self._proxies: dict[str, tuple[URL | None, aiohttp.BasicAuth | None]] = {}
 
-    def _open_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
+    async def _open_session(self) -> aiohttp.ClientSession:
+        if self._trust is None:  # reads certificate files: in a thread, once
+            self._trust = await asyncio.to_thread(_trust)
+        if self._session is None or self._session.closed:  # no await from here: one session
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS),
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=self._trust),
                 cookie_jar=aiohttp.CookieJar(unsafe=True),
                 timeout=self._timeout,
             )
@@ -123,7 +128,7 @@ class AiohttpTransport:
         return self._proxies[url]
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
-        session = self._open_session()
+        session = await self._open_session()
         proxy, proxy_auth = await self._proxy(url)
         try:
             response = await session.post(
@@ -143,6 +148,19 @@ class AiohttpTransport:
             await self._session.close()
 
 
+def _trust() -> ssl.SSLContext:
+    """Certificates a model server's may chain to: the system's store (or `SSL_CERT_FILE` /
+    `SSL_CERT_DIR`), so a company's own CA works, plus certifi's bundle, which httpx (and so
+    the openai SDK) used: a host without a CA store still reaches the public APIs."""
+    context = ssl.create_default_context()
+    try:
+        import certifi
+    except ImportError:  # pragma: no cover - httpx brings it
+        return context
+    context.load_verify_locations(certifi.where())
+    return context
+
+
 def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
     try:
         return get_env_proxy_for_url(URL(url))
@@ -158,6 +176,8 @@ def _name(exc: BaseException) -> str:
     """What failed, in a word a log or an error message can carry (never a URL or a key)."""
     if isinstance(exc, TimeoutError):
         return "timed out"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return "its TLS certificate is not trusted"
     if isinstance(exc, aiohttp.ClientConnectorError):
         refused = isinstance(exc.os_error, ConnectionRefusedError)
         return "connection refused" if refused else "could not connect"

@@ -359,3 +359,48 @@ async def test_no_proxy_reaches_its_hosts_directly(monkeypatch):
         finally:
             await model.aclose()
     assert isinstance(items[-1], ModelTurn)
+
+
+async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch, tmp_path):
+    """A model server behind a company's own CA: refused as untrusted until SSL_CERT_FILE
+    names that CA (the system's store, as curl and Python read it). A real TLS server."""
+    import re
+    import ssl
+
+    import trustme
+
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the untrusted handshake: the client hung up
+        length = re.search(rb"(?i)content-length: *(\d+)", head)
+        await reader.readexactly(int(length.group(1)) if length else 0)
+        body = _event({"content": "over TLS"}) + b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    async def call() -> list[str | Thinking | ModelTurn]:
+        model = OpenAIChatModel(
+            model="m", api_key="k", base_url=f"https://127.0.0.1:{port}/v1", max_retries=0
+        )
+        try:
+            return [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
+        finally:
+            await model.aclose()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_tls)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        with pytest.raises(ModelError, match="TLS certificate is not trusted"):
+            await call()
+        ca_file = tmp_path / "company-ca.pem"
+        ca.cert_pem.write_to_path(str(ca_file))
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        items = await call()
+    assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
