@@ -201,5 +201,5 @@ def _name(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return "the server closed the connection"
     if isinstance(exc, aiohttp.ClientPayloadError):
-        return "the reply broke off"
+        return "the connection closed before its end"
     return type(exc).__name__

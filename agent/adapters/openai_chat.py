@@ -53,6 +53,7 @@ __all__ = ["OpenAIChatModel", "StatusError", "ThinkSplitter"]
 _log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, also when OPENAI_BASE_URL is unset
+_SCOPE_HEADERS = (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID"))
 
 
 class StatusError(Exception):
@@ -96,13 +97,17 @@ class OpenAIChatModel:
         self._transport = transport or AiohttpTransport(timeout_s)
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._url = base.rstrip("/") + "/chat/completions"
-        # Built once: none of them changes between calls.
+        # Built once: none of them changes between calls. The organization and project come
+        # from the variables the SDK reads for them, so an OpenAI key scoped to them still works.
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
             "User-Agent": _USER_AGENT,
             "Authorization": f"Bearer {api_key or 'unset'}",
         }
+        for header, variable in _SCOPE_HEADERS:
+            if value := os.environ.get(variable):
+                self._headers[header] = value
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage

@@ -112,6 +112,7 @@ async def test_stop_lands_in_the_middle_of_a_real_stream(real: Running, llama: L
         rest = await c.until("response_complete", 30)
     stopped = [f for f in rest if kind(f) == "agent_stopped"]
     assert stopped and stopped[0]["reason"] == "user"
+    assert stopped[0]["usage"]["llm_calls"] >= 1  # the call the stop cut short is counted
     assert _errors(rest) == []
 
 

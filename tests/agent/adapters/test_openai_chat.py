@@ -4,8 +4,12 @@ Its request and error answers are compared with the openai SDK's own (the refere
 from __future__ import annotations
 
 import asyncio
+import re
+import ssl
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
+from pathlib import Path
 
 import httpx2 as httpx  # the HTTP client the openai SDK is built on: to capture its request
 import orjson
@@ -15,6 +19,7 @@ from agent.adapters.openai_chat import OpenAIChatModel, StatusError
 from agent.errors import ModelError
 from agent.messages import Message
 from agent.ports import CallInfo, ModelTurn, Thinking
+from tests.fakes.processes import free_port
 
 CALL = CallInfo("s", "r", 1, "reason")
 
@@ -187,9 +192,16 @@ async def _capture_sdk(handler: Callable[[httpx.Request], httpx.Response]) -> Ex
     return None
 
 
-async def test_the_request_is_the_one_the_sdk_would_send():
+@pytest.mark.parametrize("scoped", [False, True])
+async def test_the_request_is_the_one_the_sdk_would_send(monkeypatch, scoped: bool):
     """The same URL and JSON body, and the headers that carry meaning to a model server (the
-    SDK's own telemetry headers, X-Stainless-*, and its User-Agent are not sent)."""
+    SDK's own telemetry headers, X-Stainless-*, and its User-Agent are not sent), also with
+    the organization and project the SDK reads from OPENAI_ORG_ID and OPENAI_PROJECT_ID."""
+    for variable, value in (("OPENAI_ORG_ID", "org-1"), ("OPENAI_PROJECT_ID", "proj-1")):
+        if scoped:
+            monkeypatch.setenv(variable, value)
+        else:
+            monkeypatch.delenv(variable, raising=False)
     sent: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -219,6 +231,7 @@ async def test_the_request_is_the_one_the_sdk_would_send():
         "user-agent": headers["User-Agent"],
     }
     assert headers["User-Agent"].startswith("agent-server")
+    assert ("OpenAI-Project" in headers) is scoped  # the comparison above saw the SDK send it
 
 
 async def test_a_base_url_with_or_without_its_slash_reaches_the_same_endpoint():
@@ -361,23 +374,37 @@ async def test_no_proxy_reaches_its_hosts_directly(monkeypatch):
     assert isinstance(items[-1], ModelTurn)
 
 
-async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch, tmp_path):
-    """A model server behind a company's own CA: refused as untrusted until SSL_CERT_FILE
-    names that CA (the system's store, as curl and Python read it). A real TLS server."""
-    import re
-    import ssl
+class _TLSModelServer:
+    """A model server over real TLS with a certificate from a throwaway CA (trustme): it
+    answers every chat call with one piece of text."""
 
-    import trustme
+    def __init__(self) -> None:
+        import trustme
 
-    ca = trustme.CA()
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+        self.ca = trustme.CA()
+        self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ca.issue_cert("127.0.0.1").configure_cert(self._tls)
+        self.port = 0
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def __aenter__(self) -> _TLSModelServer:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0, ssl=self._tls)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    def ca_file(self, folder: Path) -> str:
+        path = folder / "company-ca.pem"
+        self.ca.cert_pem.write_to_path(str(path))
+        return str(path)
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError):
-            return  # the untrusted handshake: the client hung up
+            return  # an untrusted handshake: the client hung up
         length = re.search(rb"(?i)content-length: *(\d+)", head)
         await reader.readexactly(int(length.group(1)) if length else 0)
         body = _event({"content": "over TLS"}) + b"data: [DONE]\n\n"
@@ -385,22 +412,58 @@ async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch,
         await writer.drain()
         writer.close()
 
-    async def call() -> list[str | Thinking | ModelTurn]:
-        model = OpenAIChatModel(
-            model="m", api_key="k", base_url=f"https://127.0.0.1:{port}/v1", max_retries=0
-        )
-        try:
-            return [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
-        finally:
-            await model.aclose()
 
-    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_tls)
-    port = server.sockets[0].getsockname()[1]
-    async with server:
+async def _call(base_url: str) -> list[str | Thinking | ModelTurn]:
+    model = OpenAIChatModel(model="m", api_key="k", base_url=base_url, max_retries=0)
+    try:
+        return [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
+    finally:
+        await model.aclose()
+
+
+async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch, tmp_path):
+    """A model server behind a company's own CA: refused as untrusted until SSL_CERT_FILE
+    names that CA (the system's store, as curl and Python read it). A real TLS server."""
+    async with _TLSModelServer() as server:
+        url = f"https://127.0.0.1:{server.port}/v1"
         with pytest.raises(ModelError, match="TLS certificate is not trusted"):
-            await call()
-        ca_file = tmp_path / "company-ca.pem"
-        ca.cert_pem.write_to_path(str(ca_file))
-        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
-        items = await call()
+            await _call(url)
+        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(tmp_path))
+        items = await _call(url)
     assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
+
+
+async def test_https_goes_through_a_real_forward_proxy(monkeypatch, tmp_path):
+    """HTTPS_PROXY names proxy.py (a real forward proxy, in its own process): the call is
+    tunnelled with CONNECT to the TLS model server, whose certificate is still checked."""
+    port = free_port()
+    log = tmp_path / "proxy.log"
+    with log.open("wb") as out:
+        proxy = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "proxy", "--hostname", "127.0.0.1", "--port", str(port)),
+            *("--num-workers", "1", "--num-acceptors", "1"),
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        async with asyncio.timeout(20):
+            while True:  # poll the proxy's port until it accepts (bounded by the timeout)
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    break
+                except OSError:
+                    assert proxy.returncode is None, log.read_text()
+                    await asyncio.sleep(0.05)
+        async with _TLSModelServer() as server:
+            monkeypatch.setenv("HTTPS_PROXY", f"http://127.0.0.1:{port}")
+            monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(tmp_path))
+            for name in ("NO_PROXY", "no_proxy", "https_proxy"):
+                monkeypatch.delenv(name, raising=False)
+            items = await _call(f"https://127.0.0.1:{server.port}/v1")
+    finally:
+        proxy.terminate()
+        await proxy.wait()
+    assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
+    assert f"CONNECT 127.0.0.1:{server.port}" in log.read_text()  # it went through the proxy
