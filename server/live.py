@@ -187,14 +187,14 @@ class LiveSession:
         await self._submit(write)
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
-        """Queue run events without waiting for them to be stored (see `_queue`). They are
+        """Queue run events without waiting for them to be stored (see `_submit`). They are
         delivered once stored, in order."""
-        await self._queue(_Write(self._future(), frames, awaited=False))
+        await self._submit(_Write(self._future(), frames, awaited=False))
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
-        """Queue messages without waiting for them to be stored (see `_queue`), in order with
+        """Queue messages without waiting for them to be stored (see `_submit`), in order with
         the run's events: what is stored is always a prefix of what the run did."""
-        await self._queue(_Write(self._future(), messages=messages, awaited=False))
+        await self._submit(_Write(self._future(), messages=messages, awaited=False))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -237,24 +237,20 @@ class LiveSession:
     def _future(self) -> asyncio.Future[None]:
         return asyncio.get_running_loop().create_future()
 
-    async def _queue(self, write: _Write) -> None:
-        """Queue a run's write without waiting, unless the queue is long: then wait, so a fast
-        run cannot get ahead of storage (and a stop, queued behind it, stays quick). If
-        storing fails, a write awaited in the same batch raises, else the session's next."""
+    async def _submit(self, write: _Write) -> None:
+        """Queue `write`, and wait until it is stored if it is `awaited`. A run's events and
+        messages are not, unless the store is behind (a long queue here, or the process's
+        backlog): then they wait too, so a fast run cannot get ahead of storage and a stop
+        queued behind it stays quick. A write that failed with nobody waiting is raised by
+        the session's next write, once."""
         failed, self._unreported = self._unreported, None
         if failed is not None:
             raise failed
         self._enqueue(write)
         if len(self._writes) > _QUEUE_HIGH_WATER or self._backlog.behind:
             write.awaited = True
-            await write.future
-
-    async def _submit(self, write: _Write) -> None:
-        failed, self._unreported = self._unreported, None
-        if failed is not None:
-            raise failed
-        self._enqueue(write)
-        await write.future  # a cancelled caller cancels only this notice, not the write
+        if write.awaited:
+            await write.future  # a cancelled caller cancels only this notice, not the write
 
     def _enqueue(self, write: _Write) -> None:
         self._writes.append(write)
