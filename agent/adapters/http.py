@@ -26,12 +26,14 @@ _FAILURES = (aiohttp.ClientError, OSError, TimeoutError)  # what aiohttp raises 
 
 
 class Unreachable(Exception):
-    """The request got no answer: the connection could not be made, broke, or timed out."""
+    """The request got no answer: the connection could not be made, broke, or timed out.
+    `lasting`: trying again cannot help (the server's certificate is not trusted)."""
 
-    def __init__(self, reason: str, *, timed_out: bool = False) -> None:
+    def __init__(self, reason: str, *, timed_out: bool = False, lasting: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.timed_out = timed_out
+        self.lasting = lasting
 
 
 class HttpReply(Protocol):
@@ -186,7 +188,11 @@ def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
 
 
 def _unreachable(exc: BaseException) -> Unreachable:
-    return Unreachable(_name(exc), timed_out=isinstance(exc, TimeoutError))
+    return Unreachable(
+        _name(exc),
+        timed_out=isinstance(exc, TimeoutError),
+        lasting=isinstance(exc, aiohttp.ClientConnectorCertificateError),
+    )
 
 
 def _name(exc: BaseException) -> str:

@@ -70,7 +70,7 @@ class StatusError(Exception):
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, Unreachable):
-        return True
+        return not exc.lasting
     if isinstance(exc, StatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     return False

@@ -18,7 +18,7 @@ import pytest
 from agent.adapters.openai_chat import OpenAIChatModel, StatusError
 from agent.errors import ModelError
 from agent.messages import Message
-from agent.ports import CallInfo, ModelTurn, Thinking
+from agent.ports import CallInfo, ModelTurn, RetryNotice, Thinking
 from tests.fakes.processes import free_port
 
 CALL = CallInfo("s", "r", 1, "reason")
@@ -413,10 +413,21 @@ class _TLSModelServer:
         writer.close()
 
 
-async def _call(base_url: str) -> list[str | Thinking | ModelTurn]:
-    model = OpenAIChatModel(model="m", api_key="k", base_url=base_url, max_retries=0)
+async def _call(
+    base_url: str, retries: list[RetryNotice] | None = None
+) -> list[str | Thinking | ModelTurn]:
+    """One call; transient failures retried up to 3 times (with no wait), noted in `retries`."""
+
+    async def noted(notice: RetryNotice) -> None:
+        if retries is not None:
+            retries.append(notice)
+
+    model = OpenAIChatModel(
+        model="m", api_key="k", base_url=base_url, max_retries=3, retry_initial_s=0, retry_max_s=0
+    )
+    call = CallInfo("s", "r", 1, "reason", on_retry=noted)
     try:
-        return [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
+        return [i async for i in model.stream([Message("user", "hi")], tools=(), call=call)]
     finally:
         await model.aclose()
 
@@ -426,8 +437,10 @@ async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch,
     names that CA (the system's store, as curl and Python read it). A real TLS server."""
     async with _TLSModelServer() as server:
         url = f"https://127.0.0.1:{server.port}/v1"
+        retries: list[RetryNotice] = []
         with pytest.raises(ModelError, match="TLS certificate is not trusted"):
-            await _call(url)
+            await _call(url, retries)
+        assert retries == []  # no retry can help: the run fails at once
         monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(tmp_path))
         items = await _call(url)
     assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
