@@ -324,13 +324,22 @@ def _instruction(
 
 
 def _state(ctx: RunContext, rec: RunRecorder, step: int, named: Sequence[str]) -> str:
-    plan = "; ".join(rec.plan) if rec.plan else "see your last message"
+    plan = "; ".join(rec.plan) if rec.plan else _reasoning_pointer(rec)
     tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""
     calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
     return (
         f"[Current state] Step {step} of {ctx.limits.max_steps}. Plan: {plan}.\n"
         f"{tools}Tool calls so far in this task:{calls}"
     )
+
+
+def _reasoning_pointer(rec: RunRecorder) -> str:
+    """Without a plan, point at this step's reasoning, unless Reason wrote none (an empty
+    message is left out of the call, so "your last message" would be the wrong one)."""
+    last = rec.conversation[-1] if rec.conversation else None
+    if last is not None and last.phase == "reason" and last.content.strip():
+        return "see your last message"
+    return "none written; choose the next action from the task"
 
 
 async def _stream_phase(

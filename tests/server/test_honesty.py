@@ -256,6 +256,23 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
     assert observe_messages[-3]["tool_calls"]  # Reason's text and Act's call, merged
 
 
+async def test_the_act_state_points_at_the_reasoning_only_when_there_is_some(
+    server, fake_llm: FakeLLM
+):
+    block = json.dumps({"plan": "", "tools_to_consider": [], "finish": False})
+    fake_llm.script("reason", reason("Check the clock."), text(f"```json\n{block}\n```"))
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {})), act(), act())
+    fake_llm.script("observe", observe("Looked."), observe("Done.", final="Noon."))
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("time please", agent_max_steps=2)
+    states = [r.body["messages"][-1]["content"] for r in fake_llm.requests if r.phase == "act"]
+    assert "Plan: see your last message." in states[0]
+    # Step 2's Reason wrote no text: its empty message is not in the call to point at.
+    assert "Plan: none written; choose the next action from the task." in states[1]
+    assert "see your last message" not in states[1]
+
+
 async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_factory, fake_llm):
     from tests.fakes.tools import echo_tool
 
