@@ -14,7 +14,9 @@ from contextlib import asynccontextmanager
 from agent.acting import REQUEST_INPUT
 from agent.events import RunStopped, StopReason
 from agent.messages import Message, Usage
+from agent.ports import ModelTurn
 from agent.run import RunContext, RunInterrupted, RunRecorder, stop_note
+from agent.tokens import EstimatedCounter, message_tokens
 
 __all__ = ["close_interrupted", "stop_recorded"]
 
@@ -63,4 +65,23 @@ async def close_interrupted(ctx: RunContext, history: Sequence[Message], step: i
     recorder = RunRecorder(ctx, history)
     started = [c for c in recorder.unanswered_calls() if c.name != REQUEST_INPUT]
     recorder.continue_from(step, started)
+    for phase, turn in _stored_calls(ctx.run_id, history):
+        recorder.count(phase, turn)
     await recorder.record_stop("interrupted")
+
+
+def _stored_calls(run_id: str, history: Sequence[Message]) -> list[tuple[str, ModelTurn]]:
+    """The model calls a dead run is known to have made, one per assistant message it stored,
+    with tokens estimated (the usage the model server reported died with the process): the
+    conversation before the message as the prompt, without the system prompt and the tool
+    list, which were not stored, so a lower bound; the message as the completion."""
+    counter = EstimatedCounter()
+    calls: list[tuple[str, ModelTurn]] = []
+    before = 0
+    for message in history:
+        size = message_tokens(counter, message)
+        if message.role == "assistant" and message.run_id == run_id:
+            turn = ModelTurn(message.content, message.tool_calls, before, size, estimated=True)
+            calls.append((message.phase or "unknown", turn))
+        before += size
+    return calls

@@ -14,6 +14,7 @@ from agent.messages import Message, ToolCall
 from agent.ports import ToolContext
 from agent.run import RunInterrupted
 from agent.stopping import close_interrupted, stop_recorded
+from agent.tokens import EstimatedCounter, message_tokens
 from agent.tools.base import Tool
 from tests.fakes.openai_server import FakeToolCall, act
 from tests.fakes.scripted_model import Harness
@@ -48,9 +49,21 @@ async def test_a_dead_runs_open_calls_are_closed_from_the_conversation(harness: 
         Message.tool_result(answered, "a", status="ok", run_id="r1"),
     ]
     await close_interrupted(harness.context(run_id="r1"), history, 2)
+    # Its two model calls are known from its two stored assistant messages; their tokens
+    # died with the process, so they are estimated: the conversation before each as its
+    # prompt, the message as its completion.
+    tokens = [message_tokens(EstimatedCounter(), m) for m in history]
+    usage = {
+        "prompt_tokens": sum(tokens[:2]) + sum(tokens[:3]),
+        "completion_tokens": tokens[2] + tokens[3],
+        "total_tokens": sum(tokens[:2]) + sum(tokens[:3]) + tokens[2] + tokens[3],
+        "cached_tokens": 0,
+        "llm_calls": 2,
+        "estimated_calls": 2,
+    }
     assert harness.record.events == [
         ToolFailed(2, "c2", "get_current_time", CUT_BY_RESTART),
-        RunStopped(2, "interrupted", ZERO_USAGE),
+        RunStopped(2, "interrupted", usage),
     ]
     results = [m for m in harness.record.messages if m.role == "tool"]
     assert [(m.tool_call_id, m.status) for m in results] == [("c2", "stopped"), ("c3", "stopped")]

@@ -189,6 +189,10 @@ async def test_a_run_left_open_by_a_dead_process_is_closed_at_the_next_start(
             tail = await c.until("response_complete")
             assert [kind(f) for f in tail] == ["tool_error", "agent_stopped", "response_complete"]
             assert tail[1]["reason"] == "interrupted" and tail[1]["step"] == 1
+            # Reason's and Act's calls were stored as messages: counted, tokens estimated.
+            usage = tail[1]["usage"]
+            assert (usage["llm_calls"], usage["estimated_calls"]) == (2, 2)
+            assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
             assert [f["seq"] for f in tail] == [cut + 1, cut + 2, cut + 3]
             assert all(f["run_id"] == run_id for f in tail)
             again = await c.run("are you there?")
