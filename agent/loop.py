@@ -34,7 +34,7 @@ from agent.events import (
     RunCompleted,
     RunStarted,
 )
-from agent.messages import Message
+from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -83,7 +83,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
         for step in range(1, max_steps + 1):
             await rec.start_step(step)
             control = await _reason(ctx, rec, step, system, tools)
-            if control is None or not control.finish:
+            if control is None or not control.finish or _tool_asked_for(rec, tools):
                 await _act(ctx, rec, step, system, tools, _named(control, tools))
             final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
@@ -129,6 +129,16 @@ async def _reason(
     return control
 
 
+def _tool_asked_for(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
+    """The user's task names an offered tool and no call has succeeded yet: a Reason that
+    says it can answer now would answer without the tool the user asked for (small models
+    do), so Act runs anyway."""
+    if rec.ledger.successes():
+        return False
+    task = rec.task()
+    return any(t.name in task for t in tools if t.name != REQUEST_INPUT)
+
+
 def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:
     """The offered tools that Reason's block named, in its order."""
     offered = {t.name for t in tools}
@@ -166,13 +176,28 @@ async def _act(
     )
     calls, content = turn.tool_calls, turn.content
     if not calls:
-        calls, content = read_text_tool_calls(content, {t.name for t in tools})
+        calls, content = _calls_in_text(content, {t.name for t in tools})
         ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
     if calls:
         await run_tool_calls(ctx, rec, step, calls)
+
+
+def _calls_in_text(content: str, offered: set[str]) -> tuple[tuple[ToolCall, ...], str]:
+    """Calls Act wrote as text (agent/textcalls.py), or, when it wrote Reason's block again
+    instead (small models do), the call its `plan` names: `"plan": "get_current_time"` is
+    the bare name of a call, read the same way."""
+    calls, rest = read_text_tool_calls(content, offered)
+    if calls:
+        return calls, rest
+    text, block = split_control(content, REASON_KEYS)
+    control = read_reason_control(block)
+    if control is None or control.finish or not control.plan:
+        return (), content
+    calls, _ = read_text_tool_calls(control.plan, offered - {REQUEST_INPUT})
+    return (calls, text) if calls else ((), content)
 
 
 async def _observe(

@@ -23,6 +23,7 @@ __all__ = ["AiohttpTransport", "HttpReply", "HttpTransport", "Unreachable"]
 
 MAX_CONNECTIONS = 1000  # LLM calls in flight per process, as the openai SDK's client allows
 _FAILURES = (aiohttp.ClientError, OSError, TimeoutError)  # what aiohttp raises when one fails
+_STALE_RETRIES = 2  # each drops one dead pooled connection
 
 
 class Unreachable(Exception):
@@ -128,22 +129,30 @@ class AiohttpTransport:
         return self._proxies[url]
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
+        """Send; a kept-alive connection the server had already closed (llama.cpp and
+        uvicorn close idle ones after 5 s, aiohttp keeps them 15 s) is dropped and the
+        request sent again at once, up to `_STALE_RETRIES` times, as other HTTP clients do:
+        not a failure of the model server, so not one the caller retries and reports."""
         session = self._open_session()
         proxy, proxy_auth = await self._proxy(url)
         tls = await _tls(url)
-        try:
-            response = await session.post(
-                url,
-                data=body,
-                headers=headers,
-                allow_redirects=False,
-                proxy=proxy,
-                proxy_auth=proxy_auth,
-                ssl=tls,
-            )
-        except _FAILURES as exc:
-            raise _unreachable(exc) from exc
-        return _AiohttpReply(response)
+        for retry in range(_STALE_RETRIES + 1):
+            try:
+                response = await session.post(
+                    url,
+                    data=body,
+                    headers=headers,
+                    allow_redirects=False,
+                    proxy=proxy,
+                    proxy_auth=proxy_auth,
+                    ssl=tls,
+                )
+            except _FAILURES as exc:
+                if retry < _STALE_RETRIES and _stale(exc):
+                    continue
+                raise _unreachable(exc) from exc
+            return _AiohttpReply(response)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -185,6 +194,13 @@ def _env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
         return get_env_proxy_for_url(URL(url))
     except LookupError:  # none, or NO_PROXY names the host
         return None, None
+
+
+def _stale(exc: BaseException) -> bool:
+    """Did sending fail on a connection the server had closed (not: could not connect)?"""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return False
+    return isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
 
 
 def _unreachable(exc: BaseException) -> Unreachable:

@@ -81,6 +81,43 @@ async def test_reason_finish_skips_the_act_call_but_keeps_all_three_phases(harne
     assert record.of(RunCompleted)[0].final_answer == "Paris is in France."
 
 
+async def test_a_finish_without_the_tool_the_user_named_still_acts(harness: Harness):
+    """Small models answer "what time is it? use get_current_time" from thin air."""
+    harness.model.script("reason", reason("I know the time.", finish=True))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Checked.", final="It is noon."))
+    record = await harness.run("What time is it? Use the get_current_time tool.")
+    assert harness.model.phases() == ["reason", "act", "observe"]
+    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
+    assert record.of(RunCompleted)[0].final_answer == "It is noon."
+
+
+async def test_an_act_reply_that_repeats_reasons_block_calls_the_tool_its_plan_names(
+    harness: Harness,
+):
+    """A small model writes Reason's block again in Act, with a tool's bare name as plan."""
+    block = json.dumps(
+        {"plan": "get_current_time", "tools_to_consider": ["get_current_time"], "finish": False}
+    )
+    harness.model.script("reason", reason("I'll check the clock."))
+    harness.model.script("act", text(f"```json\n{block}\n```"))
+    harness.model.script("observe", observe("Checked.", final="It is noon."))
+    record = await harness.run("What time is it?")
+    assert harness.model.phases() == ["reason", "act", "observe"]
+    assert [(e.name, e.arguments) for e in record.of(ToolStarted)] == [("get_current_time", {})]
+    assert harness.metrics[Metric.TEXT_TOOL_CALLS] == 1
+
+
+async def test_a_plan_in_words_written_in_act_calls_nothing(harness: Harness):
+    block = json.dumps({"plan": "Look at the clock.", "tools_to_consider": [], "finish": False})
+    harness.model.script("reason", reason("Nothing to look up."))
+    harness.model.script("act", text(f"```json\n{block}\n```"))
+    harness.model.script("observe", observe("Fine.", final="Paris is in France."))
+    record = await harness.run("Where is Paris?")
+    assert harness.model.phases() == ["reason", "act", "observe"]
+    assert record.of(ToolStarted) == []
+
+
 async def test_a_model_repeating_its_block_is_cut_off_and_the_run_goes_on(harness: Harness):
     block = json.dumps({"plan": "Look up the time.", "tools_to_consider": [], "finish": False})
     repeats = [f"```json\n{block}\n```\n\n"] * 50  # a small model, until its token limit

@@ -164,11 +164,12 @@ class Harness:
     def start(self, content: str, *, agent: bool = True, **limits: Any) -> asyncio.Task[None]:
         """Start a run on `content` as a task the control can stop, as the server does."""
         # As the server does: the user's message is stored, then the run reads the history.
-        self.record.messages.append(Message("user", content))
+        ctx = self.context(RunLimits(**limits))
+        self.record.messages.append(Message("user", content, run_id=ctx.run_id))
         runner: Callable[[RunContext, Sequence[Message]], Awaitable[None]]
         runner = run_agent if agent else run_chat
         history = list(self.record.messages)
-        task = asyncio.ensure_future(runner(self.context(RunLimits(**limits)), history))
+        task = asyncio.ensure_future(runner(ctx, history))
         self.control.attach(task)  # type: ignore[arg-type]
         return task
 

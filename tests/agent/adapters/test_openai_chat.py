@@ -432,6 +432,61 @@ async def _call(
         await model.aclose()
 
 
+class _HangUpServer:
+    """A plain-HTTP model server that keeps each connection open after an answer and hangs up
+    when the next request comes on it: what a client meets when it reuses a connection the
+    server closed meanwhile (llama.cpp and uvicorn close idle ones after 5 s)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+
+    async def __aenter__(self) -> _HangUpServer:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        answered = False
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            if answered:
+                break  # the connection's second request: hang up without an answer
+            length = re.search(rb"(?i)content-length: *(\d+)", head)
+            await reader.readexactly(int(length.group(1)) if length else 0)
+            body = _event({"content": "hi"}) + b"data: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+            answered = True
+        writer.close()
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_not_a_failed_call():
+    retries: list[RetryNotice] = []
+
+    async def noted(notice: RetryNotice) -> None:
+        retries.append(notice)
+
+    async with _HangUpServer() as server:
+        model = OpenAIChatModel(model="m", api_key="k", base_url=server.url, max_retries=3)
+        call = CallInfo("s", "r", 1, "reason", on_retry=noted)
+        try:
+            for _ in range(3):
+                items = [i async for i in model.stream([Message("user", "q")], tools=(), call=call)]
+                assert isinstance(items[-1], ModelTurn) and items[-1].content == "hi"
+        finally:
+            await model.aclose()
+    assert retries == []  # sent again at once on a new connection, not retried after a wait
+    assert server.connections == 3
+
+
 async def test_tls_is_checked_against_the_store_ssl_cert_file_names(monkeypatch, tmp_path):
     """A model server behind a company's own CA: refused as untrusted until SSL_CERT_FILE
     names that CA (the system's store, as curl and Python read it). A real TLS server."""
