@@ -1,12 +1,19 @@
-"""The wall clock as every stored timestamp reads it: whole milliseconds since the epoch."""
+"""The wall clock as every stored timestamp reads it (whole milliseconds since the epoch), and
+the date the model is told."""
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
-__all__ = ["now_ms"]
+__all__ = ["now_ms", "today"]
 
 
 def now_ms() -> int:
     """Milliseconds since the Unix epoch, now."""
     return time.time_ns() // 1_000_000
+
+
+def today() -> str:
+    """Today's date in UTC (ISO 8601), as the system prompt tells it to the model."""
+    return datetime.now(UTC).date().isoformat()

@@ -16,9 +16,9 @@ verdict sends it into another step. Before each LLM call the run's budget is che
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
+from agent import clock
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.calling import call_model
 from agent.echo import copied_from
@@ -329,7 +329,7 @@ def _plan_steps(block: dict[str, object] | None) -> tuple[str, ...]:
 
 def system_message(ctx: RunContext, prompt: str) -> str:
     """The one system message of a run: the same for every call, so it stays cacheable."""
-    base = ctx.prompts.render("system", today=datetime.now(UTC).date().isoformat())
+    base = ctx.prompts.render("system", today=clock.today())
     return f"{base}\n\n{ctx.prompts.render(prompt)}"
 
 

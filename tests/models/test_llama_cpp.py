@@ -4,7 +4,8 @@ and its own chat template (`--jinja`), the strictest common OpenAI-compatible se
 The model is small and runs on CPU, so these tests are few and each proves one thing a user
 meets: an agent run that really calls a tool completes, a stop lands in the middle of a real
 stream, a question asked through `request_input` is answered, a chat-mode turn works, and no
-request the server sends is refused. Temperature 0 keeps the model's choices repeatable.
+request the server sends is refused. Temperature 0 and a pinned date keep the model's choices
+repeatable.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agent import clock
 from tests.conftest import Running, ServerFactory
 from tests.fakes.client import kind
 from tests.fakes.llama_cpp import LlamaServer, qwen_model, shared_server
@@ -37,8 +39,16 @@ def llama() -> Iterator[LlamaServer]:
         yield server
 
 
+# The system prompt names today's date, and a 0.5B model's choices change with it: the tests
+# pin the day they were last checked on, so that with temperature 0 every run is the same.
+_TODAY = "2026-11-26"
+
+
 @pytest.fixture
-async def real(server_factory: ServerFactory, llama: LlamaServer) -> AsyncIterator[Running]:
+async def real(
+    server_factory: ServerFactory, llama: LlamaServer, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Running]:
+    monkeypatch.setattr(clock, "today", lambda: _TODAY)
     llama.mark = len(llama.log())
     async with server_factory(
         llm={
