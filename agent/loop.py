@@ -15,6 +15,7 @@ verdict sends it into another step. Before each LLM call the run's budget is che
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -132,11 +133,15 @@ async def _reason(
 def _tool_asked_for(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
     """The user's task names an offered tool and no call has succeeded yet: a Reason that
     says it can answer now would answer without the tool the user asked for (small models
-    do), so Act runs anyway."""
+    do), so Act runs anyway. Only names no sentence uses as a plain word count
+    (`get_current_time`, `web.fetch`, not `search`)."""
     if rec.ledger.successes():
         return False
-    task = rec.task()
-    return any(t.name in task for t in tools if t.name != REQUEST_INPUT)
+    words = {word.strip(".-") for word in _IDENTIFIER.findall(rec.task())}
+    return any(t.name in words for t in tools if t.name != REQUEST_INPUT and not t.name.isalpha())
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:

@@ -92,6 +92,15 @@ async def test_a_finish_without_the_tool_the_user_named_still_acts(harness: Harn
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
+async def test_a_tool_name_that_is_a_plain_word_does_not_force_act():
+    """`echo` is also a word: "an echo" in a question asks for no tool."""
+    harness = Harness(tools=[echo_tool])
+    harness.model.script("reason", reason("I know this.", finish=True))
+    harness.model.script("observe", observe("Known.", final="A reflected sound."))
+    await harness.run("What is an echo, in one line? No tools needed.")
+    assert harness.model.phases() == ["reason", "observe"]
+
+
 async def test_an_act_reply_that_repeats_reasons_block_calls_the_tool_its_plan_names(
     harness: Harness,
 ):
