@@ -35,7 +35,7 @@ from agent.events import (
     RunCompleted,
     RunStarted,
 )
-from agent.messages import Message, ToolCall
+from agent.messages import Message
 from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -181,28 +181,13 @@ async def _act(
     )
     calls, content = turn.tool_calls, turn.content
     if not calls:
-        calls, content = _calls_in_text(content, {t.name for t in tools})
+        calls, content = read_text_tool_calls(content, {t.name for t in tools})
         ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
     if calls:
         await run_tool_calls(ctx, rec, step, calls)
-
-
-def _calls_in_text(content: str, offered: set[str]) -> tuple[tuple[ToolCall, ...], str]:
-    """Calls Act wrote as text (agent/textcalls.py), or, when it wrote Reason's block again
-    instead (small models do), the call its `plan` names: `"plan": "get_current_time"` is
-    the bare name of a call, read the same way."""
-    calls, rest = read_text_tool_calls(content, offered)
-    if calls:
-        return calls, rest
-    text, block = split_control(content, REASON_KEYS)
-    control = read_reason_control(block)
-    if control is None or control.finish or not control.plan:
-        return (), content
-    calls, _ = read_text_tool_calls(control.plan, offered - {REQUEST_INPUT})
-    return (calls, text) if calls else ((), content)
 
 
 async def _observe(

@@ -4,7 +4,9 @@ Small and local models often write a call instead of emitting `tool_calls`: a ba
 `{"name": "get_current_time", "arguments": {...}}`, the same in a ```json fence (or a list of
 them), Hermes/Qwen `<tool_call>…</tool_call>` tags, or a reply that is nothing but a call in
 function syntax (`get_current_time(timezone="Asia/Tokyo")`, `[get_current_time()]`, or the bare
-name). A call object that ends the reply short of its closing braces, as small models often
+name). Reason's block written again in Act with a tool's name as its `plan`
+(`{"plan": "get_current_time", "tools_to_consider": [...]}`, Qwen2.5-0.5B) is such an object
+too. A call object that ends the reply short of its closing braces, as small models often
 write it, is completed. When Act's reply has no native calls, these forms are recognised, but
 only for the tools that were offered: anything else stays text. Function syntax is read with
 `ast`, never evaluated.
@@ -24,7 +26,7 @@ from agent.parsing import completed_json_object, json_object_end
 
 __all__ = ["read_text_tool_calls"]
 
-_NAME_KEYS = ("name", "tool", "tool_name")
+_NAME_KEYS = ("name", "tool", "tool_name", "plan")  # "plan": Reason's block repeated in Act
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
 _OPEN_TAG, _CLOSE_TAG = "<tool_call>", "</tool_call>"
 _MAX_TEXT = 20_000  # a reply longer than this is prose: scanning it for calls could cost seconds

@@ -24,6 +24,9 @@ OFFERED = {"get_current_time"}
         '"arguments": "{\\"timezone\\": \\"Asia/Tokyo\\"}"}}]',
         'get_current_time(timezone="Asia/Tokyo")',
         '[get_current_time(timezone="Asia/Tokyo")]',
+        # Reason's block written again in Act, the tool's name as its plan (Qwen2.5-0.5B)
+        '```json\n{"plan": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}, '
+        '"tools_to_consider": ["get_current_time"], "finish": false}\n```',
     ],
 )
 def test_every_written_form_becomes_a_call(reply):
@@ -43,6 +46,7 @@ def test_every_written_form_becomes_a_call(reply):
         '__import__("os").system("true")',
         "get_current_time(*args)",
         '{"a": 1}',
+        '{"plan": "Look at the clock.", "tools_to_consider": [], "finish": false}',
     ],
 )
 def test_anything_else_stays_text(reply):
