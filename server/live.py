@@ -7,8 +7,9 @@ are shielded: a run cancelled by a stop cannot leave a write half done.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
 and its last event, unless the store is behind (more than `_QUEUE_HIGH_WATER` of its
-session's writes wait, or the process's `WriteBacklog` is past its mark): what queues while
-the store is busy goes into the next batch, so the writes of a phase share store round trips
+session's writes wait, or the process's `WriteBacklog` is past its mark). They are held for
+a few milliseconds (the write window), and what queues while the store is busy goes into the
+next batch, so the phases of a step, and the writes of many sessions, share store round trips
 instead of taking one each. What is stored is always a prefix of what the
 run did, in order, and nothing reaches a client before it is stored.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -30,12 +32,24 @@ from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import Scope, SessionRecord, SessionStatus, Store
 
-__all__ = ["ActiveRun", "LiveSession", "Subscriber", "WriteBacklog", "now_ms", "shielded"]
+__all__ = [
+    "ActiveRun",
+    "LiveSession",
+    "Subscriber",
+    "WriteBacklog",
+    "next_tick",
+    "now_ms",
+    "shielded",
+]
 
 T = TypeVar("T")
 # Queued writes per session before a run waits for storage: the backlog a stop's own write
 # may find ahead of it (16 made stops under saturation slower: docs/benchmarks.md).
 _QUEUE_HIGH_WATER = 8
+# How long a run's events and messages may wait to be stored (and so delivered). Writes made
+# within one window share a store round trip, also across sessions: every session's window
+# ends on the same ticks of the loop's clock (docs/storage.md, "The write window").
+_WRITE_WINDOW_S = 0.005
 _QUESTION = ("question", "tool_call_id", "step", "expires_at")
 _APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
@@ -127,6 +141,7 @@ class LiveSession:
         stored: bool = True,
         lease_ms: int = 30_000,
         backlog: WriteBacklog | None = None,
+        write_window_s: float = _WRITE_WINDOW_S,
     ) -> None:
         self.scope = Scope(record.tenant_id, record.user_id)
         self.stored = stored
@@ -144,6 +159,8 @@ class LiveSession:
         self._writes: deque[_Write] = deque()
         self._backlog = backlog or WriteBacklog()
         self._writer: asyncio.Task[None] | None = None
+        self._window = write_window_s
+        self._held: asyncio.TimerHandle | None = None  # ends the window of the writes held
         self._unreported: Exception | None = None  # a write nobody awaited failed
 
     @property
@@ -247,14 +264,28 @@ class LiveSession:
         if failed is not None:
             raise failed
         self._enqueue(write)
-        if len(self._writes) > _QUEUE_HIGH_WATER or self._backlog.behind:
-            write.awaited = True
         if write.awaited:
             await write.future  # a cancelled caller cancels only this notice, not the write
 
     def _enqueue(self, write: _Write) -> None:
+        """Queue `write`. A write somebody waits for starts the writer at once, taking what
+        is held with it; a run's event or message is held until the window's tick."""
         self._writes.append(write)
         self._backlog.queued += 1
+        if len(self._writes) > _QUEUE_HIGH_WATER or self._backlog.behind:
+            write.awaited = True
+        if self._writer is not None and not self._writer.done():
+            return  # the writer takes it with its next batch
+        if write.awaited or self._window <= 0:
+            self._start_writer()
+        elif self._held is None:
+            loop = asyncio.get_running_loop()
+            self._held = loop.call_at(next_tick(loop.time(), self._window), self._start_writer)
+
+    def _start_writer(self) -> None:
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._drain())
 
@@ -340,6 +371,12 @@ class LiveSession:
             text = body.decode()
             for sub in list(self.subscribers):
                 sub.deliver(text, seq)
+
+
+def next_tick(now: float, window: float) -> float:
+    """The first multiple of `window` after `now`: where every session's window ends."""
+    tick = (math.floor(now / window) + 1) * window
+    return tick if tick > now else tick + window
 
 
 def _open(write: _Write) -> bool:

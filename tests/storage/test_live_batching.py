@@ -1,16 +1,19 @@
 """LiveSession stores what queued while the store was busy in one batch: the run's events and
 its messages in one SQLite transaction, a status change after them, each event delivered
 only once stored; a failed batch stores and delivers nothing and is reported as before. A run
-waits for neither its events nor its messages, only for its status changes and last event."""
+waits for neither its events nor its messages, only for its status changes and last event,
+and what it writes within one write window is stored together."""
 
 from __future__ import annotations
+
+import asyncio
 
 import orjson
 import pytest
 
 from agent.errors import StorageError
 from agent.messages import Message
-from server.live import LiveSession, WriteBacklog
+from server.live import LiveSession, WriteBacklog, next_tick
 from server.storage.base import Scope
 from server.storage.sqlite import SQLiteStore
 from tests.storage.sqlite_trace import traced
@@ -23,9 +26,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.frames: list[tuple[dict[str, object], int | None]] = []
+        self.arrived = asyncio.Event()
 
     def deliver(self, text: str, seq: int | None) -> None:
         self.frames.append((orjson.loads(text), seq))
+        self.arrived.set()
 
     def finish(self, code: int) -> None:
         return None
@@ -39,9 +44,9 @@ def store(sqlite_store: SQLiteStore) -> SQLiteStore:
     return sqlite_store  # SQLite only here, not the per-backend `store` of conftest.py
 
 
-async def _live(store: SQLiteStore) -> tuple[LiveSession, Recorder]:
+async def _live(store: SQLiteStore, window: float = 0.005) -> tuple[LiveSession, Recorder]:
     record = await store.create_session(ALICE, "s1", 100)
-    live = LiveSession(record, store)
+    live = LiveSession(record, store, write_window_s=window)
     watcher = Recorder()
     live.subscribers.add(watcher)
     return live, watcher
@@ -55,7 +60,7 @@ def _read_only(store: SQLiteStore, on: bool) -> None:
 async def test_queued_events_and_the_messages_after_them_are_one_transaction(
     store: SQLiteStore,
 ) -> None:
-    live, watcher = await _live(store)
+    live, watcher = await _live(store, window=3600)  # the awaited write does not wait for it
     statements = await traced(store)
     for n in range(5):
         await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
@@ -106,7 +111,7 @@ async def test_a_failed_batch_is_reported_to_its_awaited_write_and_loses_nothing
 async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
     store: SQLiteStore,
 ) -> None:
-    live, watcher = await _live(store)
+    live, watcher = await _live(store, window=0)  # stored at once, so the test can await it
     await store._in_writer(_read_only, store, True)
     await live.publish_streamed([{"type": "lost", "seq": 0}])
     await live.publish_streamed([{"type": "lost", "seq": 0}])
@@ -129,3 +134,32 @@ async def test_a_run_waits_for_its_writes_once_the_store_is_behind(store: SQLite
     await live.save_messages([Message("assistant", "hello")])  # two queued: it waits
     assert [m.content for m in await store.load_history(ALICE, "s1")] == ["hello"]
     assert backlog.queued == 0 and not backlog.behind  # every write stored is counted out
+
+
+async def test_what_a_run_writes_within_the_window_is_stored_and_delivered_together(
+    store: SQLiteStore,
+) -> None:
+    live, watcher = await _live(store, window=0.05)
+    await live.publish([{"type": "start", "n": -1, "seq": 0}])  # awaited: not held
+    assert [seq for _, seq in watcher.frames] == [1]
+    watcher.arrived.clear()
+    statements = await traced(store)
+    for n in range(3):
+        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+    assert len(watcher.frames) == 1  # held for the window: nothing stored, nothing delivered
+    await asyncio.wait_for(watcher.arrived.wait(), timeout=5)  # no later write needed
+
+    assert [seq for _, seq in watcher.frames] == [1, 2, 3, 4]  # the three, in one delivery
+    (statement,) = set(statements)  # one statement (traced again for each trigger run) ...
+    assert statement.count("('s1', ") == 3  # ... stored the three events
+    stored = [orjson.loads(b) for b in await store.read_events(ALICE, "s1", 0)]
+    assert [f["n"] for f in stored] == [-1, 0, 1, 2]
+
+
+def test_every_session_s_window_ends_at_the_same_moments() -> None:
+    """Writes of different sessions held in one tick are handed to the store together, so
+    the store's group commit stores them in one transaction."""
+    assert next_tick(10.001, 0.005) == next_tick(10.0049, 0.005) == pytest.approx(10.005)
+    assert next_tick(10.0051, 0.005) == pytest.approx(10.010)
+    for now in (10.0, 10.005, 2000.0, 0.0):  # on a tick: the next one, never now
+        assert now < next_tick(now, 0.005) <= now + 0.005 + 1e-9
