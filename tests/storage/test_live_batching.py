@@ -156,9 +156,22 @@ async def test_what_a_run_writes_within_the_window_is_stored_and_delivered_toget
     assert [f["n"] for f in stored] == [-1, 0, 1, 2]
 
 
-def test_every_session_s_window_ends_at_the_same_moments() -> None:
-    """Writes of different sessions held in one tick are handed to the store together, so
-    the store's group commit stores them in one transaction."""
+async def test_every_sessions_window_ends_on_the_same_tick(store: SQLiteStore) -> None:
+    """Writes of different sessions held in one tick are handed to the store in one loop turn,
+    so the store's group commit stores them in one transaction."""
+    first, _ = await _live(store, window=3600)
+    record = await store.create_session(ALICE, "s2", 100)
+    second = LiveSession(record, store, write_window_s=3600)
+    await first.publish_streamed([{"type": "delta", "seq": 0}])
+    await second.publish_streamed([{"type": "delta", "seq": 0}])
+    assert first._held is not None and second._held is not None
+    assert first._held.when() == second._held.when()
+    await first.publish([{"type": "end", "seq": 0}])  # awaited: takes the held write along
+    await second.publish([{"type": "end", "seq": 0}])
+    assert first._held is None and second._held is None
+
+
+def test_a_window_ends_on_the_next_tick_after_now() -> None:
     assert next_tick(10.001, 0.005) == next_tick(10.0049, 0.005) == pytest.approx(10.005)
     assert next_tick(10.0051, 0.005) == pytest.approx(10.010)
     for now in (10.0, 10.005, 2000.0, 0.0):  # on a tick: the next one, never now
