@@ -155,6 +155,7 @@ class LiveSession:
         self.pending_approval: dict[str, Any] | None = None
         self.subscribers: set[Subscriber] = set()
         self.run: ActiveRun | None = None
+        self.ended_run: str | None = None  # the last run that ended here, its end sent live
         self._store = store
         self._writes: deque[_Write] = deque()
         self._backlog = backlog or WriteBacklog()
@@ -223,10 +224,17 @@ class LiveSession:
     def follow(self, seq: int, body: bytes) -> bool:
         """Deliver an event another process stored (its run is not ours); keep status and
         pending question in step with it. False, delivering nothing, unless it is the next
-        event: a run of ours delivers its own, and a gap waits for the next poll."""
+        event: a run of ours delivers its own, and a gap waits for the next poll. An event of
+        the run that last ended here is taken without being sent."""
         if self.run is not None or seq != self.last_seq + 1:
             return False
         frame = orjson.loads(body)
+        if self.ended_run is not None and frame.get("run_id") == self.ended_run:
+            # Stored after its end was sent live: a write the store took but whose answer a
+            # failure lost, or the end stored once the store was back. Watchers here saw
+            # `response_complete` already; a replay has it in order.
+            self.last_seq = seq
+            return True
         kind = frame.get("update_type") or frame.get("type")
         if kind == "agent_request_input":
             self.status = "awaiting_input"

@@ -258,6 +258,7 @@ class RunDriver:
             # The store still shows the run as active: close it there once it is back.
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id))
         finally:
+            live.ended_run = run.run_id
             if live.run is run:  # a chat sent on receiving response_complete may own it now
                 live.run = None
             self._registry.release(live)
