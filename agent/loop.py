@@ -78,13 +78,14 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     await ctx.sink.emit(RunStarted(max_steps))
     tools = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
     system = system_message(ctx, "agent_system")
+    rec.expect_tools(_named_in_task(rec, tools))
     if ctx.research is not None:
         await research_first_task(ctx, rec, ctx.research)
     try:
         for step in range(1, max_steps + 1):
             await rec.start_step(step)
             control = await _reason(ctx, rec, step, system, tools)
-            if control is None or not control.finish or _tool_asked_for(rec, tools):
+            if control is None or not control.finish or rec.expected_tool_unused:
                 await _act(ctx, rec, step, system, tools, _named(control, tools))
             final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
@@ -130,15 +131,14 @@ async def _reason(
     return control
 
 
-def _tool_asked_for(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
-    """The user's task names an offered tool and no call has succeeded yet: a Reason that
-    says it can answer now would answer without the tool the user asked for (small models
-    do), so Act runs anyway. Only names no sentence uses as a plain word count
+def _named_in_task(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
+    """The offered tools the user's task names. Until one call succeeds the run acts even
+    when Reason says it can answer now (small models would answer without the tool the user
+    asked for), and a finish is checked. Only names no sentence uses as a plain word count
     (`get_current_time`, `web.fetch`, not `search`)."""
-    if rec.ledger.successes():
-        return False
     words = {word.strip(".-") for word in _IDENTIFIER.findall(rec.task())}
-    return any(t.name in words for t in tools if t.name != REQUEST_INPUT and not t.name.isalpha())
+    named = (t.name for t in tools if t.name != REQUEST_INPUT and not t.name.isalpha())
+    return [name for name in named if name in words]
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]+")

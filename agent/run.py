@@ -9,7 +9,6 @@ note tells the model later that the run was stopped. agent/stopping.py decides w
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -158,7 +157,7 @@ class RunRecorder:
         self._conversation: list[Message] = list(history)
         self._usage = Usage()
         self._plan: tuple[str, ...] = ()
-        self._expected_tools: set[str] = set()  # tools Reason said it would consider
+        self._expected_tools: set[str] = set()  # named by the task or by Reason's blocks
         self._verifications = 0
         self._results_cut = False  # a tool result was cut to fit the context budget
         self._step = 0
@@ -200,8 +199,10 @@ class RunRecorder:
         return self._plan
 
     @property
-    def expected_tools(self) -> AbstractSet[str]:
-        return self._expected_tools
+    def expected_tool_unused(self) -> bool:
+        """Tools were expected (the user's task or Reason named them) and no call has
+        succeeded yet: the run should act, and a finish now is suspect."""
+        return bool(self._expected_tools) and not self._ledger.successes()
 
     @property
     def verifications(self) -> int:
@@ -244,7 +245,8 @@ class RunRecorder:
         self._plan = plan
 
     def expect_tools(self, names: Iterable[str]) -> None:
-        """Reason named these tools: finishing without any call succeeding is suspect."""
+        """The task or Reason named these tools: finishing without any call succeeding is
+        suspect."""
         self._expected_tools.update(names)
 
     def count_verification(self) -> None:

@@ -27,13 +27,13 @@ class Verdict:
 
 
 def needs_verification(rec: RunRecorder) -> bool:
-    """Finishing is suspect when failures are unresolved, or when Reason named tools to use
-    and no tool call succeeded at all."""
+    """Finishing is suspect when failures are unresolved, or when the task or Reason named
+    tools to use and no tool call succeeded at all."""
     if rec.verifications >= rec.ctx.limits.max_verifications:
         return False
     if rec.ledger.unresolved_failures():
         return True
-    return bool(rec.expected_tools) and not rec.ledger.successes()
+    return rec.expected_tool_unused
 
 
 async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> Verdict:

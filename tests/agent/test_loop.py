@@ -92,6 +92,31 @@ async def test_a_finish_without_the_tool_the_user_named_still_acts(harness: Harn
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
+async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
+    """Reason's block says it can answer and names a tool it would use: until one call
+    succeeds, the tools it named are what the run expects, so Act runs."""
+    block = json.dumps({"plan": "", "tools_to_consider": ["get_current_time"], "finish": True})
+    harness.model.script("reason", Reply(chunks=["I can answer.\n```json\n", block, "\n```"]))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Checked.", final="It is noon."))
+    await harness.run("What time is it?")
+    assert harness.model.phases() == ["reason", "act", "observe"]
+
+
+async def test_a_finish_without_any_call_to_the_tool_the_user_named_is_checked(
+    harness: Harness,
+):
+    """The model acts without calling the tool the user named and then answers: the answer
+    goes to the finish check, as one after failed calls does."""
+    harness.model.script("reason", reason("I know the time.", finish=True))
+    harness.model.script("act", text("No call needed."))
+    harness.model.script("observe", observe("Known.", final="It is noon."))
+    harness.model.script("verify", text('```json\n{"done": true, "reason": "Fine."}\n```'))
+    record = await harness.run("What time is it? Use the get_current_time tool.", max_steps=1)
+    assert harness.model.phases() == ["reason", "act", "observe", "verify"]
+    assert record.of(RunCompleted)[0].final_answer == "It is noon."
+
+
 async def test_a_tool_name_that_is_a_plain_word_does_not_force_act():
     """`echo` is also a word: "an echo" in a question asks for no tool."""
     harness = Harness(tools=[echo_tool])
