@@ -136,7 +136,8 @@ class AiohttpTransport:
         session = self._open_session()
         proxy, proxy_auth = await self._proxy(url)
         tls = await _tls(url)
-        for retry in range(_STALE_RETRIES + 1):
+        resends = _STALE_RETRIES
+        while True:
             try:
                 response = await session.post(
                     url,
@@ -148,11 +149,11 @@ class AiohttpTransport:
                     ssl=tls,
                 )
             except _FAILURES as exc:
-                if retry < _STALE_RETRIES and _stale(exc):
+                if resends and _stale(exc):
+                    resends -= 1
                     continue
                 raise _unreachable(exc) from exc
             return _AiohttpReply(response)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def aclose(self) -> None:
         if self._session is not None:
