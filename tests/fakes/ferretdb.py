@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from tests.fakes.processes import free_port
+
 __all__ = [
     "FERRETDB_VERSION",
     "FerretDB",
@@ -124,14 +126,6 @@ def _go(go: str, cwd: Path, *args: str) -> None:
     )
     if done.returncode != 0:
         raise RuntimeError(f"`go {' '.join(args)}` failed:\n{done.stderr[-4000:]}")
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class FerretDB:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
 import sys
 from pathlib import Path
@@ -13,10 +14,30 @@ import httpx
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _below_ephemeral() -> range:
+    """Ports below the kernel's ephemeral range: no client socket is given one of them."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return range(max(1024, low - 12_000), low)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on now, for a server about to start. Not one the
+    kernel hands out (`bind` to port 0, or a client's `connect`): in the second it takes a
+    server to start, another test's connection could take that port, or a parallel worker
+    its server's, and the health check would then reach somebody else's server."""
+    ports, pick = _below_ephemeral(), random.SystemRandom()
+    for _ in range(200):
+        port = pick.choice(ports)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {ports}")
 
 
 async def start_server_process(
