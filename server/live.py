@@ -7,11 +7,11 @@ are shielded: a run cancelled by a stop cannot leave a write half done.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
 and its last event, unless the store is behind (more than `_QUEUE_HIGH_WATER` of its
-session's writes wait, or the process's `WriteBacklog` is past its mark). They are held for
-a few milliseconds (the write window), and what queues while the store is busy goes into the
-next batch, so the phases of a step, and the writes of many sessions, share store round trips
-instead of taking one each. What is stored is always a prefix of what the
-run did, in order, and nothing reaches a client before it is stored.
+session's writes wait behind a batch being stored, or the process's `WriteBacklog` is past
+its mark). They are held until the next tick of a shared clock (the write window), also when
+they queued while a batch was being stored, so the phases of a step, and the writes of many
+sessions, share store round trips instead of taking one each. What is stored is always a
+prefix of what the run did, in order, and nothing reaches a client before it is stored.
 """
 
 from __future__ import annotations
@@ -70,10 +70,11 @@ class Subscriber(Protocol):
 
 
 class WriteBacklog:
-    """Writes queued and not yet stored, over the sessions that share it (the registry's: one
-    per process). Past `mark`, runs wait for their writes again: under load the store and the
-    deliveries then come before more run work, which keeps event delays and stops short
-    (docs/benchmarks.md, "Messages queued like events"); at ease no run waits for storage."""
+    """Writes handed to the store and not yet stored, over the sessions that share it (the
+    registry's: one per process); writes held for the window are not counted. Past `mark`,
+    runs wait for their writes again: under load the store and the deliveries then come
+    before more run work, which keeps event delays and stops short (docs/benchmarks.md,
+    "Messages queued like events"); at ease no run waits for storage."""
 
     __slots__ = ("mark", "queued")
 
@@ -277,18 +278,25 @@ class LiveSession:
 
     def _enqueue(self, write: _Write) -> None:
         """Queue `write`. A write somebody waits for starts the writer at once, taking what
-        is held with it; a run's event or message is held until the window's tick."""
+        is held with it; a run's event or message is held until the window's tick. The run
+        waits for it after all when the store is behind: the process's backlog is past its
+        mark, or this session's writes pile up behind a batch being stored (writes held for
+        the window are not behind anything)."""
         self._writes.append(write)
-        self._backlog.queued += 1
-        if len(self._writes) > _QUEUE_HIGH_WATER or self._backlog.behind:
+        writing = self._writer is not None and not self._writer.done()
+        if self._backlog.behind or (writing and len(self._writes) > _QUEUE_HIGH_WATER):
             write.awaited = True
-        if self._writer is not None and not self._writer.done():
+        if writing:
             return  # the writer takes it with its next batch
         if write.awaited or self._window <= 0:
             self._start_writer()
         elif self._held is None:
-            loop = asyncio.get_running_loop()
-            self._held = loop.call_at(next_tick(loop.time(), self._window), self._start_writer)
+            self._hold()
+
+    def _hold(self) -> None:
+        """Start the writer on the window's next tick."""
+        loop = asyncio.get_running_loop()
+        self._held = loop.call_at(next_tick(loop.time(), self._window), self._start_writer)
 
     def _start_writer(self) -> None:
         if self._held is not None:
@@ -298,11 +306,20 @@ class LiveSession:
             self._writer = asyncio.create_task(self._drain())
 
     async def _drain(self) -> None:
+        """Store the queued writes batch by batch. What a run queued while a batch was being
+        stored waits for the window's next tick, with whatever else it queues meanwhile,
+        unless somebody waits for it."""
         writes = self._writes
+        first = True
         while writes:
+            if not first and self._window > 0 and not any(write.awaited for write in writes):
+                self._hold()
+                return
+            first = False
             batch = [writes.popleft()]
             while _open(batch[-1]) and writes and writes[0].work is None:
                 batch.append(writes.popleft())
+            self._backlog.queued += len(batch)
             try:
                 await self._apply(batch)
             except Exception as exc:  # noqa: BLE001 - the waiting callers get the error

@@ -7,6 +7,7 @@ and what it writes within one write window is stored together."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import orjson
 import pytest
@@ -125,15 +126,72 @@ async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
     assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("end", 1)]
 
 
-async def test_a_run_waits_for_its_writes_once_the_store_is_behind(store: SQLiteStore) -> None:
+async def test_a_run_waits_for_its_writes_once_the_process_store_is_behind(
+    store: SQLiteStore,
+) -> None:
     record = await store.create_session(ALICE, "s1", 100)
-    backlog = WriteBacklog(mark=1)  # a process whose store is behind past one queued write
-    live = LiveSession(record, store, backlog=backlog)
-    await live.publish_streamed([{"type": "delta", "seq": 0}])  # one queued: not behind yet
-    assert backlog.queued == 1 and live.last_seq == 0  # the run did not wait for it
-    await live.save_messages([Message("assistant", "hello")])  # two queued: it waits
+    backlog = WriteBacklog(mark=1)
+    live = LiveSession(record, store, backlog=backlog, write_window_s=3600)
+    await live.publish_streamed([{"type": "delta", "seq": 0}])  # held: not counted as behind
+    assert backlog.queued == 0 and live.last_seq == 0 and live._held is not None
+    backlog.queued = 2  # other sessions' writes being stored: past the mark
+    await live.save_messages([Message("assistant", "hello")])  # so the run waits for it
     assert [m.content for m in await store.load_history(ALICE, "s1")] == ["hello"]
-    assert backlog.queued == 0 and not backlog.behind  # every write stored is counted out
+    assert live.last_seq == 1  # the held event went with it, in order
+    assert backlog.queued == 2  # its own writes were counted in and out again
+
+
+class Gate:
+    """Holds SQLite's `append_events` until opened, to queue writes behind a batch."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.entered, self.open = asyncio.Event(), asyncio.Event()
+        self.calls = 0
+        append = store.append_events
+
+        async def gated(*args: Any, **kwargs: Any) -> list[bytes]:
+            self.calls += 1
+            self.entered.set()
+            await self.open.wait()
+            return await append(*args, **kwargs)
+
+        store.append_events = gated  # type: ignore[method-assign]
+
+
+async def test_what_queues_behind_a_batch_waits_for_the_next_tick(store: SQLiteStore) -> None:
+    """One step's phases share a store round trip even when a batch is being stored: what a
+    run queues meanwhile is held, not stored right after it."""
+    live, watcher = await _live(store, window=3600)
+    gate = Gate(store)
+    ending = asyncio.create_task(live.publish([{"type": "reason", "seq": 0}]))
+    await asyncio.wait_for(gate.entered.wait(), timeout=5)
+    await live.publish_streamed([{"type": "tool_start", "seq": 0}])  # behind the batch
+    await live.save_messages([Message("assistant", "calling")])
+    gate.open.set()
+    await asyncio.wait_for(ending, timeout=5)
+
+    assert [frame["type"] for frame, _ in watcher.frames] == ["reason"]
+    assert gate.calls == 1 and live._held is not None  # held for the next tick
+    await live.publish([{"type": "observe", "seq": 0}])  # an awaited write takes them along
+    assert [frame["type"] for frame, _ in watcher.frames] == ["reason", "tool_start", "observe"]
+    assert gate.calls == 2
+    assert [m.content for m in await store.load_history(ALICE, "s1")] == ["calling"]
+
+
+async def test_a_run_waits_once_its_writes_pile_up_behind_a_batch(store: SQLiteStore) -> None:
+    live, watcher = await _live(store, window=3600)
+    gate = Gate(store)
+    first = asyncio.create_task(live.publish([{"type": "first", "seq": 0}]))
+    await asyncio.wait_for(gate.entered.wait(), timeout=5)
+    for n in range(8):  # up to the session's high-water mark nobody waits
+        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+    assert not any(write.awaited for write in live._writes)
+    over = asyncio.create_task(live.publish_streamed([{"type": "delta", "n": 8, "seq": 0}]))
+    await asyncio.sleep(0)  # one turn: the task queues its write and waits for it
+    assert live._writes[-1].awaited and not over.done()
+    gate.open.set()
+    await asyncio.wait_for(asyncio.gather(first, over), timeout=5)
+    assert [seq for _, seq in watcher.frames] == list(range(1, 11))
 
 
 async def test_what_a_run_writes_within_the_window_is_stored_and_delivered_together(
