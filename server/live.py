@@ -179,15 +179,17 @@ class LiveSession:
             "pending_approval": self.pending_approval,
         }
 
-    async def ensure_stored(self) -> None:
-        """Store the session record if this is its first run."""
+    async def ensure_stored(self, title: str = "") -> None:
+        """Store the session record, with `title`, if this is its first run."""
         if self.stored:
             return  # the usual case: no trip through the write queue
 
         async def write() -> None:
             if not self.stored:
-                await self._store.create_session(self.scope, self.session_id, self.created_at)
-                self.stored = True
+                await self._store.create_session(
+                    self.scope, self.session_id, self.created_at, title
+                )
+                self.stored, self.title = True, title
 
         await self._submit(_Write(self._future(), work=write))
 

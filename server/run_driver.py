@@ -224,9 +224,10 @@ class RunDriver:
             await self._finish(live, run)
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
-        await live.ensure_stored()
+        title = " ".join(request.content.split())[:80]
+        await live.ensure_stored(title)  # a new session is stored with its title: one write
         if not live.title:
-            await live.set_title(" ".join(request.content.split())[:80])
+            await live.set_title(title)
         await live.save_messages([Message("user", request.content, run_id=run.run_id)])
         await live.publish([], status="running", run_id=run.run_id)
 

@@ -141,12 +141,14 @@ class MongoStore:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord:
+    async def create_session(
+        self, scope: Scope, session_id: str, now: int, title: str = ""
+    ) -> SessionRecord:
         doc = {
             "session_id": session_id,
             **_owner(scope),
             "status": "idle",
-            "title": "",
+            "title": title,
             "created_at": now,
             "updated_at": now,
             "active_run_id": None,
@@ -154,7 +156,7 @@ class MongoStore:
         }
         with _translated("create session"):
             await self._col("sessions").insert_one(doc)
-        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", "", now, now, 0)
+        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0)
 
     async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
         with _translated("read session"):

@@ -169,16 +169,18 @@ class SQLiteStore:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def create_session(self, scope: Scope, session_id: str, now: int) -> SessionRecord:
+    async def create_session(
+        self, scope: Scope, session_id: str, now: int, title: str = ""
+    ) -> SessionRecord:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "INSERT INTO sessions (session_id, tenant_id, user_id, status, title, "
-                "created_at, updated_at) VALUES (?, ?, ?, 'idle', '', ?, ?)",
-                (session_id, scope.tenant_id, scope.user_id, now, now),
+                "created_at, updated_at) VALUES (?, ?, ?, 'idle', ?, ?, ?)",
+                (session_id, scope.tenant_id, scope.user_id, title, now, now),
             )
 
         await self._write(op)
-        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", "", now, now, 0)
+        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0)
 
     async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
         def op(conn: sqlite3.Connection) -> SessionRecord | None:

@@ -23,6 +23,7 @@ from server.settings import AgentSettings
 from server.storage.base import Scope, UnfinishedRun
 from server.storage.sqlite import SQLiteStore
 from server.tenant_metrics import TenantMetrics
+from tests.storage.sqlite_trace import traced
 
 ALICE = Scope("acme", "alice")
 BOB = Scope("acme", "bob")
@@ -156,6 +157,18 @@ async def test_every_opener_of_a_session_shares_one_live_session(store: SQLiteSt
     first, resumed = await registry.open(ALICE, made.session_id)
     second, _ = await registry.open(ALICE, made.session_id)
     assert resumed and first is second is not made
+
+
+async def test_a_new_session_is_stored_with_its_title_in_one_write(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    live, _ = await registry.open(ALICE, None)
+    statements = await traced(store)
+    await live.ensure_stored("Plan my trip")
+    await live.ensure_stored("Another title")  # stored already: nothing to do
+
+    assert [s.split()[0] for s in statements if s.split()[0] in ("INSERT", "UPDATE")] == ["INSERT"]
+    record = await store.get_session(ALICE, live.session_id)
+    assert record is not None and record.title == live.title == "Plan my trip"
 
 
 async def test_unknown_and_foreign_ids_are_not_found(store: SQLiteStore) -> None:

@@ -81,6 +81,13 @@ async def test_create_then_get_returns_the_same_record(store: Store) -> None:
     assert await store.get_session(ALICE, "missing") is None
 
 
+async def test_a_session_created_with_a_title_has_it(store: Store) -> None:
+    created = await store.create_session(ALICE, "s1", 123, title="What time is it?")
+
+    assert created.title == "What time is it?"
+    assert await store.get_session(ALICE, "s1") == created
+
+
 async def test_duplicate_session_id_is_refused_even_from_another_scope(store: Store) -> None:
     await new_session(store)
     for scope in (ALICE, MALLORY):
