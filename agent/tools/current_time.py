@@ -8,6 +8,7 @@ happens in the first zone's wall clock, and every zone then shows that same inst
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -54,7 +55,7 @@ def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
 
     async def get_current_time(args: CurrentTimeArgs, context: ToolContext) -> object:
         names = _requested_zones(args)
-        zones = [(name, _zone(name)) for name in names]
+        zones = [(name, await _zone(name)) for name in names]
         reference = now_utc().astimezone(zones[0][1])
         moment = reference
         if args.relative is not None:
@@ -91,10 +92,15 @@ def _requested_zones(args: CurrentTimeArgs) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _zone(name: str) -> ZoneInfo:
+async def _zone(name: str) -> ZoneInfo:
+    """The zone named `name`, its file read once and off the event loop."""
+    zone = _LOADED.get(name)
+    if zone is not None:
+        return zone
     try:
-        if name in _zones():
-            return ZoneInfo(name)
+        if name in await _zones():
+            zone = _LOADED[name] = await asyncio.to_thread(ZoneInfo, name)
+            return zone
     except (ZoneInfoNotFoundError, ValueError):
         pass
     raise ToolError(f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Paris'.")
@@ -113,13 +119,15 @@ def _describe(name: str, moment: datetime) -> dict[str, object]:
 
 
 _ZONES: frozenset[str] = frozenset()
+_LOADED: dict[str, ZoneInfo] = {}  # at most one per IANA name
 
 
-def _zones() -> frozenset[str]:
-    """IANA names, loaded once: ZoneInfo alone accepts file paths it should not."""
+async def _zones() -> frozenset[str]:
+    """IANA names, loaded once: ZoneInfo alone accepts file paths it should not. Listing them
+    walks the time zone database (tens of milliseconds), so not on the event loop."""
     global _ZONES
     if not _ZONES:
-        _ZONES = frozenset(available_timezones()) | {"UTC"}
+        _ZONES = frozenset(await asyncio.to_thread(available_timezones)) | {"UTC"}
     return _ZONES
 
 

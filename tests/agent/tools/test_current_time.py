@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, time
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from agent.errors import ModelBehaviorError, ToolError
+from agent.tools import current_time
 from agent.tools.current_time import current_time_tool, make_current_time_tool
 from agent.tools.relative_time import RelativeTimeError, Shift, apply_shift, parse_relative
 from tests.agent.tools.conftest import call
@@ -164,3 +166,29 @@ def test_date_out_of_range_is_an_error_not_a_crash() -> None:
     late = datetime(9999, 12, 1, tzinfo=UTC)
     with pytest.raises(RelativeTimeError, match="outside"):
         apply_shift(late, parse_relative("in 2 months"))
+
+
+async def test_the_time_zone_database_is_read_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listing the zones walks a directory tree, and a zone's first use reads its file: tens
+    of milliseconds the event loop would otherwise stand still."""
+    readers: list[str] = []
+
+    def listing() -> set[str]:
+        readers.append(threading.current_thread().name)
+        return {"Asia/Tokyo"}
+
+    def reading(name: str) -> ZoneInfo:
+        readers.append(threading.current_thread().name)
+        return ZoneInfo(name)
+
+    monkeypatch.setattr(current_time, "_ZONES", frozenset())
+    monkeypatch.setattr(current_time, "_LOADED", {})
+    monkeypatch.setattr(current_time, "available_timezones", listing)
+    monkeypatch.setattr(current_time, "ZoneInfo", reading)
+    result = await call(tool, {"timezone": "Asia/Tokyo"})
+    again = await call(tool, {"timezone": "Asia/Tokyo"})
+
+    assert result["utc_offset"] == again["utc_offset"] == "+0900"
+    assert len(readers) == 2 and threading.main_thread().name not in readers  # once each
