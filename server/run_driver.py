@@ -197,7 +197,7 @@ class RunDriver:
                 repair = self._repairs.pending(live.session_id)
                 if repair is not None:  # the last run's end was never stored: close it first
                     await self._repairs.repair(repair)
-                await self._begin(live, run, request)
+                known = await self._begin(live, run, request)
                 await sink.emit(
                     UserMessage(
                         request.content, request.agent_mode, request.origin, request.client_id
@@ -207,7 +207,7 @@ class RunDriver:
                 # first, and a stop sent with the chat (before this task ran) lands here.
                 if (task := asyncio.current_task()) is not None:
                     run.control.attach(task)
-                history = await self._store.load_history(live.scope, live.session_id)
+                history = known or await self._store.load_history(live.scope, live.session_id)
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)
         except ModelError as exc:
@@ -223,13 +223,19 @@ class RunDriver:
             run.control.detach()
             await self._finish(live, run)
 
-    async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> None:
+    async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
+        """Store the session (on its first run), the user's message and the status. Returns
+        the conversation when it is known without reading it back: in a session this run
+        created, the one message it just saved."""
+        new = not live.stored
         title = " ".join(request.content.split())[:80]
         await live.ensure_stored(title)  # a new session is stored with its title: one write
         if not live.title:
             await live.set_title(title)
-        await live.save_messages([Message("user", request.content, run_id=run.run_id)])
+        message = Message("user", request.content, run_id=run.run_id)
+        await live.save_messages([message])
         await live.publish([], status="running", run_id=run.run_id)
+        return [message] if new else []
 
     async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
         self._metrics.of(live.scope.tenant_id)[Metric.run_failed(code)] += 1

@@ -233,3 +233,35 @@ async def test_shutdown_stops_runs_while_clients_watch_then_closes_with_1001(
         async with await s.client(session_id=session) as again:
             hello = await again.recv()
     assert hello["status"] == "idle" and hello["last_seq"] == frames[-1]["seq"]
+
+
+class _CountingHistory(SQLiteStore):
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.histories = 0
+
+    async def load_history(self, *args: Any, **kwargs: Any) -> Any:
+        self.histories += 1
+        return await super().load_history(*args, **kwargs)
+
+
+async def test_a_new_sessions_first_run_starts_without_reading_its_history(
+    server_factory, fake_llm, tmp_path
+):
+    """Its conversation is the message the run just saved; a later run reads what is stored."""
+    store = _CountingHistory(tmp_path / "count.db")
+    async with server_factory(store=store) as s, await s.client() as c:
+        await c.recv()
+        await c.run("first question")
+        first = store.histories
+        await c.run("second question")
+    assert (first, store.histories) == (0, 1)
+    asked = [
+        [m["content"] for m in r.body["messages"] if m["role"] == "user"]
+        for r in fake_llm.requests
+        if r.phase == "reason"
+    ]
+    assert any("first question" in text for text in asked[0])
+    assert any("first question" in t for t in asked[-1]) and any(
+        "second question" in t for t in asked[-1]
+    )
