@@ -78,7 +78,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     await ctx.sink.emit(RunStarted(max_steps))
     tools = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
     system = system_message(ctx, "agent_system")
-    rec.expect_tools(_named_in_task(rec, tools))
+    asked = _named_in_task(rec, tools)
+    rec.expect_tools(asked)
     if ctx.research is not None:
         await research_first_task(ctx, rec, ctx.research)
     try:
@@ -86,7 +87,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
             await rec.start_step(step)
             control = await _reason(ctx, rec, step, system, tools)
             if control is None or not control.finish or rec.expected_tool_unused:
-                await _act(ctx, rec, step, system, tools, _named(control, tools))
+                named = _named(control, tools)
+                await _act(ctx, rec, step, system, tools, named, asked)
             final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
@@ -157,17 +159,18 @@ async def _act(
     system: str,
     tools: list[ToolSpec],
     named: Sequence[str],
+    asked: Sequence[str] = (),
 ) -> None:
     """Let the model call tools.
 
-    Act's instructions carry a state message (the plan, the tools Reason named and every call
-    so far) for this call only; its reply is kept as the model's plan of action. Calls the
-    model wrote as text instead of `tool_calls` are read and run like native ones
-    (agent/textcalls.py).
+    Act's instructions carry a state message (the plan, the tools Reason named, those the
+    user's task names that no call has used yet, and every call so far) for this call only; its
+    reply is kept as the model's plan of action. Calls the model wrote as text instead of
+    `tool_calls` are read and run like native ones (agent/textcalls.py).
     """
     _check_budget(rec)
     instruction = _instruction(
-        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step, named)
+        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step, named, asked)
     )
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
@@ -338,9 +341,15 @@ def _instruction(
     return Message("user", "\n\n".join(p for p in parts if p), phase="instruction")
 
 
-def _state(ctx: RunContext, rec: RunRecorder, step: int, named: Sequence[str]) -> str:
+def _state(
+    ctx: RunContext, rec: RunRecorder, step: int, named: Sequence[str], asked: Sequence[str]
+) -> str:
     plan = "; ".join(rec.plan) if rec.plan else _reasoning_pointer(rec)
     tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""
+    used = {record.name for record in rec.ledger.successes()}
+    unused = [t for t in asked if t not in named and t not in used]
+    if unused:  # Reason left them out (it may even have said it can answer without them)
+        tools += f"Tools the user asked for: {', '.join(unused)}.\n"
     calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
     return (
         f"[Current state] Step {step} of {ctx.limits.max_steps}. Plan: {plan}.\n"

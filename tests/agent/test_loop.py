@@ -92,6 +92,22 @@ async def test_a_finish_without_the_tool_the_user_named_still_acts(harness: Harn
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
+async def test_act_is_told_the_tools_the_user_asked_for_until_they_are_used(harness: Harness):
+    """Reason said it can answer and named no tool: Act, which runs because the user named
+    one, is told which (a small model would otherwise not call it), until it succeeds."""
+    harness.model.script("reason", reason("I know the time.", finish=True))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Checked, one more look."))
+    harness.model.script("reason", reason("Look again."))
+    harness.model.script("observe", observe("Same.", final="It is noon."))
+    await harness.run("What time is it? Use the get_current_time tool.", max_steps=2)
+
+    first_act, second_act = (c for c in harness.model.calls if c.phase == "act")
+    asked = "Tools the user asked for: get_current_time.\n"
+    assert asked in first_act.messages[-1].content
+    assert asked not in second_act.messages[-1].content  # it has been used
+
+
 async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
     """Reason's block says it can answer and names a tool it would use: until one call
     succeeds, the tools it named are what the run expects, so Act runs."""
