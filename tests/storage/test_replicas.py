@@ -214,8 +214,10 @@ async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
         await a.until("response_complete", timeout=10)
         async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}") as http:
             deleted = await http.delete(f"/api/sessions/{session}")
-        # FerretDB under a loaded CI may need several polls: the bound is generous, not a goal.
-        local, remote = await asyncio.gather(closed_with(a), closed_with(b, timeout=30))
+        assert deleted.status_code == 204, deleted.text  # else nothing closes the watchers
+        # FerretDB under a loaded CI may need several polls: the bounds are generous, not goals
+        # (the deleting process's own watcher once took over 5 s in a full parallel run).
+        local, remote = await asyncio.gather(closed_with(a, timeout=30), closed_with(b, timeout=30))
         async with await group.client(1, session_id=session) as late:
             refused = await late.recv()
 
