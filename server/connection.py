@@ -123,7 +123,8 @@ class Connection:
                     await self._ws.send_text(self._queue.popleft())
                 except (WebSocketDisconnect, RuntimeError, OSError):
                     return  # the peer is gone; the reader notices and cleans up
-                await asyncio.sleep(0)
+                if self._queue:
+                    await asyncio.sleep(0)  # let the others run between two frames
             if self._close_code is not None:
                 try:
                     await self._ws.close(code=self._close_code)
