@@ -112,15 +112,18 @@ class _Write:
     """One queued write. Consecutive event and message writes are stored together, up to and
     including the first with a status change (stored after them)."""
 
-    future: asyncio.Future[None]
+    future: asyncio.Future[None] | None  # None: a run's event or message nobody waits for
     frames: Sequence[dict[str, Any]] = ()
     status: SessionStatus | None = None
     pending_input: dict[str, Any] | None = None
     run_id: str | None = None
     work: Callable[[], Awaitable[None]] | None = None  # anything else (session row, title)
     pending_approval: dict[str, Any] | None = None  # kept in memory: it lives with the run
-    awaited: bool = True  # False: a run event whose caller did not wait for it
     messages: Sequence[Message] = ()
+
+    @property
+    def awaited(self) -> bool:
+        return self.future is not None
 
 
 class LiveSession:
@@ -210,12 +213,12 @@ class LiveSession:
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
         """Queue run events without waiting for them to be stored (see `_submit`). They are
         delivered once stored, in order."""
-        await self._submit(_Write(self._future(), frames, awaited=False))
+        await self._submit(_Write(None, frames))
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
         """Queue messages without waiting for them to be stored (see `_submit`), in order with
         the run's events: what is stored is always a prefix of what the run did."""
-        await self._submit(_Write(self._future(), messages=messages, awaited=False))
+        await self._submit(_Write(None, messages=messages))
 
     async def set_title(self, title: str) -> None:
         async def write() -> None:
@@ -275,7 +278,7 @@ class LiveSession:
         if failed is not None:
             raise failed
         self._enqueue(write)
-        if write.awaited:
+        if write.future is not None:
             await write.future  # a cancelled caller cancels only this notice, not the write
 
     def _enqueue(self, write: _Write) -> None:
@@ -286,8 +289,9 @@ class LiveSession:
         the window are not behind anything)."""
         self._writes.append(write)
         writing = self._writer is not None and not self._writer.done()
-        if self._backlog.behind or (writing and len(self._writes) > _QUEUE_HIGH_WATER):
-            write.awaited = True
+        behind = self._backlog.behind or (writing and len(self._writes) > _QUEUE_HIGH_WATER)
+        if behind and write.future is None:
+            write.future = self._future()  # the run waits for this one
         if writing:
             return  # the writer takes it with its next batch
         if write.awaited or self._window <= 0:
@@ -331,15 +335,13 @@ class LiveSession:
                 if not any(write.awaited for write in batch):
                     self._unreported = error  # reported once, by the session's next write
                 for write in batch:
-                    if write.awaited and not write.future.done():
+                    if write.future is not None and not write.future.done():
                         write.future.set_exception(error)
-                    elif not write.future.done():
-                        write.future.set_result(None)
                 continue
             finally:
                 self._backlog.queued -= len(batch)
             for write in batch:
-                if not write.future.done():
+                if write.future is not None and not write.future.done():
                     write.future.set_result(None)
 
     async def _apply(self, batch: list[_Write]) -> None:
