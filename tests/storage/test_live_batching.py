@@ -147,13 +147,17 @@ class Gate:
     def __init__(self, store: SQLiteStore) -> None:
         self.entered, self.open = asyncio.Event(), asyncio.Event()
         self.calls = 0
+        self.order: list[str] = []  # "stored N" once the Nth append is done
         append = store.append_events
 
         async def gated(*args: Any, **kwargs: Any) -> list[bytes]:
             self.calls += 1
+            call = self.calls
             self.entered.set()
             await self.open.wait()
-            return await append(*args, **kwargs)
+            bodies = await append(*args, **kwargs)
+            self.order.append(f"stored {call}")
+            return bodies
 
         store.append_events = gated  # type: ignore[method-assign]
 
@@ -186,11 +190,15 @@ async def test_a_run_waits_once_its_writes_pile_up_behind_a_batch(store: SQLiteS
     for n in range(8):  # up to the session's high-water mark nobody waits
         await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
     assert not any(write.awaited for write in live._writes)
-    over = asyncio.create_task(live.publish_streamed([{"type": "delta", "n": 8, "seq": 0}]))
-    await asyncio.sleep(0)  # one turn: the task queues its write and waits for it
-    assert live._writes[-1].awaited and not over.done()
+
+    async def ninth() -> None:
+        await live.publish_streamed([{"type": "delta", "n": 8, "seq": 0}])
+        gate.order.append("ninth returned")
+
+    over = asyncio.create_task(ninth())  # queued before the gate opens: it runs first
     gate.open.set()
     await asyncio.wait_for(asyncio.gather(first, over), timeout=5)
+    assert gate.order == ["stored 1", "stored 2", "ninth returned"]  # it waited for its batch
     assert [seq for _, seq in watcher.frames] == list(range(1, 11))
 
 
