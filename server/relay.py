@@ -46,10 +46,13 @@ class StoreRelay:
         sessions: Mapping[str, LiveSession],
         apply: Callable[[LiveSession, Control], Awaitable[None]],
         interval_s: float,
+        gone: Callable[[str, int], None],
     ) -> None:
+        """`gone(session_id, close_code)`: a followed session is no longer stored."""
         self._store = store
         self._sessions = sessions
         self._apply = apply
+        self._gone = gone
         self._interval_s = interval_s
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
@@ -141,7 +144,7 @@ class StoreRelay:
             await self._apply(live, control)
 
     async def _deletions(self, advanced: set[str]) -> None:
-        """Close the watchers of followed sessions that are no longer stored. Only those
+        """Forget followed sessions that are no longer stored, closing their watchers. Only those
         without news are asked about: the status is no guide, as a session deleted right
         after its run ended never shows this process its closing events."""
         now = time.monotonic()
@@ -158,5 +161,4 @@ class StoreRelay:
         stored = await self._store.existing_sessions(list(quiet))
         for sid, live in quiet.items():
             if sid not in stored and live.run is None and self._sessions.get(sid) is live:
-                for subscriber in list(live.subscribers):
-                    subscriber.finish(SESSION_GONE)
+                self._gone(sid, SESSION_GONE)

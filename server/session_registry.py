@@ -140,10 +140,16 @@ class SessionRegistry:
             self._emptied.clear()
             await self._emptied.wait()
 
-    def close_watchers(self, session_id: str, code: int) -> None:
-        """Close every connection watching the session (e.g. it was deleted) with `code`."""
-        live = self._live.get(session_id)
-        for subscriber in list(live.subscribers if live is not None else ()):
+    def forget_deleted(self, session_id: str, code: int) -> None:
+        """The session is gone from the store: forget it here at once, so that a connection
+        opening it now is refused as for any unknown id rather than handed the copy held for
+        the watchers still closing, and close every one of them with `code`."""
+        live = self._live.pop(session_id, None)
+        if live is None:
+            return
+        if not self._live:
+            self._emptied.set()
+        for subscriber in list(live.subscribers):
             subscriber.finish(code)
 
     async def close_all(self, code: int, timeout_s: float) -> None:

@@ -79,7 +79,15 @@ class SessionHub:
         live: dict[str, LiveSession] = {}
         # Shared store: follow other processes' runs and take controls for ours (relay.py).
         self._relay = (
-            StoreRelay(store, live, remote.apply_control, poll_interval_s) if store.shared else None
+            StoreRelay(
+                store,
+                live,
+                remote.apply_control,
+                poll_interval_s,
+                gone=lambda sid, code: self._registry.forget_deleted(sid, code),  # made below
+            )
+            if store.shared
+            else None
         )
         self._metrics = TenantMetrics()
         self._quota = RunQuota(store, settings.max_concurrent_runs_per_tenant)
@@ -140,16 +148,13 @@ class SessionHub:
         """True while a run of this session is working in this process."""
         return self._registry.run_active(session_id)
 
-    def close_watchers(self, session_id: str, code: int) -> None:
-        """Close every connection watching the session (e.g. it was deleted) with `code`."""
-        self._registry.close_watchers(session_id, code)
-
     async def delete(self, scope: Scope, session_id: str, close_code: int) -> DeleteOutcome:
-        """Delete an idle session (SessionRegistry.delete); once it is gone, close its
-        watchers with `close_code`. A chat for it meanwhile is refused (`run_in_progress`)."""
+        """Delete an idle session (SessionRegistry.delete); once it is gone, forget it here
+        and close its watchers with `close_code`. A chat for it meanwhile is refused
+        (`run_in_progress`)."""
         outcome = await self._registry.delete(scope, session_id)
         if outcome == "deleted":
-            self._registry.close_watchers(session_id, close_code)
+            self._registry.forget_deleted(session_id, close_code)
         return outcome
 
     def live_count(self, tenant: str | None = None) -> int:

@@ -57,6 +57,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.write_gate import WriteGate
 
 __all__ = ["MongoStore"]
 
@@ -102,6 +103,7 @@ class MongoStore:
         self._db: AsyncDatabase[Doc] | None = None
         self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # see append
+        self._gate = WriteGate()  # FerretDB: a lease renewal must not undo a status change
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -200,17 +202,19 @@ class MongoStore:
         if title is not None:
             fields["title"] = title
         with _translated("update session"):
-            result = await self._col("sessions").update_one(
-                _session_filter(scope, session_id), {"$set": fields}
-            )
+            async with self._gate.write():
+                result = await self._col("sessions").update_one(
+                    _session_filter(scope, session_id), {"$set": fields}
+                )
             if status == "idle" and result.matched_count:  # the run ended: free its slots
                 await self._col("run_slots").delete_many({"session_id": session_id})
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         with _translated("rename session"):
-            result = await self._col("sessions").update_one(
-                _session_filter(scope, session_id), {"$set": {"title": title}}
-            )
+            async with self._gate.write():
+                result = await self._col("sessions").update_one(
+                    _session_filter(scope, session_id), {"$set": {"title": title}}
+                )
         return result.matched_count > 0
 
     async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
@@ -348,10 +352,11 @@ class MongoStore:
         if not session_ids:
             return
         with _translated("renew run leases"):
-            await self._col("sessions").update_many(
-                {"session_id": {"$in": list(session_ids)}, "status": {"$in": _ACTIVE}},
-                {"$set": {"lease_until": lease_until}},
-            )
+            async with self._gate.renewal():
+                await self._col("sessions").update_many(
+                    {"session_id": {"$in": list(session_ids)}, "status": {"$in": _ACTIVE}},
+                    {"$set": {"lease_until": lease_until}},
+                )
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
         """Atomic on MongoDB (one find_one_and_update); on FerretDB 1.x two processes may
@@ -534,9 +539,10 @@ class MongoStore:
     async def _touch(self, scope: Scope, session_id: str, now: int) -> None:
         """Bump `updated_at`; refuse a session that is not the caller's."""
         with _translated("update session"):
-            result = await self._col("sessions").update_one(
-                _session_filter(scope, session_id), {"$set": {"updated_at": now}}
-            )
+            async with self._gate.write():
+                result = await self._col("sessions").update_one(
+                    _session_filter(scope, session_id), {"$set": {"updated_at": now}}
+                )
         if result.matched_count == 0:
             raise StorageError(f"session {session_id} does not exist")
 

@@ -211,17 +211,25 @@ async def test_a_run_queued_for_repair_is_closed_before_its_session_loads(
     assert repairs.repaired == [item]
 
 
-async def test_closing_watchers_closes_each_with_the_code(store: SQLiteStore) -> None:
+async def test_a_deleted_session_is_forgotten_and_its_watchers_closed(
+    store: SQLiteStore,
+) -> None:
     registry = SessionRegistry(store, Repairs())
     one, _ = await registry.open(ALICE, None)
+    await one.ensure_stored("one")
     other, _ = await registry.open(BOB, None)
     watchers = [Watcher(), Watcher(), Watcher()]
     one.subscribers.update(watchers[:2])
     other.subscribers.add(watchers[2])
-    registry.close_watchers(one.session_id, 4404)
+    assert await store.delete_session(ALICE, one.session_id, 0) == "deleted"
+    registry.forget_deleted(one.session_id, 4404)
     assert [w.codes for w in watchers] == [[4404], [4404], []]
+    with pytest.raises(ProtocolError):  # not the copy its closing watchers still hold
+        await registry.open(ALICE, one.session_id)
+    registry.release(one)  # the watchers' connections let go of it later: nothing changes
+    assert list(registry.sessions) == [other.session_id]
     await registry.close_all(1001, timeout_s=5)
-    assert [w.codes for w in watchers] == [[4404, 1001], [4404, 1001], [1001]]
+    assert [w.codes for w in watchers] == [[4404], [4404], [1001]]
     assert not registry.run_active(one.session_id)
 
 

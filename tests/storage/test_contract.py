@@ -241,6 +241,26 @@ async def test_update_session_sets_status_run_and_pending_input_together(store: 
     assert await store.unfinished_runs() == [UnfinishedRun(MALLORY, "other-tenant", "r9")]
 
 
+async def test_a_lease_renewal_never_undoes_a_run_ending_at_the_same_moment(
+    store: Store,
+) -> None:
+    """A process renews its runs' leases while one of them ends. On FerretDB 1.x an update is
+    read-then-replace, so a renewal overlapping the status change could write "running" back
+    over "idle" (a finished run left active, later "recovered" a second time)."""
+    for i in range(30):
+        sid = f"s{i}"
+        await new_session(store, sid)
+        await store.update_session(ALICE, sid, 100, status="running", active_run_id="r1")
+        await asyncio.gather(
+            store.renew_leases([sid], 10_000),
+            store.update_session(ALICE, sid, 200, status="idle"),
+            store.renew_leases([sid], 10_000),
+        )
+        record = await store.get_session(ALICE, sid)
+        assert record is not None
+        assert (i, record.status, record.active_run_id) == (i, "idle", None)
+
+
 # -- events ------------------------------------------------------------------------------------
 
 
