@@ -103,7 +103,7 @@ class MongoStore:
         self._db: AsyncDatabase[Doc] | None = None
         self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # see append
-        self._gate = WriteGate()  # FerretDB: a lease renewal must not undo a status change
+        self._gate = WriteGate()  # FerretDB: no write of a session undoes another (write_gate)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -202,7 +202,7 @@ class MongoStore:
         if title is not None:
             fields["title"] = title
         with _translated("update session"):
-            async with self._gate.write():
+            async with self._gate.write(session_id):
                 result = await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": fields}
                 )
@@ -211,7 +211,7 @@ class MongoStore:
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         with _translated("rename session"):
-            async with self._gate.write():
+            async with self._gate.write(session_id):
                 result = await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": {"title": title}}
                 )
@@ -539,7 +539,7 @@ class MongoStore:
     async def _touch(self, scope: Scope, session_id: str, now: int) -> None:
         """Bump `updated_at`; refuse a session that is not the caller's."""
         with _translated("update session"):
-            async with self._gate.write():
+            async with self._gate.write(session_id):
                 result = await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": {"updated_at": now}}
                 )

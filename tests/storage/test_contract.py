@@ -261,6 +261,22 @@ async def test_a_lease_renewal_never_undoes_a_run_ending_at_the_same_moment(
         assert (i, record.status, record.active_run_id) == (i, "idle", None)
 
 
+async def test_a_rename_at_the_moment_a_run_ends_keeps_both(store: Store) -> None:
+    """A title changed (PATCH) while the run's last status change is being stored: on
+    FerretDB 1.x either write could put back what the other replaced."""
+    for i in range(30):
+        sid = f"s{i}"
+        await new_session(store, sid)
+        await store.update_session(ALICE, sid, 100, status="running", active_run_id="r1")
+        await asyncio.gather(
+            store.rename_session(ALICE, sid, "Renamed"),
+            store.update_session(ALICE, sid, 200, status="idle"),
+        )
+        record = await store.get_session(ALICE, sid)
+        assert record is not None
+        assert (i, record.status, record.title) == (i, "idle", "Renamed")
+
+
 # -- events ------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""WriteGate: lease renewals and session-document writes of one process never overlap."""
+"""WriteGate: a process's writes of one session never overlap each other or a lease renewal."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ async def test_a_renewal_waits_for_the_write_under_way_and_holds_the_next() -> N
     first_in, first_may_end = asyncio.Event(), asyncio.Event()
 
     async def write(name: str, hold: asyncio.Event | None = None) -> None:
-        async with gate.write():
+        async with gate.write("s1"):
             order.append(f"{name} in")
             if hold is not None:
                 first_in.set()
@@ -39,7 +39,7 @@ async def test_a_renewal_cancelled_while_waiting_lets_writes_through() -> None:
     holding = asyncio.Event()
 
     async def long_write() -> None:
-        async with gate.write():
+        async with gate.write("s1"):
             holding.set()
             await asyncio.Event().wait()
 
@@ -58,6 +58,35 @@ async def test_a_renewal_cancelled_while_waiting_lets_writes_through() -> None:
     renewal.cancel()
     with pytest.raises(asyncio.CancelledError):
         await renewal
-    async with asyncio.timeout(5), gate.write():
+    async with asyncio.timeout(5), gate.write("s2"):
         pass  # not held behind the renewal that gave up
     writer.cancel()
+
+
+async def test_writes_of_one_session_take_turns_and_other_sessions_go_by() -> None:
+    gate, order = WriteGate(), []
+    first_in, first_may_end = asyncio.Event(), asyncio.Event()
+
+    async def write(session_id: str, name: str, hold: asyncio.Event | None = None) -> None:
+        async with gate.write(session_id):
+            order.append(f"{name} in")
+            if hold is not None:
+                first_in.set()
+                await hold.wait()
+            order.append(f"{name} out")
+
+    first = asyncio.create_task(write("s1", "first", first_may_end))
+    await first_in.wait()
+    same = asyncio.create_task(write("s1", "same session"))
+    other = asyncio.create_task(write("s2", "other session"))
+    await asyncio.wait_for(other, 5)  # not held behind s1's write
+    first_may_end.set()
+    await asyncio.wait_for(asyncio.gather(first, same), 5)
+    assert order == [
+        "first in",
+        "other session in",
+        "other session out",
+        "first out",
+        "same session in",
+        "same session out",
+    ]
