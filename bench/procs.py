@@ -194,13 +194,22 @@ def machine_info() -> dict[str, Any]:
     except OSError:
         pass
     versions: dict[str, str | None] = {}
-    for dist in ("uvicorn", "websockets", "starlette", "orjson", "aiohttp", "httpx", "pymongo"):
+    for dist in (
+        "uvicorn",
+        "uvloop",
+        "websockets",
+        "starlette",
+        "orjson",
+        "aiohttp",
+        "httpx",
+        "pymongo",
+    ):
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
-    # uvicorn's http="auto" picks httptools when it is installed, else h11
-    http_impl = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    # loop="auto" picks uvloop when it is installed; the connection guard is an h11 protocol
+    uvloop = config.loop == "auto" and importlib.util.find_spec("uvloop") is not None
     return {
         "nproc": len(os.sched_getaffinity(0)),
         "cpu_count": os.cpu_count(),
@@ -210,7 +219,8 @@ def machine_info() -> dict[str, Any]:
         "kernel": platform.release(),
         "uvicorn_ws": config.ws,
         "uvicorn_ws_per_message_deflate": config.ws_per_message_deflate,
-        "uvicorn_http": http_impl,
+        "uvicorn_http": "h11",
+        "event_loop": "uvloop" if uvloop else "asyncio",
         "versions": versions,
         "loadavg_at_start": os.getloadavg(),
         "git": _git(),

@@ -412,7 +412,8 @@ def markdown(report: dict[str, Any], table_rows: list[Row]) -> str:
         f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), Python {m['python']}, "
         f"uvicorn {m['versions'].get('uvicorn')} ws={m['uvicorn_ws']} "
         f"(per-message deflate {'on' if m['uvicorn_ws_per_message_deflate'] else 'off'}), "
-        f"http={m['uvicorn_http']}, load average at start "
+        f"http={m['uvicorn_http']}, event loop {m.get('event_loop', 'asyncio')}, "
+        "load average at start "
         f"{', '.join(f'{x:.2f}' for x in m['loadavg_at_start'])}; "
         f"commit {m.get('git', {}).get('commit', '?')[:10]}"
         f" ({m.get('git', {}).get('dirty_files', '?')} uncommitted files).",

@@ -44,6 +44,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         ws_ping_interval=server.ping_interval_s,
         ws_ping_timeout=server.ping_timeout_s,
         ws_per_message_deflate=False,
+        loop="auto",  # uvloop (a dependency) where it is installed, else asyncio's own loop
         lifespan="on",
         log_level=server.log_level,
         timeout_graceful_shutdown=max(1, round(server.shutdown_timeout_s)),
