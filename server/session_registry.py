@@ -12,9 +12,11 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping
 
+from agent.errors import StorageError
 from server import remote
 from server.live import LiveSession, WriteBacklog, now_ms
 from server.protocol import ProtocolError
+from server.relay import SESSION_GONE
 from server.run_recovery import Repairs
 from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
 
@@ -56,6 +58,8 @@ class SessionRegistry:
         connection holds it, so page loads that never chat leave nothing behind.
         Raise ProtocolError("session_not_found") for an unknown or foreign id.
         """
+        if session_id is not None and (held := self._live.get(session_id)) is not None:
+            await self._forget_if_deleted_elsewhere(held)  # then opened like any unknown id
         if session_id is None or (create and await self._unknown(scope, session_id)):
             now = now_ms()
             record = SessionRecord(
@@ -86,6 +90,20 @@ class SessionRegistry:
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True
+
+    async def _forget_if_deleted_elsewhere(self, live: LiveSession) -> None:
+        """On a shared store another process may have deleted a session held here for its
+        watchers before the relay noticed (it checks about once a second): then forget it,
+        closing them, rather than hand it to one more connection. A store that cannot say
+        leaves it held."""
+        if not self._store.shared or not live.stored or live.run is not None:
+            return
+        try:
+            stored = await self._store.existing_sessions([live.session_id])
+        except StorageError:
+            return
+        if live.session_id not in stored and self._live.get(live.session_id) is live:
+            self.forget_deleted(live.session_id, SESSION_GONE)
 
     async def _unknown(self, scope: Scope, session_id: str) -> bool:
         """No session of that id, neither in memory nor (for this caller) in the store."""

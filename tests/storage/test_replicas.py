@@ -226,6 +226,32 @@ async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
     assert refused.get("code") == "session_not_found", refused
 
 
+async def test_a_connection_to_another_process_right_after_a_deletion_is_refused(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """The watching process (polling every 2 s here) has not noticed the deletion yet when a
+    new connection asks it for the session: it checks the store, refuses like any unknown
+    id, and closes its watcher with 4404 then, not a poll later."""
+    fake_llm.script("reason", reason("Short."))
+    slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "2"}]
+    async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
+        a = await group.client(0)
+        session = (await a.recv())["session_id"]
+        await a.send({"type": "chat", "content": "a short one"})
+        await a.until("response_complete", timeout=10)
+        b = await group.client(1, session_id=session)
+        await b.recv()
+        async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}") as http:
+            deleted = await http.delete(f"/api/sessions/{session}")
+        assert deleted.status_code == 204, deleted.text
+        async with await group.client(1, session_id=session) as late:
+            refused = await late.recv()
+        watcher = await closed_with(b, timeout=1.5)  # within the 2 s poll: not the relay
+
+    assert refused.get("code") == "session_not_found", refused
+    assert watcher == 4404
+
+
 async def test_an_answer_through_the_watching_process_shows_there_at_once(
     fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
 ) -> None:
