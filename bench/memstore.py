@@ -47,8 +47,9 @@ class NullStore:
     async def create_session(
         self, scope: Scope, session_id: str, now: int, title: str = ""
     ) -> SessionRecord:
-        owner = (scope.tenant_id, scope.user_id)
-        record = SessionRecord(session_id, *owner, "idle", title, now, now, 0)
+        record = SessionRecord(
+            session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0
+        )
         self._sessions[session_id] = record
         self._messages[session_id] = []
         return record

@@ -42,6 +42,13 @@ class Replicas:
     async def client(self, index: int, **params: object) -> Client:
         return await Client.connect(self.addresses[index], **params)
 
+    async def chat(self, index: int, content: str) -> tuple[Client, str]:
+        """A new session on process `index`, its first chat sent: the client and its id."""
+        client = await self.client(index)
+        session = (await client.recv())["session_id"]
+        await client.send({"type": "chat", "content": content})
+        return client, session
+
 
 @pytest.fixture(params=["sqlite", "mongodb"])
 def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str, str]]:
@@ -114,9 +121,7 @@ async def test_the_second_process_follows_answers_stops_and_outlives_runs_of_the
     fake_llm.script("act", act(question))
     fake_llm.script("observe", observe("Got the city."))
     async with replicas(tmp_path, fake_llm, store_env) as group:
-        a = await group.client(0)
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "plan a trip"})
+        a, session = await group.chat(0, "plan a trip")
         await a.until("agent_reason_delta")
 
         b = await group.client(1, session_id=session, after_seq=0)
@@ -205,9 +210,7 @@ async def test_a_deletion_on_one_process_closes_the_watchers_on_the_other(
     fake_llm.script("reason", Reply(chunks=[f"w{i} " for i in range(10)], delay_s=0.05))
     slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "2"}]
     async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
-        a = await group.client(0)
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "a short one"})
+        a, session = await group.chat(0, "a short one")
         await a.until("agent_reason_delta")
         b = await group.client(1, session_id=session)
         hello = await b.recv()
@@ -235,9 +238,7 @@ async def test_a_connection_to_another_process_right_after_a_deletion_is_refused
     fake_llm.script("reason", reason("Short."))
     slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "5"}]
     async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
-        a = await group.client(0)
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "a short one"})
+        a, session = await group.chat(0, "a short one")
         await a.until("response_complete", timeout=10)
         b = await group.client(1, session_id=session)
         await b.recv()
@@ -263,9 +264,7 @@ async def test_an_answer_through_the_watching_process_shows_there_at_once(
     fake_llm.script("reason", reason("Ask where."), Reply(chunks=["hm "], hang_after=1))
     slow_follower = [{}, {"AGENT__STORAGE__POLL_INTERVAL_S": "5"}]
     async with replicas(tmp_path, fake_llm, store_env, each=slow_follower) as group:
-        a = await group.client(0)
-        session = (await a.recv())["session_id"]
-        await a.send({"type": "chat", "content": "plan a trip"})
+        a, session = await group.chat(0, "plan a trip")
         await a.until("agent_request_input", timeout=10)
         b = await group.client(1, session_id=session)
         before = await b.recv()
