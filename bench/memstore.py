@@ -24,6 +24,7 @@ from server.storage.base import (
     SessionRecord,
     SessionStatus,
     UnfinishedRun,
+    WritesInOrder,
     message_from_api,
     message_to_api,
 )
@@ -31,7 +32,7 @@ from server.storage.base import (
 __all__ = ["NullStore"]
 
 
-class NullStore:
+class NullStore(WritesInOrder):
     shared = False  # one process: no run leases
 
     def __init__(self) -> None:

@@ -30,7 +30,14 @@ from agent.clock import now_ms
 from agent.control import RunControl
 from agent.errors import StorageError
 from agent.messages import Message
-from server.storage.base import Scope, SessionRecord, SessionStatus, Store
+from server.storage.base import (
+    PartlyStored,
+    Scope,
+    SessionRecord,
+    SessionStatus,
+    StatusChange,
+    Store,
+)
 
 __all__ = [
     "ActiveRun",
@@ -130,11 +137,10 @@ class LiveSession:
     """In-memory state of one session: subscribers, the active run, status and last seq.
 
     Every write goes through one queue drained by one task, in order. Consecutive event and
-    message writes are stored in one `append_events` and one `append_messages` call, made
-    together so that SQLite commits them in one transaction (a fast token stream, or a phase,
-    costs one round trip per batch, not per event), then delivered. A write is done by the
-    writer task whatever happens to its caller: a run cancelled by a stop cannot leave a
-    write half done.
+    message writes, and a status change after them, are stored in one `store_batch` call (in
+    SQLite one transaction: a fast token stream, or a phase, costs one round trip per batch,
+    not per event), then delivered. A write is done by the writer task whatever happens to
+    its caller: a run cancelled by a stop cannot leave a write half done.
     """
 
     def __init__(
@@ -351,47 +357,29 @@ class LiveSession:
             return
         frames = [f for write in batch for f in write.frames]
         messages = [m for write in batch for m in write.messages]
-        bodies = await self._store_rows(frames, messages)
+        now, change = now_ms(), None
         if last.status is not None:
-            now = now_ms()
-            await self._store.update_session(
+            lease = None if last.status == "idle" else now + self._lease_ms
+            change = StatusChange(last.status, last.run_id, last.pending_input, lease)
+        try:
+            bodies = await self._store.store_batch(
                 self.scope,
                 self.session_id,
                 now,
-                status=last.status,
-                active_run_id=last.run_id,
-                pending_input=last.pending_input,
-                lease_until=None if last.status == "idle" else now + self._lease_ms,
+                frames=frames,
+                messages=messages,
+                status=change,
             )
+        except PartlyStored as exc:  # its events are stored: they are delivered all the same
+            self._deliver(frames, exc.bodies)
+            raise
+        if last.status is not None:
             self.status = last.status
             self.pending_input = last.pending_input
             self.pending_approval = last.pending_approval
             if last.status == "idle":
                 self.run = None  # before delivery: a chat sent on receiving it must be accepted
         self._deliver(frames, bodies)
-
-    async def _store_rows(
-        self, frames: list[dict[str, Any]], messages: list[Message]
-    ) -> list[bytes]:
-        """Store events and messages, both calls made at once (one SQLite transaction).
-        Events stored when the messages fail are still delivered before the error rises."""
-        scope, session_id, now = self.scope, self.session_id, now_ms()
-        if not messages:
-            return await self._store.append_events(scope, session_id, frames, now) if frames else []
-        if not frames:
-            await self._store.append_messages(scope, session_id, messages, now)
-            return []
-        stored, saved = await asyncio.gather(
-            self._store.append_events(scope, session_id, frames, now),
-            self._store.append_messages(scope, session_id, messages, now),
-            return_exceptions=True,
-        )
-        if isinstance(stored, BaseException):
-            raise stored
-        if isinstance(saved, BaseException):
-            self._deliver(frames, stored)
-            raise saved
-        return stored
 
     def _deliver(self, frames: list[dict[str, Any]], bodies: list[bytes]) -> None:
         for frame, body in zip(frames, bodies, strict=True):

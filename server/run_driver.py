@@ -40,7 +40,7 @@ from server.run_recovery import Repairs
 from server.run_request import Origin, RunRequest, read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
-from server.storage.base import Store, UnfinishedRun
+from server.storage.base import PartlyStored, Store, UnfinishedRun
 from server.tenant_metrics import TenantMetrics
 
 __all__ = ["RunDriver"]
@@ -256,12 +256,13 @@ class RunDriver:
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         try:
             await live.publish([frame], status="idle")
-        except StorageError:
-            frame.pop("seq")
+        except StorageError as exc:
             live.status, live.pending_input = "idle", None
             if live.run is run:
                 live.run = None
-            live.deliver_unstored(orjson.dumps(frame).decode())
+            if not isinstance(exc, PartlyStored):  # not stored, so not sent: send it anyway
+                frame.pop("seq")
+                live.deliver_unstored(orjson.dumps(frame).decode())
             # The store still shows the run as active: close it there once it is back.
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id))
         finally:

@@ -148,6 +148,13 @@ class RunRecovery:
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
+        if await self._end_stored(record, item.run_id):  # only its status was not
+            await self._store.update_session(
+                item.scope, item.session_id, now_ms(), status="idle", active_run_id=None
+            )
+            if self._store.shared:
+                await self._release_run(item.session_id, item.run_id)
+            return
         live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
         ctx = self._context(live, run, self._limits, None)
@@ -162,6 +169,18 @@ class RunRecovery:
             await self._relay.poll()  # its watchers follow the closing events now
         elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
+
+    async def _end_stored(self, record: SessionRecord, run_id: str) -> bool:
+        """Is the session's last event this run's `response_complete`? A backend that stores
+        a run's end and its status in two writes (MongoDB) can lose the second: the run then
+        ended, and closing it again would send a second end."""
+        last = await self._store.read_events(
+            Scope(record.tenant_id, record.user_id), record.session_id, record.last_seq - 1, 1
+        )
+        if not last:
+            return False
+        frame = orjson.loads(last[0])
+        return bool(frame.get("type") == "response_complete" and frame.get("run_id") == run_id)
 
     async def _last_step(self, live: LiveSession, run_id: str) -> int:
         """The last step the dead run showed starting (a step's Reason is stored only when

@@ -7,21 +7,26 @@ and unique per session, also when several processes write (each backend says how
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
 
+from agent.errors import StorageError
 from agent.messages import Message, ToolCall
 
 __all__ = [
     "Control",
     "ControlKind",
     "DeleteOutcome",
+    "PartlyStored",
     "Scope",
     "SessionRecord",
     "SessionStatus",
+    "StatusChange",
     "Store",
     "UnfinishedRun",
+    "WritesInOrder",
     "message_from_api",
     "message_to_api",
 ]
@@ -70,6 +75,25 @@ class UnfinishedRun:
     scope: Scope
     session_id: str
     run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A session's new status, with the fields `update_session` always writes with one."""
+
+    status: SessionStatus
+    active_run_id: str | None = None
+    pending_input: dict[str, Any] | None = None
+    lease_until: int | None = None
+
+
+class PartlyStored(StorageError):
+    """A batch failed after its events were stored (a store that writes its parts one after
+    another): `bodies` are those events, still to be delivered."""
+
+    def __init__(self, bodies: list[bytes], cause: StorageError) -> None:
+        super().__init__(str(cause))
+        self.bodies = bodies
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +178,22 @@ class Store(Protocol):
         """
         ...
 
+    async def store_batch(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        frames: Sequence[dict[str, Any]] = (),
+        messages: Sequence[Message] = (),
+        status: StatusChange | None = None,
+    ) -> list[bytes]:
+        """A session's writes of one batch: its events (as `append_events`, whose result this
+        is), its messages, then its status change (as `update_session` with `status`). All
+        or nothing where the backend can (SQLite: one transaction); otherwise in that order
+        (`WritesInOrder`), and a failure once the events are stored raises `PartlyStored`."""
+        ...
+
     async def read_events(
         self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
     ) -> list[bytes]:
@@ -225,6 +265,56 @@ class Store(Protocol):
     async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
         """Those of these sessions still stored (another process may have deleted one)."""
         ...
+
+
+class WritesInOrder:
+    """`Store.store_batch` for a backend without transactions over several collections
+    (MongoDB): the events and messages at once, then the status change, so that it never
+    claims what was not stored. A failure once the events are stored raises `PartlyStored`."""
+
+    async def store_batch(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        frames: Sequence[dict[str, Any]] = (),
+        messages: Sequence[Message] = (),
+        status: StatusChange | None = None,
+    ) -> list[bytes]:
+        store = cast(Store, self)
+        bodies: list[bytes] = []
+        try:
+            if frames and messages:
+                stored, saved = await asyncio.gather(
+                    store.append_events(scope, session_id, frames, now),
+                    store.append_messages(scope, session_id, messages, now),
+                    return_exceptions=True,
+                )
+                if isinstance(stored, BaseException):
+                    raise stored
+                bodies = stored
+                if isinstance(saved, BaseException):
+                    raise saved
+            elif frames:
+                bodies = await store.append_events(scope, session_id, frames, now)
+            elif messages:
+                await store.append_messages(scope, session_id, messages, now)
+            if status is not None:
+                await store.update_session(
+                    scope,
+                    session_id,
+                    now,
+                    status=status.status,
+                    active_run_id=status.active_run_id,
+                    pending_input=status.pending_input,
+                    lease_until=status.lease_until,
+                )
+        except StorageError as exc:
+            if bodies:
+                raise PartlyStored(bodies, exc) from exc
+            raise
+        return bodies
 
 
 _OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "phase")

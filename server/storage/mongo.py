@@ -54,6 +54,7 @@ from server.storage.base import (
     SessionRecord,
     SessionStatus,
     UnfinishedRun,
+    WritesInOrder,
     message_from_api,
     message_to_api,
 )
@@ -92,7 +93,7 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
 ]
 
 
-class MongoStore:
+class MongoStore(WritesInOrder):
     """The Store contract over a MongoDB (or MongoDB-compatible) database."""
 
     shared = True  # several server processes may write: active runs carry leases

@@ -34,6 +34,7 @@ from server.storage.base import (
     Scope,
     SessionRecord,
     SessionStatus,
+    StatusChange,
     UnfinishedRun,
     message_from_api,
     message_to_api,
@@ -128,7 +129,7 @@ class SQLiteStore:
         self._closed = False
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
-        self._pending: list[tuple[Op | Append, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[list[Op | Append], asyncio.Future[list[Any]]]] = []
         self._committing: asyncio.Future[None] | None = None  # done when no batch is left
         self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
@@ -216,28 +217,10 @@ class SQLiteStore:
         pending_input: dict[str, Any] | None = None,
         lease_until: int | None = None,
     ) -> None:
-        sets = ["updated_at = ?"]
-        args: list[Any] = [now]
+        change = None
         if status is not None:
-            sets += ["status = ?", "active_run_id = ?", "pending_input = ?", "lease_until = ?"]
-            pending = orjson.dumps(pending_input).decode() if pending_input else None
-            args += [status, active_run_id, pending, lease_until]
-        if title is not None:
-            sets.append("title = ?")
-            args.append(title)
-        sql = (
-            f"UPDATE sessions SET {', '.join(sets)} "
-            "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
-        )
-        args += [session_id, scope.tenant_id, scope.user_id]
-        free_slots = status == "idle"
-
-        def op(conn: sqlite3.Connection) -> None:
-            if conn.execute(sql, args).rowcount and free_slots:  # the run ended: a next one
-                # may start anywhere as soon as a watcher learns it (response_complete).
-                conn.execute("DELETE FROM run_slots WHERE session_id = ?", (session_id,))
-
-        await self._write(op)
+            change = StatusChange(status, active_run_id, pending_input, lease_until)
+        await self._write(_session_update(scope, session_id, now, change, title))
 
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
         def op(conn: sqlite3.Connection) -> bool:
@@ -287,6 +270,12 @@ class SQLiteStore:
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
     ) -> list[bytes]:
+        result: list[bytes] = await self._write(self._append(scope, session_id, frames, now))
+        return result
+
+    def _append(
+        self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
+    ) -> Append:
         """Number and encode the frames here, on the event loop, from the last `seq` this
         store gave the session; the first append of a session reads it in the writer."""
         last = self._last_seq.get(session_id)
@@ -294,8 +283,31 @@ class SQLiteStore:
         if last is not None:
             append.bodies = [encode(frame, seq) for seq, frame in enumerate(frames, last + 1)]
             self._last_seq[session_id] = last + len(frames)
-        result: list[bytes] = await self._write(append)
-        return result
+        return append
+
+    async def store_batch(
+        self,
+        scope: Scope,
+        session_id: str,
+        now: int,
+        *,
+        frames: Sequence[dict[str, Any]] = (),
+        messages: Sequence[Message] = (),
+        status: StatusChange | None = None,
+    ) -> list[bytes]:
+        """One unit of the next group commit: stored together or not at all."""
+        ops: list[Op | Append] = []
+        if frames:
+            ops.append(self._append(scope, session_id, frames, now))
+        if messages:
+            ops.append(_messages_append(scope, session_id, messages, now))
+        if status is not None:
+            ops.append(_session_update(scope, session_id, now, status))
+        if not ops:
+            return []
+        results = await self._queue(ops)
+        bodies: list[bytes] = results[0] if frames else []
+        return bodies
 
     async def read_events(
         self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
@@ -322,18 +334,7 @@ class SQLiteStore:
     async def append_messages(
         self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
     ) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            last = bump(conn, scope, session_id, "message_count", len(messages), now)
-            first = last - len(messages)
-            rows = []
-            for sequence, message in enumerate(messages, start=first):
-                body = message_to_api(message, uuid.uuid4().hex, sequence, now)
-                rows.append((session_id, sequence, now, orjson.dumps(body)))
-            conn.executemany(
-                "INSERT INTO messages (session_id, sequence, ts, body) VALUES (?, ?, ?, ?)", rows
-            )
-
-        await self._write(op)
+        await self._write(_messages_append(scope, session_id, messages, now))
 
     async def read_messages(
         self, scope: Scope, session_id: str, limit: int, since: int | None
@@ -526,20 +527,25 @@ class SQLiteStore:
 
     async def _write(self, op: Op | Append) -> Any:
         """Queue `op` for the next group commit and wait for its result."""
+        return (await self._queue([op]))[0]
+
+    def _queue(self, unit: list[Op | Append]) -> asyncio.Future[list[Any]]:
+        """Queue operations for the next group commit, as a unit: if one of them fails on its
+        own, none of them is stored. The future has their results."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((op, future))
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._pending.append((unit, future))
         if self._committing is None:  # send once the callers running now have queued theirs
             self._committing = loop.create_future()
             loop.call_soon(self._commit_next, loop)
-        return await future
+        return future
 
     def _commit_next(self, loop: asyncio.AbstractEventLoop) -> None:
         """Hand every queued operation to the writer thread as one batch. Callbacks rather
         than a task and `run_in_executor`: a commit costs the event loop one wake-up."""
         batch, self._pending = self._pending, []
         try:
-            done = self._writer.submit(self._commit, [op for op, _ in batch])
+            done = self._writer.submit(self._commit, [unit for unit, _ in batch])
         except RuntimeError:  # the executor was shut down by close()
             self._committed(loop, batch, StorageError("the SQLite store is closed"))
             return
@@ -553,22 +559,19 @@ class SQLiteStore:
     def _committed(
         self,
         loop: asyncio.AbstractEventLoop,
-        batch: list[tuple[Op | Append, asyncio.Future[Any]]],
-        done: Future[list[Any]] | Exception,
+        batch: list[tuple[list[Op | Append], asyncio.Future[list[Any]]]],
+        done: Future[list[list[Any] | BaseException]] | Exception,
     ) -> None:
-        """Give each caller its result, then send the batch queued meanwhile, if any."""
-        ops = [op for op, _ in batch]
+        """Give each caller its results, then send the batch queued meanwhile, if any."""
+        units = [unit for unit, _ in batch]
+        results: list[list[Any] | BaseException]
         try:
             if isinstance(done, Exception):
                 raise done
             results = done.result()
         except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
-            for op in ops:  # the numbers handed out were not used
-                if isinstance(op, Append):
-                    self._last_seq.pop(op.session_id, None)
             results = [exc] * len(batch)
-        else:
-            self._remember_numbers(ops, results)
+        self._remember_numbers(units, results)
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
@@ -583,37 +586,42 @@ class SQLiteStore:
         if committing is not None and not committing.done():
             committing.set_result(None)
 
-    def _remember_numbers(self, ops: list[Op | Append], results: list[Any]) -> None:
+    def _remember_numbers(
+        self, units: list[list[Op | Append]], results: list[list[Any] | BaseException]
+    ) -> None:
         """After a commit: keep numbering from the last `seq` stored, unless appends queued
-        since already went further (they were numbered after these)."""
-        for op, result in zip(ops, results, strict=True):
-            if not isinstance(op, Append):
-                continue
-            if isinstance(result, BaseException):
-                if op.renumbered:  # its numbers were not used: let the next append read
+        since already went further (they were numbered after these). A unit that failed
+        used none of its numbers: the session's next append reads them from its row."""
+        for unit, result in zip(units, results, strict=True):
+            for op in unit:
+                if not isinstance(op, Append):
+                    continue
+                if isinstance(result, BaseException):
                     self._last_seq.pop(op.session_id, None)
-                continue
-            last = op.last
-            known = self._last_seq.get(op.session_id)
-            if known is None or op.renumbered or known < last:
-                self._last_seq[op.session_id] = last
+                    continue
+                last = op.last
+                known = self._last_seq.get(op.session_id)
+                if known is None or op.renumbered or known < last:
+                    self._last_seq[op.session_id] = last
 
-    def _commit(self, ops: list[Op | Append]) -> list[Any]:
+    def _commit(self, units: list[list[Op | Append]]) -> list[list[Any] | BaseException]:
         """Run a batch in one transaction. The common case uses no savepoints and stores all
         of the batch's events in a few statements (every sqlite3 step releases and retakes
-        the GIL, which a busy event loop makes slow); if one operation fails on its own, or
-        events were numbered from a stale `seq`, the batch is redone with each operation
-        isolated and numbered from the session row."""
+        the GIL, which a busy event loop makes slow); if one unit fails on its own, or
+        events were numbered from a stale `seq`, the batch is redone with each unit isolated
+        and numbered from the session row."""
         conn = self._write_conn
         if conn is None:
             raise StorageError("the SQLite store is not open")
+        ops = [op for unit in units for op in unit]
         alone = run_alone(conn, ops)
         if alone is not None:
-            return alone
+            return _per_unit(alone, units)
+        results: list[list[Any] | BaseException] | None
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                results = run_together(conn, ops)
+                results = _per_unit(run_together(conn, ops), units)
             except sqlite3.Error as exc:
                 if not isinstance(exc, sqlite3.IntegrityError):
                     raise  # disk full, I/O error: the whole batch fails
@@ -623,7 +631,7 @@ class SQLiteStore:
             if results is None:
                 conn.execute("ROLLBACK")
                 conn.execute("BEGIN IMMEDIATE")
-                results = [isolated(conn, op) for op in ops]
+                results = [isolated(conn, unit) for unit in units]
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
@@ -663,6 +671,64 @@ class SQLiteStore:
             return found
 
         return await self._read(op) if ids else set()
+
+
+def _per_unit(
+    results: list[Any], units: list[list[Op | Append]]
+) -> list[list[Any] | BaseException]:
+    """Split a batch's results into its units'."""
+    out: list[list[Any] | BaseException] = []
+    start = 0
+    for unit in units:
+        out.append(results[start : start + len(unit)])
+        start += len(unit)
+    return out
+
+
+def _messages_append(scope: Scope, session_id: str, messages: Sequence[Message], now: int) -> Op:
+    """Number messages from the session row and store them."""
+
+    def op(conn: sqlite3.Connection) -> None:
+        last = bump(conn, scope, session_id, "message_count", len(messages), now)
+        first = last - len(messages)
+        rows = []
+        for sequence, message in enumerate(messages, start=first):
+            body = message_to_api(message, uuid.uuid4().hex, sequence, now)
+            rows.append((session_id, sequence, now, orjson.dumps(body)))
+        conn.executemany(
+            "INSERT INTO messages (session_id, sequence, ts, body) VALUES (?, ?, ?, ?)", rows
+        )
+
+    return op
+
+
+def _session_update(
+    scope: Scope, session_id: str, now: int, change: StatusChange | None, title: str | None = None
+) -> Op:
+    """`update_session`: `updated_at`, and the status with its fields and the title if given.
+    A run that ended frees its session's run slot: a next one may start anywhere as soon as
+    a watcher learns it (response_complete)."""
+    sets = ["updated_at = ?"]
+    args: list[Any] = [now]
+    if change is not None:
+        sets += ["status = ?", "active_run_id = ?", "pending_input = ?", "lease_until = ?"]
+        pending = orjson.dumps(change.pending_input).decode() if change.pending_input else None
+        args += [change.status, change.active_run_id, pending, change.lease_until]
+    if title is not None:
+        sets.append("title = ?")
+        args.append(title)
+    sql = (
+        f"UPDATE sessions SET {', '.join(sets)} "
+        "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
+    )
+    args += [session_id, scope.tenant_id, scope.user_id]
+    free_slots = change is not None and change.status == "idle"
+
+    def op(conn: sqlite3.Connection) -> None:
+        if conn.execute(sql, args).rowcount and free_slots:
+            conn.execute("DELETE FROM run_slots WHERE session_id = ?", (session_id,))
+
+    return op
 
 
 def _session(row: tuple[Any, ...]) -> SessionRecord:

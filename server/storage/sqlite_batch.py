@@ -6,7 +6,8 @@ Events numbered on the event loop (`Append` with `bodies`) are stored together, 
 where the numbering began, and multi-row `INSERT`s: the writer thread releases and retakes
 the GIL around every SQLite step, so a batch costs O(1) steps, not O(events). When a session
 moved on (another process, a failed batch), `run_together` raises IntegrityError and the
-caller redoes the batch with every operation `isolated` and numbered from the session row.
+caller redoes the batch with every unit of operations (one caller's) `isolated` and numbered
+from the session row.
 """
 
 from __future__ import annotations
@@ -211,12 +212,13 @@ def _update_last_seq_sql(rows: int) -> str:
     )
 
 
-def isolated(conn: sqlite3.Connection, op: Op | Append) -> Any:
-    """Run one operation in a savepoint; its own failure becomes its StorageError result.
-    Events are numbered from the session row here, whatever the event loop numbered."""
+def isolated(conn: sqlite3.Connection, unit: list[Op | Append]) -> list[Any] | BaseException:
+    """Run a unit of operations in a savepoint; its own failure (of any of them) becomes its
+    result, and none of them is stored. Events are numbered from the session row here,
+    whatever the event loop numbered."""
     conn.execute("SAVEPOINT op")
     try:
-        result = op.store_numbered(conn) if isinstance(op, Append) else op(conn)
+        results = [op.store_numbered(conn) if isinstance(op, Append) else op(conn) for op in unit]
     except sqlite3.Error as exc:
         if not isinstance(exc, sqlite3.IntegrityError):
             raise
@@ -231,7 +233,7 @@ def isolated(conn: sqlite3.Connection, op: Op | Append) -> Any:
         # run reports it as an internal error.
         return exc
     conn.execute("RELEASE op")
-    return result
+    return results
 
 
 class _Missing(StorageError):

@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from agent.errors import StorageError
+from server.auth import LOCAL_SCOPE
+from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
@@ -66,7 +70,7 @@ async def test_two_connections_on_one_session_each_get_every_event(server, fake_
 
 
 class _StoreThatDeliversLate(SQLiteStore):
-    """Once armed, an event append returns only when told: the events are committed (a
+    """Once armed, a batch of events returns only when told: the events are committed (a
     replay can read them) but their session has not delivered them yet."""
 
     def __init__(self, path: Path) -> None:
@@ -75,9 +79,9 @@ class _StoreThatDeliversLate(SQLiteStore):
         self.stored = asyncio.Event()
         self.go = asyncio.Event()
 
-    async def append_events(self, *args: Any, **kwargs: Any) -> list[bytes]:
-        bodies = await super().append_events(*args, **kwargs)
-        if self.armed:
+    async def store_batch(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        bodies = await super().store_batch(*args, **kwargs)
+        if self.armed and bodies:
             self.armed = False
             self.stored.set()
             await self.go.wait()
@@ -200,6 +204,66 @@ async def test_a_run_left_open_by_a_dead_process_is_closed_at_the_next_start(
     act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
     tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
     assert tool[0]["tool_call_id"] == call.id and "restarted" in tool[0]["content"]
+
+
+async def test_a_run_whose_end_was_stored_without_its_status_is_not_ended_twice(
+    server_factory, tmp_path
+):
+    async with server_factory() as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+    run_id, last = frames[0]["run_id"], frames[-1]["seq"]
+    # The state a backend that stores a run's end and its status in two writes is left in
+    # when the second fails, or its process dies between them.
+    db = sqlite3.connect(tmp_path / "agent.db")
+    with db:
+        db.execute("UPDATE sessions SET status = 'running', active_run_id = ?", (run_id,))
+    db.close()
+    async with server_factory() as s:
+        async with await s.client(session_id=session, after_seq=0) as c:
+            hello = await c.recv()
+            replay = await c.until("response_complete")
+            again = await c.run("are you there?")
+    assert (hello["status"], hello["last_seq"]) == ("idle", last)
+    assert replay == frames  # nothing was added to the run that ended
+    assert again[0]["seq"] == last + 1
+
+
+class _EndStatusFailsOnce(WritesInOrder, SQLiteStore):
+    """Stores a batch's parts one after another, as MongoDB does, and the first write of an
+    `idle` status fails: the run's `response_complete` is stored, its session's end is not."""
+
+    failed = False
+
+    async def update_session(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("status") == "idle" and not self.failed:
+            self.failed = True
+            raise StorageError("the status could not be stored")
+        await super().update_session(*args, **kwargs)
+
+
+async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled_later(
+    server_factory, tmp_path
+):
+    store = _EndStatusFailsOnce(tmp_path / "parts.db")
+    async with server_factory(store=store, storage={"run_lease_s": 1}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+            again = await c.run("and again")  # the session is free at once
+        assert store.failed and [kind(f) for f in frames].count("response_complete") == 1
+        assert {f["run_id"] for f in again} == {again[-1]["run_id"]} != {frames[0]["run_id"]}
+        deadline = asyncio.get_running_loop().time() + 5
+        while (record := await store.get_session(LOCAL_SCOPE, session)) is None or (
+            record.status != "idle"
+        ):  # the upkeep settles it on one of its next rounds (every ~0.3 s)
+            assert asyncio.get_running_loop().time() < deadline, record
+            await asyncio.sleep(0.05)
+        stored = [orjson.loads(b) for b in await store.read_events(LOCAL_SCOPE, session, 0)]
+    ends = [f["run_id"] for f in stored if f["type"] == "response_complete"]
+    assert ends == [frames[0]["run_id"], again[0]["run_id"]]
+    assert not [f for f in stored if f.get("update_type") == "agent_stopped"]
 
 
 async def test_reason_output_of_earlier_runs_is_not_resent(server, fake_llm: FakeLLM):

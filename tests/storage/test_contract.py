@@ -29,6 +29,7 @@ from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
     Scope,
+    StatusChange,
     Store,
     UnfinishedRun,
     message_to_api,
@@ -322,6 +323,35 @@ async def test_a_frame_that_is_not_json_fails_without_using_a_seq(store: Store) 
 
     assert seqs(await store.append_events(ALICE, "s1", [frame(2)], 200)) == [1]
     assert seqs(await store.read_events(ALICE, "s1", 0)) == [1]
+
+
+async def test_a_batch_stores_its_events_then_messages_then_status_change(store: Store) -> None:
+    await new_session(store)
+    asked = {"question": "Which city?", "input_id": "in-1"}
+    bodies = await store.store_batch(
+        ALICE,
+        "s1",
+        200,
+        frames=[frame(1), frame(2)],
+        messages=[Message("user", "hello", run_id="run-1")],
+        status=StatusChange("awaiting_input", "run-1", asked, 5_000),
+    )
+
+    assert seqs(bodies) == [1, 2] and await store.read_events(ALICE, "s1", 0) == bodies
+    assert [m.content for m in await store.load_history(ALICE, "s1")] == ["hello"]
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None
+    assert (record.status, record.active_run_id, record.pending_input, record.last_seq) == (
+        "awaiting_input",
+        "run-1",
+        asked,
+        2,
+    )
+    assert await store.store_batch(ALICE, "s1", 300, status=StatusChange("idle")) == []
+    assert await store.store_batch(ALICE, "s1", 300) == []
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and (record.status, record.pending_input) == ("idle", None)
+    assert seqs(await store.store_batch(ALICE, "s1", 400, frames=[frame(3)])) == [3]
 
 
 # -- messages ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ and what it writes within one write window is stored together."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,7 +16,7 @@ import pytest
 from agent.errors import StorageError
 from agent.messages import Message
 from server.live import LiveSession, WriteBacklog, next_tick
-from server.storage.base import Scope
+from server.storage.base import Scope, WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.storage.sqlite_trace import traced
 
@@ -77,16 +78,47 @@ async def test_queued_events_and_the_messages_after_them_are_one_transaction(
     assert [m.content for m in history] == ["hello"]
 
 
-async def test_a_status_change_is_stored_after_the_events_queued_before_it(
+async def test_a_status_change_is_stored_with_the_writes_queued_before_it(
     store: SQLiteStore,
 ) -> None:
     live, watcher = await _live(store)
+    statements = await traced(store)
     await live.publish_streamed([{"type": "tool_start", "seq": 0}])
+    await live.save_messages([Message("assistant", "done")])
     await live.publish([{"type": "response_complete", "seq": 0}], status="idle")
 
+    assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
     assert [frame["type"] for frame, _ in watcher.frames] == ["tool_start", "response_complete"]
     record = await store.get_session(ALICE, "s1")
     assert record is not None and record.status == "idle" and record.last_seq == 2
+    assert live.status == "idle"
+
+
+class _StoredOneAfterAnother(WritesInOrder, SQLiteStore):
+    """A store that writes a batch's parts one after another (as MongoDB does), whose
+    message writes fail."""
+
+    async def append_messages(self, *args: Any, **kwargs: Any) -> None:
+        raise StorageError("the messages could not be stored")
+
+
+async def test_the_events_of_a_batch_stored_in_part_are_delivered_before_the_error(
+    tmp_path: Path,
+) -> None:
+    store = _StoredOneAfterAnother(tmp_path / "parts.db")
+    await store.open()
+    try:
+        live, watcher = await _live(store)
+        await live.save_messages([Message("assistant", "lost")])
+        with pytest.raises(StorageError, match="could not be stored"):
+            await live.publish([{"type": "reason", "seq": 0}], status="awaiting_input")
+
+        assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("reason", 1)]
+        assert live.last_seq == 1 and live.status == "idle"  # the status was not stored
+        record = await store.get_session(ALICE, "s1")
+        assert record is not None and record.status == "idle"
+    finally:
+        await store.close()
 
 
 async def test_a_failed_batch_is_reported_to_its_awaited_write_and_loses_nothing_stored(
@@ -142,13 +174,13 @@ async def test_a_run_waits_for_its_writes_once_the_process_store_is_behind(
 
 
 class Gate:
-    """Holds SQLite's `append_events` until opened, to queue writes behind a batch."""
+    """Holds SQLite's `store_batch` until opened, to queue writes behind a batch."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.entered, self.open = asyncio.Event(), asyncio.Event()
         self.calls = 0
         self.order: list[str] = []  # "stored N" once the Nth append is done
-        append = store.append_events
+        append = store.store_batch
 
         async def gated(*args: Any, **kwargs: Any) -> list[bytes]:
             self.calls += 1
@@ -159,7 +191,7 @@ class Gate:
             self.order.append(f"stored {call}")
             return bodies
 
-        store.append_events = gated  # type: ignore[method-assign]
+        store.store_batch = gated  # type: ignore[method-assign]
 
 
 async def test_what_queues_behind_a_batch_waits_for_the_next_tick(store: SQLiteStore) -> None:

@@ -8,11 +8,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent.errors import StorageError
+from agent.messages import Message
 from server.live import LiveSession
-from server.storage.base import Scope, SessionRecord
+from server.storage.base import Scope, SessionRecord, StatusChange
 from server.storage.sqlite import SQLiteStore
 
 ALICE = Scope("acme", "alice")
@@ -43,6 +45,27 @@ async def test_storage_failures_are_still_storage_errors(store: SQLiteStore) -> 
         await store.append_events(ALICE, "s1", [{"type": object()}], 200)
     with pytest.raises(StorageError):
         await store.create_session(ALICE, "s1", 200)  # a duplicate
+
+
+async def test_a_batch_that_fails_in_part_stores_none_of_it(store: SQLiteStore) -> None:
+    await store.store_batch(ALICE, "s1", 200, frames=[{"type": "a"}])
+    not_text: Any = object()
+    with pytest.raises(TypeError):  # the message cannot be encoded: a bug, in the writer
+        await store.store_batch(
+            ALICE,
+            "s1",
+            300,
+            frames=[{"type": "b"}],
+            messages=[Message("assistant", not_text)],
+            status=StatusChange("running", "run-1"),
+        )
+
+    assert [orjson.loads(b)["type"] for b in await store.read_events(ALICE, "s1", 0)] == ["a"]
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and (record.status, record.last_seq) == ("idle", 1)
+    assert await store.load_history(ALICE, "s1") == []
+    bodies = await store.store_batch(ALICE, "s1", 400, frames=[{"type": "c"}])
+    assert [orjson.loads(b)["seq"] for b in bodies] == [2]  # numbering goes on from what is stored
 
 
 async def test_live_session_passes_a_bug_through_and_logs_it(
