@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import StorageError
 from server.auth import SUBPROTOCOL
-from server.connection import OVERFLOW_CLOSE_CODE, Connection
+from server.connection import FRAMES_PER_TURN, OVERFLOW_CLOSE_CODE, Connection
 from server.live import LiveSession
 from server.protocol import (
     MAX_WHOLE_NUMBER,
@@ -135,9 +135,10 @@ async def _attach(
             error = error_frame("storage_error", "Stored events could not be read.")
             await websocket.send_text(_dumps(error))
             break
-        for raw in page:
+        for sent, raw in enumerate(page, 1):
             await websocket.send_text(raw.decode())
-            await asyncio.sleep(0)
+            if sent % FRAMES_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the others run between two runs of frames
         if page:
             replayed_up_to = int(orjson.loads(page[-1])["seq"])
         if len(page) < REPLAY_PAGE:

@@ -3,13 +3,14 @@ attaching to a session neither repeats nor drops a frame around the replay."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
 from starlette.websockets import WebSocket
 
-from server.connection import OVERTAKE_AFTER, Connection
+from server.connection import FRAMES_PER_TURN, OVERTAKE_AFTER, Connection
 from server.ws import _attach
 
 
@@ -131,3 +132,24 @@ async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
     assert kinds == ["session", "chat_delta"]
     assert orjson.loads(socket.sent[0])["last_seq"] == 7
     assert orjson.loads(socket.sent[1])["seq"] == 8
+
+
+async def test_a_long_queue_lets_other_tasks_run_every_few_frames():
+    """A send does not yield while the socket takes the bytes: the writer yields by itself,
+    every `FRAMES_PER_TURN` frames, so this socket's reader (a stop) is never kept waiting
+    behind a long queue, and a short one goes out in one turn of the event loop."""
+    socket = _Socket()
+    conn = Connection(cast(WebSocket, socket), 10_000)
+    for seq in range(1, 4 * FRAMES_PER_TURN + 1):
+        conn.deliver(*_frame("agent_update", seq, "agent_reason_delta"))
+    seen: list[int] = []
+
+    async def other() -> None:
+        while len(seen) < 4:
+            seen.append(len(socket.sent))
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(other())
+    await _drain(conn, socket)
+    await watcher
+    assert seen == [FRAMES_PER_TURN * n for n in range(1, 5)]
