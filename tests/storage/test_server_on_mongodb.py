@@ -3,7 +3,9 @@
 A full agent run with replay and the HTTP views; a restart on the same database; and the
 database dying mid-run: the run must end with `storage_error` then `response_complete`
 within seconds, the server must keep serving, and once the database is back the same
-session must take a new run. Waits are on frames and conditions, each with a deadline.
+session must take a new run. A run's end stored without its status (MongoDB writes them one
+after the other) is sent once and never ended a second time. Waits are on frames and
+conditions, each with a deadline.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from typing import Any
 import httpx
 from pymongo import AsyncMongoClient
 
+from agent.errors import StorageError
+from server.auth import LOCAL_SCOPE
+from server.settings import StorageSettings
+from server.storage.mongo import MongoStore
 from tests.conftest import Running, ServerFactory
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.ferretdb import FerretDB
@@ -315,3 +321,68 @@ async def test_a_second_server_leaves_the_live_runs_of_the_first_alone(
             await c.send({"type": "agent_control", "action": "stop"})
             await c.until("response_complete")
     assert [kind(e) for e in events["events"]][-1] == "agent_reason_delta"
+
+
+# -- a run's end and its status: two writes on MongoDB -----------------------------------------
+
+
+class _EndStatusFailsOnce(MongoStore):
+    """The first `idle` status write fails: the run's `response_complete` is stored, its
+    session's end is not (what a lost second write leaves on MongoDB)."""
+
+    failed = False
+
+    async def update_session(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("status") == "idle" and not self.failed:
+            self.failed = True
+            raise StorageError("the status could not be stored")
+        await super().update_session(*args, **kwargs)
+
+
+async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled(
+    server_factory: ServerFactory, fake_llm: FakeLLM, mongodb_uri: str, mongodb_database: str
+) -> None:
+    storage = mongodb(mongodb_uri, mongodb_database)
+    store = _EndStatusFailsOnce(StorageSettings(**storage))
+    async with server_factory(store=store, storage={**storage, "run_lease_s": 1}) as running:
+        async with await running.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+            again = await c.run("and again")  # the session is free at once
+
+        async def settled() -> bool:
+            record = await store.get_session(LOCAL_SCOPE, session)
+            return record is not None and record.status == "idle"
+
+        await poll(settled)  # the upkeep stores the status on one of its next rounds
+        _, events = await get_json(running, f"/api/sessions/{session}/events")
+    assert store.failed and [kind(f) for f in frames].count("response_complete") == 1
+    assert {f["run_id"] for f in again} == {again[-1]["run_id"]} != {frames[0]["run_id"]}
+    assert events["events"] == frames + again  # no second end, no `interrupted` stop
+
+
+async def test_a_new_server_does_not_end_a_run_twice_whose_status_write_was_lost(
+    server_factory: ServerFactory, fake_llm: FakeLLM, mongodb_uri: str, mongodb_database: str
+) -> None:
+    storage = mongodb(mongodb_uri, mongodb_database)
+    async with server_factory(storage=storage) as first:
+        async with await first.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+    # The state a process leaves that died between storing the run's end and its status.
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongodb_uri, timeoutMS=5000)
+    try:
+        await client[mongodb_database]["sessions"].update_one(
+            {"session_id": session},
+            {"$set": {"status": "running", "active_run_id": frames[0]["run_id"], "lease_until": 0}},
+        )
+    finally:
+        await client.close()
+    async with server_factory(storage=storage) as second:
+        async with await second.client(session_id=session, after_seq=0) as again:
+            hello = await again.recv()
+            replayed = [await again.recv() for _ in frames]
+            more = await again.run("are you there?")
+    assert (hello["status"], hello["last_seq"]) == ("idle", frames[-1]["seq"])
+    assert replayed == frames
+    assert more[0]["seq"] == frames[-1]["seq"] + 1
