@@ -52,9 +52,9 @@ SUBSYSTEMS: dict[str, tuple[str, ...]] = {
     "LLM stream: reading and parsing its events (openai_chat.py _read)": (
         "OpenAIChatModel._read ",
     ),
-    "storage, event-loop side (SQLiteStore._write/_commit_next/_committed/_in_*)": (
+    "storage, event-loop side (SQLiteStore._write/_start_writer/_committed/_in_*)": (
         "SQLiteStore._write ",
-        "SQLiteStore._commit_next ",
+        "SQLiteStore._start_writer ",
         "SQLiteStore._committed ",
         "SQLiteStore._in_writer ",
         "SQLiteStore._in_reader ",

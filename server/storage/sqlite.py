@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -129,7 +130,11 @@ class SQLiteStore:
         self._closed = False
         self._write_conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
+        # Queued writes, shared with the writer thread (under `_lock`), and whether the writer
+        # has been started for them.
+        self._lock = threading.Lock()
         self._pending: list[tuple[list[Op | Append], asyncio.Future[list[Any]]]] = []
+        self._writing = False
         self._committing: asyncio.Future[None] | None = None  # done when no batch is left
         self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
@@ -534,44 +539,55 @@ class SQLiteStore:
         own, none of them is stored. The future has their results."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
-        self._pending.append((unit, future))
-        if self._committing is None:  # send once the callers running now have queued theirs
+        if self._committing is None:
             self._committing = loop.create_future()
-            loop.call_soon(self._commit_next, loop)
+        with self._lock:
+            self._pending.append((unit, future))
+            if self._writing:  # the writer takes it with the next batch it picks up
+                return future
+            self._writing = True
+        loop.call_soon(self._start_writer, loop)  # once the callers running now have queued
         return future
 
-    def _commit_next(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Hand every queued operation to the writer thread as one batch. Callbacks rather
-        than a task and `run_in_executor`: a commit costs the event loop one wake-up."""
-        batch, self._pending = self._pending, []
+    def _start_writer(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
-            done = self._writer.submit(self._commit, [unit for unit, _ in batch])
+            self._writer.submit(self._write_queued, loop)
         except RuntimeError:  # the executor was shut down by close()
-            self._committed(loop, batch, StorageError("the SQLite store is closed"))
-            return
+            with self._lock:
+                batch, self._pending, self._writing = self._pending, [], False
+            closed = StorageError("the SQLite store is closed")
+            self._committed(batch, [closed] * len(batch), True)
 
-        def back(done: Future[list[Any]]) -> None:  # in the writer thread
+    def _write_queued(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the writer thread: commit what is queued, batch after batch, until nothing is.
+        The writer picks up the next batch itself instead of waiting for the event loop to
+        take the last one's results: on a busy loop that wait was as long as a commit."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+        while batch:
+            units = [unit for unit, _ in batch]
+            results: list[list[Any] | BaseException]
+            try:
+                results = self._commit(units)
+            except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
+                results = [exc] * len(batch)
+            with self._lock:
+                following, self._pending = self._pending, []
+                if not following:
+                    self._writing = False
             if not loop.is_closed():
-                loop.call_soon_threadsafe(self._committed, loop, batch, done)
-
-        done.add_done_callback(back)
+                loop.call_soon_threadsafe(self._committed, batch, results, not following)
+            batch = following
 
     def _committed(
         self,
-        loop: asyncio.AbstractEventLoop,
         batch: list[tuple[list[Op | Append], asyncio.Future[list[Any]]]],
-        done: Future[list[list[Any] | BaseException]] | Exception,
+        results: list[list[Any] | BaseException],
+        last: bool,
     ) -> None:
-        """Give each caller its results, then send the batch queued meanwhile, if any."""
-        units = [unit for unit, _ in batch]
-        results: list[list[Any] | BaseException]
-        try:
-            if isinstance(done, Exception):
-                raise done
-            results = done.result()
-        except Exception as exc:  # noqa: BLE001 - every caller of the batch gets it
-            results = [exc] * len(batch)
-        self._remember_numbers(units, results)
+        """On the event loop: give each caller its results; after the writer's last batch,
+        wake `close()` if nothing was queued since."""
+        self._remember_numbers([unit for unit, _ in batch], results)
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
@@ -579,9 +595,11 @@ class SQLiteStore:
                 future.set_exception(result)
             else:
                 future.set_result(result)
-        if self._pending:
-            self._commit_next(loop)
+        if not last:
             return
+        with self._lock:
+            if self._writing:  # a write queued since has started the writer again
+                return
         committing, self._committing = self._committing, None
         if committing is not None and not committing.done():
             committing.set_result(None)

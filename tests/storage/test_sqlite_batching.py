@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
 
 import orjson
@@ -197,3 +198,33 @@ async def test_a_write_after_close_fails_instead_of_waiting_forever(tmp_path: Pa
     await store.close()
     with pytest.raises(StorageError, match="closed"):
         await asyncio.wait_for(store.append_events(ALICE, "s", [{"type": "x"}], 200), 10)
+
+
+async def test_the_writer_commits_what_was_queued_meanwhile_without_the_event_loop(
+    store: SQLiteStore,
+) -> None:
+    """On a busy event loop, the writer must not sit idle until the loop takes a commit's
+    results: it picks up what was queued during that commit by itself."""
+    (sid,) = await _sessions(store, 1)
+    in_first, release_first, renamed = threading.Event(), threading.Event(), threading.Event()
+
+    def watch(statement: str) -> None:  # in the writer thread
+        if statement.startswith("INSERT INTO events_in_order") and not in_first.is_set():
+            in_first.set()
+            release_first.wait(10)
+        elif "title" in statement:
+            renamed.set()
+
+    await store._in_writer(lambda: store._write_conn.set_trace_callback(watch))  # type: ignore[union-attr]
+    first = asyncio.ensure_future(store.append_events(ALICE, sid, [{"type": "x"}], 200))
+    assert await asyncio.to_thread(in_first.wait, 10)
+    second = asyncio.ensure_future(store.rename_session(ALICE, sid, "meanwhile"))
+    await asyncio.sleep(0)  # one turn: the rename is queued while the append commits
+    release_first.set()
+    # The event loop is blocked from here until the rename is committed, or 10 s.
+    committed_without_the_loop = renamed.wait(10)
+
+    assert committed_without_the_loop
+    assert [orjson.loads(b)["seq"] for b in await first] == [2] and await second
+    record = await store.get_session(ALICE, sid)
+    assert record is not None and record.title == "meanwhile"
