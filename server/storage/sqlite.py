@@ -50,6 +50,7 @@ from server.storage.sqlite_batch import (
     run_alone,
     run_together,
 )
+from server.storage.sqlite_checkpoint import Checkpointer
 from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
@@ -136,6 +137,7 @@ class SQLiteStore:
         self._pending: list[tuple[list[Op | Append], asyncio.Future[list[Any]]]] = []
         self._writing = False
         self._committing: asyncio.Future[None] | None = None  # done when no batch is left
+        self._checkpointer: Checkpointer | None = None
         self._last_seq: dict[str, int] = {}  # last seq handed out, per session written here
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -149,6 +151,8 @@ class SQLiteStore:
         try:
             await self._in_writer(self._open_writer)
             await self._in_reader(self._open_reader)
+            self._checkpointer = Checkpointer(self._path)
+            await self._checkpointer.open()
         except (sqlite3.Error, OSError) as exc:
             raise StorageError(f"cannot open the SQLite database {self._path}: {exc}") from exc
 
@@ -157,6 +161,9 @@ class SQLiteStore:
             await asyncio.shield(self._committing)
         await self._in_writer(_close_conn, self._write_conn)
         await self._in_reader(_close_conn, self._read_conn)
+        if self._checkpointer is not None:
+            await self._checkpointer.close()
+            self._checkpointer = None
         self._write_conn = self._read_conn = None
         self._last_seq.clear()
         self._closed = True
@@ -165,6 +172,7 @@ class SQLiteStore:
 
     def _open_writer(self) -> None:
         conn = connect(self._path, schema=_SCHEMA, synchronous_normal=True)
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's thread does it
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "lease_until" not in columns:  # files written before leases existed
             conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
@@ -588,6 +596,8 @@ class SQLiteStore:
         """On the event loop: give each caller its results; after the writer's last batch,
         wake `close()` if nothing was queued since."""
         self._remember_numbers([unit for unit, _ in batch], results)
+        if self._checkpointer is not None:
+            self._checkpointer.after_commit()
         for (_, future), result in zip(batch, results, strict=True):
             if future.done():
                 continue
