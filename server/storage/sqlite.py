@@ -1,9 +1,10 @@
 """SQLiteStore: the embedded default, one WAL-mode file.
 
-Nothing here blocks the event loop: statements run in two dedicated threads, one writer and
-one reader, each with its own connection. Writes are group-committed: every write waiting
-while a transaction runs goes into the next one, so a hundred streaming sessions cost one
-commit per batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction, or
+Nothing here blocks the event loop: statements run in dedicated threads, one writer and one
+reader, each with its own connection (and WAL checkpoints in a third: sqlite_checkpoint.py).
+Writes are group-committed: every write waiting while a transaction runs goes into the next
+one, which the writer picks up itself, so a hundred streaming sessions cost one commit per
+batch, not one per event. Each batch is a `BEGIN IMMEDIATE` transaction, or
 one statement when it holds only numbered events (a model streaming at its own pace).
 
 Events are numbered on the event loop, from the last `seq` this store gave the session; how
