@@ -12,12 +12,12 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from agent.errors import StorageError
 from server.auth import LOCAL_SCOPE
 from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+from tests.fakes.stores import FailsFirstIdleStatus, until_idle
 
 
 async def test_a_dropped_socket_does_not_stop_the_run_and_replay_has_no_gap(server, fake_llm):
@@ -230,17 +230,9 @@ async def test_a_run_whose_end_was_stored_without_its_status_is_not_ended_twice(
     assert again[0]["seq"] == last + 1
 
 
-class _EndStatusFailsOnce(WritesInOrder, SQLiteStore):
-    """Stores a batch's parts one after another, as MongoDB does, and the first write of an
-    `idle` status fails: the run's `response_complete` is stored, its session's end is not."""
-
-    failed = False
-
-    async def update_session(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("status") == "idle" and not self.failed:
-            self.failed = True
-            raise StorageError("the status could not be stored")
-        await super().update_session(*args, **kwargs)
+class _EndStatusFailsOnce(FailsFirstIdleStatus, WritesInOrder, SQLiteStore):
+    """Stores a batch's parts one after another, as MongoDB does; the run's
+    `response_complete` is stored, its session's `idle` status is not."""
 
 
 async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled_later(
@@ -254,12 +246,7 @@ async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled_late
             again = await c.run("and again")  # the session is free at once
         assert store.failed and [kind(f) for f in frames].count("response_complete") == 1
         assert {f["run_id"] for f in again} == {again[-1]["run_id"]} != {frames[0]["run_id"]}
-        deadline = asyncio.get_running_loop().time() + 5
-        while (record := await store.get_session(LOCAL_SCOPE, session)) is None or (
-            record.status != "idle"
-        ):  # the upkeep settles it on one of its next rounds (every ~0.3 s)
-            assert asyncio.get_running_loop().time() < deadline, record
-            await asyncio.sleep(0.05)
+        await until_idle(store, session)
         stored = [orjson.loads(b) for b in await store.read_events(LOCAL_SCOPE, session, 0)]
     ends = [f["run_id"] for f in stored if f["type"] == "response_complete"]
     assert ends == [frames[0]["run_id"], again[0]["run_id"]]

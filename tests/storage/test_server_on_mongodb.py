@@ -20,14 +20,13 @@ from typing import Any
 import httpx
 from pymongo import AsyncMongoClient
 
-from agent.errors import StorageError
-from server.auth import LOCAL_SCOPE
 from server.settings import StorageSettings
 from server.storage.mongo import MongoStore
 from tests.conftest import Running, ServerFactory
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.ferretdb import FerretDB
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
+from tests.fakes.stores import FailsFirstIdleStatus, until_idle
 from tests.storage.test_contract import collect_pymongo_monitor_sockets
 
 TIMEOUT_MS = 500  # each database operation fails within this once the database is gone
@@ -326,17 +325,8 @@ async def test_a_second_server_leaves_the_live_runs_of_the_first_alone(
 # -- a run's end and its status: two writes on MongoDB -----------------------------------------
 
 
-class _EndStatusFailsOnce(MongoStore):
-    """The first `idle` status write fails: the run's `response_complete` is stored, its
-    session's end is not (what a lost second write leaves on MongoDB)."""
-
-    failed = False
-
-    async def update_session(self, *args: Any, **kwargs: Any) -> None:
-        if kwargs.get("status") == "idle" and not self.failed:
-            self.failed = True
-            raise StorageError("the status could not be stored")
-        await super().update_session(*args, **kwargs)
+class _EndStatusFailsOnce(FailsFirstIdleStatus, MongoStore):
+    """The run's `response_complete` is stored, its session's `idle` status is not."""
 
 
 async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled(
@@ -349,12 +339,7 @@ async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled(
             session = (await c.recv())["session_id"]
             frames = await c.run("go")
             again = await c.run("and again")  # the session is free at once
-
-        async def settled() -> bool:
-            record = await store.get_session(LOCAL_SCOPE, session)
-            return record is not None and record.status == "idle"
-
-        await poll(settled)  # the upkeep stores the status on one of its next rounds
+        await until_idle(store, session)
         _, events = await get_json(running, f"/api/sessions/{session}/events")
     assert store.failed and [kind(f) for f in frames].count("response_complete") == 1
     assert {f["run_id"] for f in again} == {again[-1]["run_id"]} != {frames[0]["run_id"]}
