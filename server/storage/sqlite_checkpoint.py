@@ -35,6 +35,7 @@ class Checkpointer:
         self._conn: sqlite3.Connection | None = None
         self._last = time.monotonic()
         self.running: asyncio.Future[None] | None = None  # the checkpoint under way, if any
+        self._failing = False  # the last one failed: said once, not every second
 
     async def open(self) -> None:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._open)
@@ -60,9 +61,11 @@ class Checkpointer:
 
     def _done(self, future: asyncio.Future[None]) -> None:
         self.running = None
-        if not future.cancelled() and future.exception() is not None:
+        failure = None if future.cancelled() else future.exception()
+        if failure is not None and not self._failing:
             # The next commit tries again; SQLite's own checkpoint on close catches up.
-            log.warning("SQLite WAL checkpoint failed: %s", future.exception())
+            log.warning("SQLite WAL checkpoint failed (said once until one works): %s", failure)
+        self._failing = failure is not None
 
     async def close(self) -> None:
         if self.running is not None:

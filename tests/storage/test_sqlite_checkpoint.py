@@ -7,9 +7,12 @@ and nothing else.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sqlite3
 from pathlib import Path
+
+import pytest
 
 from server.storage.base import Scope
 from server.storage.sqlite import SQLiteStore
@@ -54,3 +57,28 @@ async def test_commits_never_checkpoint_and_the_checkpointer_does(tmp_path: Path
     finally:
         await store.close()
     assert _events_in_file_alone(db, tmp_path) == 1501
+
+
+async def test_a_failing_checkpoint_is_logged_once_and_writes_go_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = SQLiteStore(tmp_path / "db.sqlite")
+    await store.open()
+    try:
+        checkpointer = store._checkpointer
+        assert checkpointer is not None and checkpointer._conn is not None
+        await asyncio.get_running_loop().run_in_executor(
+            checkpointer._thread,
+            checkpointer._conn.close,  # every checkpoint now fails
+        )
+        checkpointer.interval_s = 0.0
+        await store.create_session(ALICE, "s", 100)
+        for n in range(3):
+            bodies = await store.append_events(ALICE, "s", [{"type": "x"}], 200 + n)
+            assert checkpointer.running is not None
+            await asyncio.gather(checkpointer.running, return_exceptions=True)
+            assert len(bodies) == 1
+    finally:
+        await store.close()
+    failures = [r for r in caplog.records if "checkpoint failed" in r.getMessage()]
+    assert len(failures) == 1
