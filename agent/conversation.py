@@ -28,7 +28,7 @@ _NO_RESULT = "No result was recorded for this call."
 def normalize(messages: Sequence[Message]) -> list[Message]:
     """Return `messages` in the shape every chat template accepts (see the module doc)."""
     lead = messages[0] if messages and messages[0].role == "system" else None
-    out: list[Message] = []
+    runs: list[list[Message]] = []  # consecutive messages of one role, merged at the end
     open_calls: dict[str, str] = {}  # calls of the last assistant message still without result
     for index, message in enumerate(messages):
         if index == 0 and lead is not None:
@@ -36,37 +36,44 @@ def normalize(messages: Sequence[Message]) -> list[Message]:
         if message.role == "tool":
             if message.tool_call_id in open_calls:
                 open_calls.pop(message.tool_call_id)
-                out.append(message)
+                runs.append([message])
             else:
                 name = message.tool_name or "a tool"
-                _append(out, Message("user", f"[Result of {name}] {message.content}"))
+                _append(runs, Message("user", f"[Result of {name}] {message.content}"))
             continue
-        _close_calls(out, open_calls)
+        _close_calls(runs, open_calls)
         if message.role == "system":
             message = Message("user", f"[Note from the system] {message.content}")
         elif message.role == "assistant":
             if not message.content.strip() and not message.tool_calls:
                 continue
             open_calls = {c.id: c.name for c in message.tool_calls}
-        _append(out, message)
-    _close_calls(out, open_calls)
-    if not out or out[-1].role == "assistant":
-        out.append(Message("user", "Continue."))
+        _append(runs, message)
+    _close_calls(runs, open_calls)
+    if not runs or runs[-1][0].role == "assistant":
+        runs.append([Message("user", "Continue.")])
+    out = [run[0] if len(run) == 1 else _merged(run) for run in runs]
     return [lead, *out] if lead is not None else out
 
 
-def _append(out: list[Message], message: Message) -> None:
-    """Append, merging into the previous message when both have the same role."""
-    last = out[-1] if out else None
-    if last is None or last.role != message.role or message.role == "tool":
-        out.append(message)
-        return
-    content = "\n\n".join(part for part in (last.content, message.content) if part.strip())
-    out[-1] = replace(last, content=content, tool_calls=last.tool_calls + message.tool_calls)
+def _append(runs: list[list[Message]], message: Message) -> None:
+    """Append `message`, to the last run when it has the same role (tool results never merge:
+    each answers its own call)."""
+    if runs and runs[-1][0].role == message.role and message.role != "tool":
+        runs[-1].append(message)
+    else:
+        runs.append([message])
 
 
-def _close_calls(out: list[Message], open_calls: dict[str, str]) -> None:
+def _merged(run: list[Message]) -> Message:
+    """One message for a run of one role: its texts (blank ones left out), then its calls.
+    Merged once per run, not message by message: a step's phases make runs of three."""
+    content = "\n\n".join(m.content for m in run if m.content.strip())
+    return replace(run[0], content=content, tool_calls=tuple(c for m in run for c in m.tool_calls))
+
+
+def _close_calls(runs: list[list[Message]], open_calls: dict[str, str]) -> None:
     """Give every call still open a result, so nothing else comes between call and result."""
     for call_id, name in open_calls.items():
-        out.append(Message("tool", _NO_RESULT, tool_call_id=call_id, tool_name=name))
+        runs.append([Message("tool", _NO_RESULT, tool_call_id=call_id, tool_name=name)])
     open_calls.clear()

@@ -34,6 +34,28 @@ def test_phase_texts_merge_and_the_instruction_ends_the_list():
     assert out[-1].content == "[Note from the system] stopped\n\n## Your task now"
 
 
+def test_a_run_of_one_role_becomes_one_message_with_every_text_and_call():
+    second = ToolCall("c2", "web_search", '{"query": "q"}')
+    out = normalize(
+        [
+            Message("user", "task"),
+            Message("assistant", "Reasoning.", phase="reason"),
+            Message("assistant", "More.", phase="reason"),
+            Message("assistant", "  ", tool_calls=(CALL, second), phase="act"),
+            Message("tool", "noon", tool_call_id="c1", tool_name="get_current_time"),
+            Message("tool", "found", tool_call_id="c2", tool_name="web_search"),
+            Message("user", "next"),
+            Message("system", "stopped"),
+            Message("user", ""),
+            Message("user", "go on"),
+        ]
+    )
+    assert roles(out) == ["user", "assistant", "tool", "tool", "user"]
+    assert out[1].content == "Reasoning.\n\nMore." and out[1].tool_calls == (CALL, second)
+    assert out[1].phase == "reason"  # the run keeps its first message's fields
+    assert out[4].content == "next\n\n[Note from the system] stopped\n\ngo on"
+
+
 def test_never_a_prefill_and_calls_always_get_results():
     calling = Message("assistant", "x", tool_calls=(CALL,))
     out = normalize([Message("system", "S"), Message("user", "u"), calling])
