@@ -92,6 +92,7 @@ class ControlStream:
         self._released: list[str] = []
         self._answer: list[str] = []
         self._answer_taken = 0
+        self._answer_begun = False  # take_answer returned text that was not white space
         self._answering = False  # past the block that starts the answer
         self._scan: _ObjectScan | None = None  # the open object being read, resumed per chunk
         self._fence_searched = (-1, 0)  # (open fence's start, where its closing search resumes)
@@ -106,11 +107,15 @@ class ControlStream:
         return "".join(self._answer).strip()
 
     def take_answer(self) -> str:
-        """Return the answer text released since the last call (possibly empty)."""
-        before = "".join(self._answer[: self._answer_taken])
+        """Return the answer text released since the last call (possibly empty), without
+        the white space that would lead the answer. Only the new pieces are joined: called
+        per chunk, joining the whole answer made a long one quadratic."""
         new = "".join(self._answer[self._answer_taken :])
         self._answer_taken = len(self._answer)
-        return new if before.strip() else new.lstrip()
+        if not self._answer_begun:
+            new = new.lstrip()
+            self._answer_begun = bool(new)
+        return new
 
     @property
     def released_text(self) -> str:

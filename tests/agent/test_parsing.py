@@ -267,6 +267,19 @@ def test_an_answer_after_the_block_streams_whatever_it_opens_with(answer):
     assert "".join(taken).strip() == answer == s.answer
 
 
+def test_an_answer_is_taken_piece_by_piece_without_its_leading_white_space():
+    s = observing()
+    s.feed('Done.\n{"observation": "done", "should_continue": false}')
+    taken = []
+    for chunk in ["\n", "  ", "\n\nParis", " is", "  the", "\n\ncapital. "]:
+        s.feed(chunk)
+        taken.append(s.take_answer())
+    s.finish()
+    taken.append(s.take_answer())
+    assert taken == ["", "", "Paris", " is", "  the", "\n\ncapital. ", ""]
+    assert s.answer == "Paris is  the\n\ncapital."
+
+
 def test_a_repeat_after_the_final_block_fills_in_what_it_left_empty():
     s = observing()
     first = '{"observation": "done", "should_continue": false, "final_answer": ""}'
