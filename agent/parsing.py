@@ -61,6 +61,8 @@ _LONGEST_TAG = max(len(t) for t in _TAGS)
 _MARKERS = ("`", "{", "<")  # a chunk with none of these cannot start a block or a tag
 _UNDECIDED = -1
 _MAX_OPEN_OBJECTS_READ = 4  # each costs a scan to the end of the reply
+# Decided text kept before it is dropped: past this, each chunk would copy the whole reply.
+_KEEP_DECIDED = 4096
 _SPACES = re.compile(r"\s*")
 _CANDIDATE_START = re.compile(re.escape(_FENCE) + "|" + re.escape(_ACTION_OPEN) + r"|\{")
 
@@ -123,6 +125,8 @@ class ControlStream:
 
     def feed(self, chunk: str) -> str:
         """Add a chunk; return the text that may be shown now (possibly empty)."""
+        if self._pos > _KEEP_DECIDED:
+            self._drop_decided()
         self._text += chunk
         return self._advance(final=False)
 
@@ -134,6 +138,32 @@ class ControlStream:
     def content(self) -> str:
         """The user-facing text so far, trimmed."""
         return self.released_text.strip()
+
+    def _drop_decided(self) -> None:
+        """Forget the text before `_pos` that nothing reads again, so that a long reply is not
+        copied whole with every chunk (that made it quadratic). Kept: the text from the end
+        of the last block read (a repeat is told by what lies between), and the character
+        before the cut, by which `_at_line_start` and `_after_space` judge the first one kept.
+        Indices into the text move with it; a scan or a fence search that began before the
+        cut belongs to a candidate already decided, and is dropped."""
+        text = self._text
+        cut = self._pos if self._block_end is None else min(self._pos, self._block_end)
+        while cut > 0 and text[cut - 1] in " \t":
+            cut -= 1
+        cut -= 1
+        if cut < _KEEP_DECIDED // 2:
+            return
+        self._text = text[cut:]
+        self._pos -= cut
+        if self._block_end is not None:
+            self._block_end -= cut
+        scan = self._scan
+        if scan is not None and scan.start >= cut:
+            scan.shift(cut)
+        else:
+            self._scan = None
+        opened, resume = self._fence_searched
+        self._fence_searched = (opened - cut, resume - cut) if opened >= cut else (-1, 0)
 
     def _advance(self, *, final: bool) -> str:
         out: list[str] = []
@@ -437,6 +467,13 @@ class _ObjectScan:
         self.in_string = False
         self.escaped = False
         self.end = _UNDECIDED
+
+    def shift(self, by: int) -> None:
+        """The text it reads lost its first `by` characters."""
+        self.start -= by
+        self.pos -= by
+        if self.end != _UNDECIDED:
+            self.end -= by
 
     def advance(self, text: str) -> int:
         """Read `text` from where the last call stopped; the index after the object, or

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
+from agent import parsing
 from agent.parsing import (
     OBSERVE_KEYS,
     REASON_KEYS,
@@ -14,6 +17,17 @@ from agent.parsing import (
     read_reason_control,
     split_control,
 )
+
+
+@pytest.fixture(autouse=True, scope="module", params=["kept", "dropped"])
+def decided_text(request):
+    """Every case runs twice: as usual, and with the decided text dropped before each chunk
+    (normally only past 4 KB of it), so that every index that moves with it is checked."""
+    kept = parsing._KEEP_DECIDED
+    if request.param == "dropped":
+        parsing._KEEP_DECIDED = 1
+    yield
+    parsing._KEEP_DECIDED = kept
 
 
 def observing() -> ControlStream:
@@ -404,3 +418,48 @@ def test_an_observe_block_after_any_prose_ends_the_run_and_its_answer_follows(pr
     assert s.control == {"observation": "o", "should_continue": False}, reply
     assert s.answer == "It is noon.", reply
     assert '"observation"' not in "".join(shown), reply
+
+
+def _read_with(keep: int, chunks: list[str], observe: bool) -> tuple[list[str], list[str], Any]:
+    before, parsing._KEEP_DECIDED = parsing._KEEP_DECIDED, keep
+    try:
+        s = observing() if observe else ControlStream(REASON_KEYS)
+        shown, answers = [], []
+        for chunk in chunks:
+            shown.append(s.feed(chunk))
+            answers.append(s.take_answer())
+        shown.append(s.finish())
+        answers.append(s.take_answer())
+        return shown, answers, (s.control, s.settled, s.content, s.answer)
+    finally:
+        parsing._KEEP_DECIDED = before
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    prose=st.lists(_PROSE_PIECES, max_size=12).map("".join),
+    form=st.sampled_from([*_BLOCK_FORMS, "\n" + _ENDING, f"\n```json\n{_ENDING}\n```"]),
+    after=st.lists(st.sampled_from([*_BLOCK_FORMS, "\n" + _ENDING, " more words"]), max_size=3),
+    cuts=st.lists(st.integers(min_value=1, max_value=12), min_size=1, max_size=40),
+    observe=st.booleans(),
+)
+# a fence after spaces mid-line is no block: the cut keeps the character that says so
+@example(
+    prose="Look at this  ",
+    form="```json\n" + _BLOCK + "\n```",
+    after=[],
+    cuts=[14, 60],
+    observe=False,
+)
+def test_dropping_the_decided_text_changes_nothing_a_caller_sees(prose, form, after, cuts, observe):
+    """A long reply's decided text is dropped as it streams (else every chunk copies it all):
+    whatever the reply and its chunking, what is shown, the answer and the block are the
+    ones read with all of the text kept."""
+    reply = prose + form + "".join(after)
+    chunks, i = [], 0
+    for cut in cuts * (len(reply) // sum(cuts) + 1):
+        if i >= len(reply):
+            break
+        chunks.append(reply[i : i + cut])
+        i += cut
+    assert _read_with(1, chunks, observe) == _read_with(10**9, chunks, observe), reply
