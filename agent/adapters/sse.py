@@ -25,27 +25,40 @@ class SSELines:
     """Split a byte stream into lines, across chunk borders, at LF, CRLF or a lone CR.
 
     A CR at the end of one chunk and the LF at the start of the next make an extra empty line,
-    which a reader of `data:` lines skips like any blank line between events.
+    which a reader of `data:` lines skips like any blank line between events. The pieces of an
+    unfinished line are joined once, when it ends, not with every read (a long line would
+    otherwise be copied again per read), and a line longer than `MAX_LINE` bytes is refused:
+    no model sends one, and a server that never sends a newline must not fill the memory.
     """
 
-    __slots__ = ("_rest",)
+    MAX_LINE = 8 << 20
+
+    __slots__ = ("_rest", "_rest_size")
 
     def __init__(self) -> None:
-        self._rest = b""
+        self._rest: list[bytes] = []
+        self._rest_size = 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines that `data` completes; an unfinished last line waits for more."""
         if b"\r" in data:  # JSON never holds a raw CR, so every CR ends a line
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n" not in data:
+            self._rest_size += len(data)
+            if self._rest_size > self.MAX_LINE:
+                raise MalformedChunk(f"a server-sent line is longer than {self.MAX_LINE:,} bytes")
+            self._rest.append(data)
+            return []
         if self._rest:
-            data = self._rest + data
+            data = b"".join([*self._rest, data])
         lines = data.split(b"\n")
-        self._rest = lines.pop()
+        last = lines.pop()
+        self._rest, self._rest_size = ([last], len(last)) if last else ([], 0)
         return lines
 
     def finish(self) -> list[bytes]:
         """End of the stream: a last line without its newline still counts."""
-        rest, self._rest = self._rest, b""
+        rest, self._rest, self._rest_size = b"".join(self._rest), [], 0
         return [rest] if rest else []
 
 

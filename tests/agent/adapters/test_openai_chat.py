@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from agent.adapters.openai_chat import OpenAIChatModel, StatusError
+from agent.adapters.sse import SSELines
 from agent.errors import ModelError
 from agent.messages import Message
 from agent.ports import CallInfo, ModelTurn, RetryNotice, Thinking
@@ -127,6 +128,20 @@ async def test_a_line_split_anywhere_across_reads_reads_the_same():
         items = await _stream([whole[:cut], whole[cut:]])
         turn = items[-1]
         assert isinstance(turn, ModelTurn) and turn.content == "w0 w1 w2 w3 w4 w5 ", cut
+
+
+async def test_a_long_line_in_many_reads_reads_whole():
+    line = _event({"content": "x" * 5000})
+    reads = [line[i : i + 7] for i in range(0, len(line), 7)] + [b"data: [DONE]\n\n"]
+    turn = (await _stream(reads))[-1]
+    assert isinstance(turn, ModelTurn) and turn.content == "x" * 5000
+
+
+async def test_a_line_that_never_ends_fails_the_call_at_the_limit(monkeypatch):
+    monkeypatch.setattr(SSELines, "MAX_LINE", 1000)
+    reads = [_event({"content": "ok"}), *[b"data: " + b"y" * 100] * 20]
+    with pytest.raises(ModelError, match="longer than 1,000 bytes"):
+        await _stream(reads)
 
 
 async def test_crlf_and_lone_cr_line_ends_comments_and_data_without_a_space():
