@@ -124,6 +124,8 @@ class SQLiteStore:
     """The Store contract over a SQLite file: one server process per file, or with
     `shared=True` several processes on one host (run leases, tail and controls by polling)."""
 
+    NUMBERS_KEPT = 10_000  # sessions whose last `seq` is remembered (see `_note_last_seq`)
+
     def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.shared = shared
         self._path = path
@@ -296,8 +298,19 @@ class SQLiteStore:
         append = Append(scope, session_id, frames, now, 0 if last is None else last + 1)
         if last is not None:
             append.bodies = [encode(frame, seq) for seq, frame in enumerate(frames, last + 1)]
-            self._last_seq[session_id] = last + len(frames)
+            self._note_last_seq(session_id, last + len(frames))
         return append
+
+    def _note_last_seq(self, session_id: str, last: int) -> None:
+        """Remember the session's last number, as the most recently written; past
+        `NUMBERS_KEPT` sessions the least recently written one is forgotten (its next append
+        is numbered from its row, as after a restart), so a long-lived process does not keep
+        a number for every session it ever wrote."""
+        numbers = self._last_seq
+        numbers.pop(session_id, None)
+        numbers[session_id] = last
+        if len(numbers) > self.NUMBERS_KEPT:
+            del numbers[next(iter(numbers))]
 
     async def store_batch(
         self,
@@ -631,7 +644,7 @@ class SQLiteStore:
                 last = op.last
                 known = self._last_seq.get(op.session_id)
                 if known is None or op.renumbered or known < last:
-                    self._last_seq[op.session_id] = last
+                    self._note_last_seq(op.session_id, last)
 
     def _commit(self, units: list[list[Op | Append]]) -> list[list[Any] | BaseException]:
         """Run a batch in one transaction. The common case uses no savepoints and stores all

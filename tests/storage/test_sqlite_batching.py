@@ -173,6 +173,18 @@ async def test_a_deleted_session_numbers_from_one_again(store: SQLiteStore) -> N
     assert orjson.loads(body)["seq"] == 1
 
 
+async def test_numbers_of_the_least_recently_written_sessions_are_forgotten(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "NUMBERS_KEPT", 3)
+    ids = await _sessions(store, 5)
+    assert list(store._last_seq) == ids[-3:]  # a long-lived process keeps a bounded few
+    await store.append_events(ALICE, ids[0], [{"type": "x"}, {"type": "y"}], 200)
+    await store.append_events(ALICE, ids[0], [{"type": "z"}], 200)
+    assert await _seqs(store, ALICE, ids[0]) == [1, 2, 3, 4]  # numbered from its row again
+    assert list(store._last_seq) == [ids[3], ids[4], ids[0]]
+
+
 def test_the_file_keeps_one_row_per_seq(tmp_path: Path) -> None:
     """The primary key stays the last safety net under the batching."""
     path = tmp_path / "db.sqlite"
