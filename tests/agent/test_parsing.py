@@ -347,6 +347,19 @@ _PROSE_PIECES = st.sampled_from(
         ":",
     ]
 )
+
+
+def _cut(reply: str, cuts: list[int]) -> list[str]:
+    """`reply` in chunks of the given sizes, repeated until it is used up."""
+    chunks, i = [], 0
+    for cut in cuts * (len(reply) // sum(cuts) + 1):
+        if i >= len(reply):
+            break
+        chunks.append(reply[i : i + cut])
+        i += cut
+    return chunks
+
+
 _BLOCK_FORMS = [
     "\n" + _BLOCK,
     " " + _BLOCK,
@@ -368,13 +381,7 @@ def test_the_block_is_found_after_any_prose_in_any_chunking(prose, form, cuts):
     end of the reply, so the reader stops there)."""
     assume(prose.count("{") <= 4)
     reply = prose + form
-    chunks, i = [], 0
-    for cut in cuts * (len(reply) // sum(cuts) + 1):
-        if i >= len(reply):
-            break
-        chunks.append(reply[i : i + cut])
-        i += cut
-    shown, s = stream(chunks)
+    shown, s = stream(_cut(reply, cuts))
     assert s.control == {"plan": "p", "finish": False}, reply
     assert '"plan"' not in "".join(shown), reply
 
@@ -456,10 +463,5 @@ def test_dropping_the_decided_text_changes_nothing_a_caller_sees(prose, form, af
     whatever the reply and its chunking, what is shown, the answer and the block are the
     ones read with all of the text kept."""
     reply = prose + form + "".join(after)
-    chunks, i = [], 0
-    for cut in cuts * (len(reply) // sum(cuts) + 1):
-        if i >= len(reply):
-            break
-        chunks.append(reply[i : i + cut])
-        i += cut
+    chunks = _cut(reply, cuts)
     assert _read_with(1, chunks, observe) == _read_with(10**9, chunks, observe), reply
