@@ -199,9 +199,12 @@ async def _run_tool(
                 ctx.tenant_id, ctx.user_id, ctx.session_id, ctx.run_id, {"ask": ask}
             )
             result = await ctx.tools.call(call.name, args, context)
-        _dumps(result)  # a result the wire cannot carry is the tool's failure, not the run's
+        # A result the wire cannot carry is the tool's failure, not the run's.
+        result = _bounded(result, orjson.dumps(result), ctx.limits.tool_result_max_bytes)
     except (ToolError, ModelBehaviorError) as exc:
-        return _Outcome(False, str(exc), _ms_since(started))
+        error = str(exc)
+        error = _bounded(error, orjson.dumps(error), ctx.limits.tool_result_max_bytes)
+        return _Outcome(False, error, _ms_since(started))
     except TimeoutError:
         limit = ctx.limits.tool_timeout_s
         return _Outcome(
@@ -308,6 +311,25 @@ async def _cancel_all(tasks: Sequence[asyncio.Task[_Outcome]]) -> None:
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
+
+
+def _bounded(value: Any, encoded: bytes, limit: int) -> Any:
+    """`value` when its JSON (`encoded`) fits in `limit` bytes; else its text (the string, or
+    the JSON) cut to fit, with a note that says so. The result goes to the model, the store and
+    every watcher in one frame, which must stay within what a WebSocket client accepts."""
+    if len(encoded) <= limit:
+        return value
+    text = value if isinstance(value, str) else encoded.decode()
+    keep = max(0, limit - 200)  # characters; fewer when they take more bytes than one each
+    while True:
+        kept = text[:keep]
+        note = (
+            f"\n\n[Cut here: the result had {len(encoded):,} bytes as JSON; "
+            f"the {len(kept.encode()):,} above are its beginning.]"
+        )
+        if keep <= 0 or len(orjson.dumps(kept + note)) <= limit:
+            return kept + note
+        keep = keep * 3 // 4
 
 
 def _ms_since(started: float) -> int:

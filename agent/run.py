@@ -91,6 +91,7 @@ class RunLimits:
     max_steps: int = 10
     request_input_timeout_s: float = 300.0
     tool_timeout_s: float = 30.0
+    tool_result_max_bytes: int = 262_144  # a tool's result or error as JSON; longer is cut
     chat_tool_rounds: int = 5
     budget: Budget = field(default_factory=Budget)
     plan_every: int = 0  # 0: no rolling plan

@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from agent.budget import Budget
+from agent.errors import ToolError
 from agent.events import (
     AnswerDelta,
     ChatDelta,
@@ -29,6 +32,8 @@ from agent.events import (
     ToolStarted,
 )
 from agent.metrics import Metric
+from agent.ports import ToolContext
+from agent.tools.base import Tool
 from agent.tools.current_time import make_current_time_tool
 from tests.fakes.openai_server import FakeToolCall, Reply, act, observe, reason, text
 from tests.fakes.scripted_model import Harness
@@ -320,6 +325,39 @@ async def test_bad_tool_calls_become_tool_errors_and_the_run_goes_on(
     observe_call = [c for c in harness.model.calls if c.phase == "observe"][-1]
     tool_messages = [m for m in observe_call.messages if m.role == "tool"]
     assert [m.tool_call_id for m in tool_messages] == [c.id for c in calls]
+
+
+class _BlobArgs(BaseModel):
+    kind: str
+
+
+async def _blob(args: _BlobArgs, context: ToolContext) -> Any:
+    if args.kind == "error":
+        raise ToolError("the disk said: " + "no " * 2_000)
+    if args.kind == "object":
+        return {"rows": [{"id": n, "name": "é" * 20} for n in range(400)]}
+    return "line\n" * 3_000 if args.kind == "text" else "short"
+
+
+async def test_a_tool_result_or_error_past_the_limit_is_cut_with_a_note(harness: Harness):
+    harness.tools.append(Tool("blob", "Return a big result.", _BlobArgs, _blob))
+    calls = [FakeToolCall("blob", {"kind": k}) for k in ("text", "object", "error", "small")]
+    harness.model.script("act", act(*calls))
+    harness.model.script("observe", observe("Read it.", final="Done."))
+    record = await harness.run("read the big file", tool_result_max_bytes=2_000)
+
+    text, obj = (e.result for e in record.of(ToolCompleted)[:2])
+    assert text.startswith("line\nline\n") and text.endswith("are its beginning.]")
+    assert "the result had 18,002 bytes as JSON" in text
+    assert obj.startswith('{"rows":[{"id":0,') and obj.endswith("are its beginning.]")
+    (failed,) = record.of(ToolFailed)
+    assert failed.error.startswith("the disk said: no no") and failed.error.endswith("beginning.]")
+    assert record.of(ToolCompleted)[2].result == "short"  # within the limit: as it was
+    for value in (text, obj, failed.error):
+        assert len(json.dumps(value, ensure_ascii=False).encode()) <= 2_000
+    observe_call = [c for c in harness.model.calls if c.phase == "observe"][-1]
+    sent = {m.tool_call_id: m.content for m in observe_call.messages if m.role == "tool"}
+    assert sent[calls[0].id] == text and sent[calls[1].id] == obj  # the model read the same
 
 
 async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):

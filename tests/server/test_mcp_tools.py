@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import httpx
+from websockets.asyncio.client import connect
 
-from tests.fakes.client import kind
+from tests.fakes.client import Client, kind
 from tests.fakes.mcp_servers import everything_over_http, kill_processes, npm_server, time_server
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
 
@@ -255,3 +257,30 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
     assert failed["tool_call_id"] == slow.id and "did not finish within 0.5 s" in failed["error"]
     done = next(f for f in frames if kind(f) == "tool_complete")
     assert done["tool_call_id"] == echo.id and "still here" in json.dumps(done["result"])
+
+
+async def test_a_result_too_big_for_a_frame_is_cut_and_a_default_client_reads_the_run(
+    server_factory, fake_llm: FakeLLM, tmp_path: Path
+):
+    root = (tmp_path / "files").resolve()
+    root.mkdir()
+    (root / "big.log").write_text("entry\n" * 400_000)  # 2.4 MB: more than a frame may carry
+    call = FakeToolCall("fs__read_text_file", {"path": str(root / "big.log")})
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("Read it.", final="It is a log of entries."))
+    tools = {"enabled": ["get_current_time"], "mcp": {"fs": npm_server("filesystem", str(root))}}
+    async with server_factory(tools=tools) as s:
+        # websockets' own default: a message over 1 MiB closes the connection (1009)
+        async with connect(f"ws://{s.address}/ws", open_timeout=5) as ws:
+            c = Client(ws)
+            await c.recv()
+            frames = await c.run("What is in big.log?", timeout=20)
+    done = next(f for f in frames if kind(f) == "tool_complete")
+    result = done["result"]  # the server's text (and its structured copy) as JSON text, cut
+    assert isinstance(result, str) and "entry" in result[:40]
+    assert re.search(r"\[Cut here: the result had [\d,]+ bytes as JSON; .+ beginning\.\]$", result)
+    assert len(json.dumps(done).encode()) < 300_000
+    assert frames[-2]["final_answer"] == "It is a log of entries."
+    observe_request = next(r for r in fake_llm.requests if r.phase == "observe")
+    tool_message = next(m for m in observe_request.body["messages"] if m["role"] == "tool")
+    assert "entry" in tool_message["content"][:40]  # what was kept, as the context shows it
