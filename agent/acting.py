@@ -263,6 +263,7 @@ async def _ask(
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
+    answer = _bounded(answer, orjson.dumps(answer), ctx.limits.tool_result_max_bytes)
     await ctx.sink.emit(UserAnswered(step, call.id, answer))
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 

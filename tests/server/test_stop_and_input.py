@@ -141,6 +141,26 @@ async def test_request_input_pauses_until_the_answer_which_becomes_the_tool_resu
     assert tool == [{"role": "tool", "content": "Lyon", "tool_call_id": ask.id}]
 
 
+async def test_a_long_answer_is_cut_like_a_tool_result(server_factory, fake_llm: FakeLLM):
+    ask = FakeToolCall("request_input", {"question": "Paste the log?"})
+    fake_llm.script("act", act(ask))
+    fake_llm.script("observe", observe("Read it.", final="The log is fine."))
+    async with server_factory(agent={"tool_result_max_bytes": 4096}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            await c.send({"type": "chat", "content": "check my log"})
+            await c.until("agent_request_input")
+            await c.send({"type": "agent_user_input", "content": "ok\n" * 30_000})
+            frames = await c.until("response_complete")
+    (answered,) = [f for f in frames if kind(f) == "agent_user_answer"]
+    assert answered["content"].startswith("ok\nok\n")
+    assert answered["content"].endswith("are its beginning.]")
+    assert len(json.dumps(answered["content"]).encode()) <= 4096
+    observe_request = [r for r in fake_llm.requests if r.phase == "observe"][0]
+    (tool,) = [m for m in observe_request.body["messages"] if m["role"] == "tool"]
+    assert tool["content"] == answered["content"]
+
+
 async def test_request_input_timeout_ends_the_run(server_factory, fake_llm: FakeLLM):
     fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Still there?"})))
     async with server_factory(agent={"request_input_timeout_s": 0.3}) as s:
