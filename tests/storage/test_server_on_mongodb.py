@@ -119,11 +119,7 @@ async def test_a_new_server_on_the_same_database_replays_every_event(
     server_factory: ServerFactory, fake_llm: FakeLLM, mongodb_uri: str, mongodb_database: str
 ) -> None:
     storage = mongodb(mongodb_uri, mongodb_database)
-    async with server_factory(storage=storage) as first:
-        async with await first.client() as c:
-            session = (await c.recv())["session_id"]
-            live = await c.run("first")
-            live += await c.run("second")
+    session, live = await _runs_on_a_first_server(server_factory, storage, "first", "second")
 
     async with server_factory(storage=storage) as second:
         async with await second.client(session_id=session, after_seq=0) as again:
@@ -295,6 +291,17 @@ async def test_reconnecting_after_an_outage_reports_the_session_idle(
     assert hello["status"] == "idle"
 
 
+async def _runs_on_a_first_server(
+    server_factory: ServerFactory, storage: dict[str, Any], *chats: str
+) -> tuple[str, list[dict[str, Any]]]:
+    """A server on `storage` runs `chats` on one new session and stops: (session, frames)."""
+    async with server_factory(storage=storage) as first:
+        async with await first.client() as c:
+            session = str((await c.recv())["session_id"])
+            frames = [frame for chat in chats for frame in await c.run(chat)]
+    return session, frames
+
+
 async def _wait_readable(running: Running, session: str) -> None:
     """Until the server reads the session again (the driver rediscovers the database)."""
 
@@ -350,10 +357,7 @@ async def test_a_new_server_does_not_end_a_run_twice_whose_status_write_was_lost
     server_factory: ServerFactory, fake_llm: FakeLLM, mongodb_uri: str, mongodb_database: str
 ) -> None:
     storage = mongodb(mongodb_uri, mongodb_database)
-    async with server_factory(storage=storage) as first:
-        async with await first.client() as c:
-            session = (await c.recv())["session_id"]
-            frames = await c.run("go")
+    session, frames = await _runs_on_a_first_server(server_factory, storage, "go")
     # The state a process leaves that died between storing the run's end and its status.
     client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(mongodb_uri, timeoutMS=5000)
     try:
