@@ -41,7 +41,7 @@ class Checkpointer:
         await asyncio.get_running_loop().run_in_executor(self._thread, self._open)
 
     def _open(self) -> None:
-        self._conn = connect(self._path, synchronous_normal=True)
+        self._conn = connect(self._path)
 
     def after_commit(self) -> None:
         """On the event loop, after a commit: start a checkpoint if one is due."""
