@@ -141,12 +141,17 @@ class ControlStream:
 
     def _drop_decided(self) -> None:
         """Forget the text before `_pos` that nothing reads again, so that a long reply is not
-        copied whole with every chunk (that made it quadratic). Kept: the text from the end
-        of the last block read (a repeat is told by what lies between), and the character
-        before the cut, by which `_at_line_start` and `_after_space` judge the first one kept.
+        copied whole with every chunk (that made it quadratic). Kept: the character before
+        the cut, by which `_at_line_start` and `_after_space` judge the first one kept. Of the
+        decided text after the last block read, only whether it is all white space matters
+        (a block after white space alone repeats it; after prose it replaces it), so that
+        text goes too: white space moves the block's end up to `_pos`, prose forgets it.
         Indices into the text move with it; a scan or a fence search that began before the
         cut belongs to a candidate already decided, and is dropped."""
         text = self._text
+        if self._block_end is not None and self._block_end < self._pos:
+            blank = not text[self._block_end : self._pos].strip()
+            self._block_end = self._pos if blank else None
         cut = self._pos if self._block_end is None else min(self._pos, self._block_end)
         while cut > 0 and text[cut - 1] in " \t":
             cut -= 1

@@ -166,6 +166,23 @@ def test_an_open_code_fence_is_searched_only_in_new_text():
     assert stream.content.startswith("Code:\n```python") and stream.content.endswith("Done.")
 
 
+@pytest.mark.parametrize("after", ["More words, {x} and `y`. ", "   \n"])
+def test_text_after_a_block_is_not_kept_whole(after):
+    """Prose (or white space) a model writes after its Reason block is decided text like any
+    other: keeping it all made every later chunk copy it (quadratic on the event loop)."""
+    stream = ControlStream(REASON_KEYS)
+    stream.feed('Plan.\n```json\n{"plan": "p", "finish": false}\n```\n')
+    for _ in range(2000):
+        stream.feed(after)
+        assert len(stream._text) <= 3 * parsing._KEEP_DECIDED + len(after)
+    stream.feed('{"plan": "q", "finish": true}')
+    stream.finish()
+    if after.strip():  # prose between: the later block replaces the first
+        assert stream.control == {"plan": "q", "finish": True} and not stream.settled
+    else:  # only white space between: a repeat, the first block stands
+        assert stream.control == {"plan": "p", "finish": False} and stream.settled
+
+
 @pytest.mark.parametrize(
     "reply",
     ["Here is the code:\n```\nprint(1)\n```", "Here is the code:\n```\nprint(1)\n"],
