@@ -103,7 +103,7 @@ def _caller(request: Request, services: Services) -> Scope:
 
 
 async def _read_input(request: Request, limit: int) -> RunAgentInput:
-    body = b""
+    body = bytearray()  # appended in place: a body sent in many small pieces is not re-copied
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
