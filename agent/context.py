@@ -16,9 +16,11 @@ without counting: most calls never need the token tables.
 from __future__ import annotations
 
 import dataclasses
+import operator
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as validated_dataclass
@@ -27,7 +29,14 @@ from agent.history import build_messages
 from agent.messages import Message
 from agent.tokens import TokenCounter, message_tokens, message_upper_bound
 
-__all__ = ["RECALL_DETAILS", "ContextLimits", "ContextReport", "ContextWindow", "recall"]
+__all__ = [
+    "RECALL_DETAILS",
+    "ContextLimits",
+    "ContextReport",
+    "ContextWindow",
+    "EarlierTurns",
+    "recall",
+]
 
 RECALL_DETAILS = "recall_details"
 _RECALL_CAP_CHARS = 8000
@@ -66,6 +75,53 @@ class ContextReport:
         return bool(self.compressed or self.dropped_messages or self.collapsed_steps)
 
 
+class EarlierTurns:
+    """The turns before a run as its calls send them. They stay the same for every call of the
+    run, so they are built once (and counted once, when a call does not fit by bytes) instead
+    of at every call: a long session has thousands of messages before the run. One per run,
+    used with one `ContextWindow`."""
+
+    __slots__ = ("body", "bytes", "counted", "run_id", "source")
+
+    def __init__(self) -> None:
+        self.source: tuple[Message, ...] = ()  # the conversation's messages before the run
+        self.run_id: str | None = None
+        self.body: list[Message] = []  # the same, as the model sees them
+        self.bytes: int | None = 0  # their byte bound (None: a tool result may need a cut)
+        self.counted: _Counted | None = None
+
+    def of(self, conversation: Sequence[Message], run_id: str, tool_result_tokens: int) -> Self:
+        """These turns, built again unless `conversation` still begins with them and goes on
+        with the run (a run only appends to its conversation)."""
+        known = len(self.source)
+        if (
+            self.run_id == run_id
+            and known <= len(conversation)
+            and (known == len(conversation) or conversation[known].run_id == run_id)
+            and all(map(operator.is_, self.source, conversation))
+        ):
+            return self
+        first = next((i for i, m in enumerate(conversation) if m.run_id == run_id), None)
+        self.source = tuple(conversation[:first])
+        self.run_id = run_id
+        self.body = build_messages("", self.source, run_id)[1:]
+        self.bytes = _byte_bound(self.body, tool_result_tokens)
+        self.counted = None
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class _Counted:
+    body: list[Message]  # earlier turns with their large results cut
+    compressed: list[dict[str, Any]]  # the cuts, as a report lists them
+    turn_starts: list[int]  # where each turn begins in `body`, and its length at the end
+    dropped_tokens: list[int]  # tokens of the turns before each of `turn_starts`
+
+    @property
+    def tokens(self) -> int:
+        return self.dropped_tokens[-1]
+
+
 class ContextWindow:
     def __init__(self, counter: TokenCounter, limits: ContextLimits) -> None:
         self._counter = counter
@@ -84,40 +140,67 @@ class ContextWindow:
         extra: Sequence[Message] = (),
         *,
         window_tokens: int | None = None,
+        earlier: EarlierTurns | None = None,
     ) -> tuple[list[Message], ContextReport]:
         """The message list for one call, and what had to be done to fit the budget.
 
         `window_tokens` overrides the configured window (the model server said it is smaller).
+        `earlier` keeps what the run's calls share (the turns before the run); give each run
+        its own, or the turns are built and counted again at every call.
         """
         limits = self._limits
         window = window_tokens or limits.window_tokens
         reserve = min(limits.reserve_tokens, window // 4)
         report = ContextReport(window - reserve, exact=self._counter.exact)
-        head, *body = build_messages(system, conversation, run_id)
-        bound = _fits_by_bytes([head, *body, *extra], report.budget, limits.tool_result_tokens)
-        if bound is not None:  # what the steps below would return, unchanged
-            report.tokens, report.exact = bound, False
-            return [head, *body, *extra], report
-        body = [self._cut(m, report) for m in body]
-        earlier, current = _split(body, conversation, run_id)
-        fixed = self._tokens([head, *extra])
-        while earlier and fixed + self._tokens(earlier + current) > report.budget:
-            turn = _first_turn(earlier)
-            report.dropped_messages += turn
-            earlier = earlier[turn:]
+        earlier = (earlier or EarlierTurns()).of(conversation, run_id, limits.tool_result_tokens)
+        head, *current = build_messages(system, conversation[len(earlier.source) :], run_id)
+        bound = _byte_bound([head, *current, *extra], limits.tool_result_tokens)
+        if earlier.bytes is not None and bound is not None:
+            if earlier.bytes + bound <= report.budget:  # what the steps below would return
+                report.tokens, report.exact = earlier.bytes + bound, False
+                return [head, *earlier.body, *current, *extra], report
+        counted = self._counted(earlier, report)
+        current = [self._cut(m, report) for m in current]
         steps = _steps(current)
-        while (
-            len(steps) > limits.keep_recent_steps + 1
-            and fixed + self._tokens(earlier + _flatten(steps)) > report.budget
-        ):
-            index = next(i for i, s in enumerate(steps[1:], start=1) if not _is_summary(s))
+        step_sizes = [self._tokens(step) for step in steps]
+        rest = self._tokens((head, *extra)) + sum(step_sizes)
+        # Oldest turns first, until the rest fits: by the turns' running totals (a long
+        # session drops hundreds of turns per call; recounting after each was quadratic).
+        turns = min(
+            bisect_left(counted.dropped_tokens, rest + counted.tokens - report.budget),
+            len(counted.turn_starts) - 1,
+        )
+        report.dropped_messages = counted.turn_starts[turns]
+        total = rest + counted.tokens - counted.dropped_tokens[turns]
+        collapsible = (i for i, s in enumerate(steps[1:], start=1) if not _is_summary(s))
+        while len(steps) > limits.keep_recent_steps + 1 and total > report.budget:
+            index = next(collapsible)
             if index >= len(steps) - limits.keep_recent_steps:
                 break
             steps[index] = [_summarize_step(steps[index])]
+            summary = self._tokens(steps[index])
+            total += summary - step_sizes[index]
+            step_sizes[index] = summary
             report.collapsed_steps += 1
-        messages = [head, *earlier, *_flatten(steps), *extra]
-        report.tokens = self._tokens(messages)
-        return messages, report
+        report.tokens = total
+        kept = counted.body[report.dropped_messages :]
+        return [head, *kept, *_flatten(steps), *extra], report
+
+    def _counted(self, earlier: EarlierTurns, report: ContextReport) -> _Counted:
+        """The earlier turns cut and counted (at a run's first call that needs it), their
+        cuts added to `report`."""
+        counted = earlier.counted
+        if counted is None:
+            cuts = ContextReport(0)
+            body = [self._cut(m, cuts) for m in earlier.body]
+            starts, dropped = [0], [0]
+            while starts[-1] < len(body):
+                end = _turn_end(body, starts[-1])
+                dropped.append(dropped[-1] + self._tokens(body[starts[-1] : end]))
+                starts.append(end)
+            counted = earlier.counted = _Counted(body, cuts.compressed, starts, dropped)
+        report.compressed.extend(counted.compressed)
+        return counted
 
     def _tokens(self, messages: Sequence[Message]) -> int:
         """Messages are immutable and re-sent on every call of a run: count each once."""
@@ -152,16 +235,15 @@ class ContextWindow:
         return _replace(message, keep + marker)
 
 
-def _fits_by_bytes(messages: list[Message], budget: int, tool_result_tokens: int) -> int | None:
-    """The byte bound of `messages` when it fits `budget` and cuts no tool result, else None."""
+def _byte_bound(messages: Sequence[Message], tool_result_tokens: int) -> int | None:
+    """An upper bound of the tokens of `messages`, or None when a tool result may be too
+    large to go uncut (then only counting can tell)."""
     total = 0
     for message in messages:
         size = message_upper_bound(message)
         if size > tool_result_tokens and message.role == "tool" and message.tool_call_id:
             return None
         total += size
-        if total > budget:
-            return None
     return total
 
 
@@ -188,18 +270,11 @@ def _focused(text: str, focus: str) -> str:
     return "\n".join(line for score, line in scored if score == best)
 
 
-def _split(
-    body: list[Message], conversation: Sequence[Message], run_id: str
-) -> tuple[list[Message], list[Message]]:
-    """Earlier runs vs the current run (the task message opens the current run)."""
-    first = next((i for i, m in enumerate(body) if m.run_id == run_id), len(body))
-    return body[:first], body[first:]
-
-
-def _first_turn(messages: list[Message]) -> int:
-    """Length of the oldest turn: up to (not including) the next user message."""
-    for i in range(1, len(messages)):
-        if messages[i].role == "user" and messages[i].run_id != messages[0].run_id:
+def _turn_end(messages: list[Message], start: int) -> int:
+    """Where the turn opening at `start` ends: at the next user message of another run."""
+    run_id = messages[start].run_id
+    for i in range(start + 1, len(messages)):
+        if messages[i].role == "user" and messages[i].run_id != run_id:
             return i
     return len(messages)
 

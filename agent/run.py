@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agent.budget import Budget
 from agent.clock import now_ms as wall_clock_ms
-from agent.context import ContextWindow
+from agent.context import ContextWindow, EarlierTurns
 from agent.control import RunControl
 from agent.events import (
     AgentEvent,
@@ -166,6 +166,7 @@ class RunRecorder:
         self._streamed: list[str] = []  # what that phase has shown so far
         self._answer_streamed = False  # answer deltas went out for the answer being written
         self._window_tokens: int | None = None  # the server's window, once it refused one
+        self._earlier = EarlierTurns()  # the turns before the run, built once for its calls
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
         self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
         # Calls that ended while their end waits behind an earlier call (results are shown in
@@ -337,7 +338,12 @@ class RunRecorder:
         if ctx.context is None:
             return [*build_messages(system, self._conversation, ctx.run_id), *extra]
         messages, report = ctx.context.build(
-            system, self._conversation, ctx.run_id, extra, window_tokens=self._window_tokens
+            system,
+            self._conversation,
+            ctx.run_id,
+            extra,
+            window_tokens=self._window_tokens,
+            earlier=self._earlier,
         )
         self._results_cut = self._results_cut or bool(report.compressed)
         shown = (

@@ -3,7 +3,10 @@ and never separate a tool call from its result."""
 
 from __future__ import annotations
 
-from agent.context import ContextLimits, ContextWindow, recall
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from agent.context import ContextLimits, ContextWindow, EarlierTurns, recall
 from agent.messages import Message, ToolCall
 from agent.tokens import EstimatedCounter, message_tokens
 
@@ -138,3 +141,131 @@ def test_a_conversation_too_big_by_bytes_is_counted_and_kept_when_tokens_fit():
     messages, report = window.build("sys", conversation, "a")
     assert counter.calls > 0 and report.exact
     assert not report.changed and len(messages) == len(conversation) + 1
+
+
+class _CountingCache(dict):
+    """The window's token cache, counting lookups: each is one message's tokens read."""
+
+    lookups = 0
+
+    def get(self, key, default=None):
+        self.lookups += 1
+        return super().get(key, default)
+
+
+def test_a_long_session_is_fitted_in_one_pass():
+    """Hundreds of earlier turns to drop: each message's tokens are read about once per call,
+    not once per turn dropped (recounting made a call of a long session quadratic: 2,000
+    messages cost 60 ms of event-loop time per LLM call, 4,000 cost 300 ms)."""
+    conversation = [m for i in range(300) for m in _run(f"r{i}", f"task {i}", 1)]
+    conversation += _run("now", "the task now", 4)
+    window = ContextWindow(COUNTER, ContextLimits(window_tokens=2_000, reserve_tokens=0))
+    window.build("sys", conversation, "now")  # the first call counts every message once
+    window._cache = cache = _CountingCache(window._cache)
+    messages, report = window.build("sys", conversation, "now")
+    assert report.dropped_messages > 1_000 and report.tokens <= 2_000
+    assert cache.lookups <= 3 * len(conversation)
+    assert messages[1].content.startswith("task ") and _pairs_are_whole(messages)
+    # A run's later calls reuse its earlier turns: only the run's own messages are read.
+    earlier = EarlierTurns()
+    assert window.build("sys", conversation, "now", earlier=earlier) == (messages, report)
+    cache.lookups = 0
+    step = _run("now", "", 1)[1:-1]
+    again = window.build("sys", conversation + step, "now", earlier=earlier)
+    assert cache.lookups <= 2 * len(_run("now", "", 5))
+    assert again == window.build("sys", conversation + step, "now")
+
+
+def _plain_fit(window, limits, system, conversation, run_id):
+    """The fitting as the module doc states it, recounting the whole list after every turn
+    dropped and every step collapsed: what `build` must return, computed slowly."""
+    from agent import context as c
+
+    report = c.ContextReport(limits.window_tokens - limits.reserve_tokens, exact=True)
+    head, *body = c.build_messages(system, conversation, run_id)
+    body = [window._cut(m, report) for m in body]
+    first = next((i for i, m in enumerate(body) if m.run_id == run_id), len(body))
+    earlier, current = body[:first], body[first:]
+    fixed = _tokens([head])
+    while earlier and fixed + _tokens(earlier + current) > report.budget:
+        end = c._turn_end(earlier, 0)
+        report.dropped_messages += end
+        earlier = earlier[end:]
+    steps = c._steps(current)
+    while (
+        len(steps) > limits.keep_recent_steps + 1
+        and fixed + _tokens(earlier + c._flatten(steps)) > report.budget
+    ):
+        index = next(i for i, s in enumerate(steps[1:], start=1) if not c._is_summary(s))
+        if index >= len(steps) - limits.keep_recent_steps:
+            break
+        steps[index] = [c._summarize_step(steps[index])]
+        report.collapsed_steps += 1
+    messages = [head, *earlier, *c._flatten(steps)]
+    report.tokens = _tokens(messages)
+    return messages, report
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    earlier=st.lists(st.integers(min_value=0, max_value=4), max_size=12),
+    steps=st.integers(min_value=0, max_value=8),
+    result_words=st.integers(min_value=1, max_value=120),
+    share=st.floats(min_value=0.05, max_value=1.2),
+    keep=st.integers(min_value=1, max_value=3),
+)
+def test_the_running_totals_fit_like_recounting(earlier, steps, result_words, share, keep):
+    conversation = [
+        m
+        for i, n in enumerate(earlier)
+        for m in _run(f"r{i}", f"earlier task {i}", n, result="word " * result_words)
+    ]
+    conversation += _run("now", "the task now", steps, result="data " * result_words)
+    size = _tokens(
+        ContextWindow(COUNTER, ContextLimits(window_tokens=10**7)).build(
+            "sys", conversation, "now", window_tokens=10**7
+        )[0]
+    )
+    limits = ContextLimits(
+        window_tokens=max(200, int(size * share)), reserve_tokens=0, keep_recent_steps=keep
+    )
+    window = ContextWindow(_CountingCounter(), limits)  # "exact": a fitted report says so
+    built = window.build("sys", conversation, "now")
+    assume(built[1].exact)  # it did not fit by bytes, so it went through the fitting
+    assert built == _plain_fit(window, limits, "sys", conversation, "now")
+    # The same, call by call as the run grows, with the earlier turns kept between calls.
+    earlier = EarlierTurns()
+    start = next(i for i, m in enumerate(conversation) if m.run_id == "now")
+    for end in range(start + 1, len(conversation) + 1, 3):
+        grown = conversation[:end]
+        fresh = window.build("sys", grown, "now")
+        assert window.build("sys", grown, "now", earlier=earlier) == fresh
+        if fresh[1].exact:
+            assert fresh == _plain_fit(window, limits, "sys", grown, "now")
+
+
+def test_earlier_turns_are_built_again_for_another_conversation():
+    """Kept turns are reused only while the conversation still begins with the very same
+    messages and goes on with the run."""
+    window = ContextWindow(COUNTER, ContextLimits(window_tokens=100_000))
+    earlier = EarlierTurns()
+    same_shape = [_run("x", "first", 1), _run("x", "second", 1), _run("y", "third", 2)]
+    for before in same_shape:
+        conversation = before + _run("now", "task", 1)
+        fresh = window.build("sys", conversation, "now")
+        assert window.build("sys", conversation, "now", earlier=earlier) == fresh
+    other_run = same_shape[0] + _run("later", "task", 1)
+    fresh = window.build("sys", other_run, "later")
+    assert window.build("sys", other_run, "later", earlier=earlier) == fresh
+    # The same first messages, but what follows them is not where the run begins (a window
+    # that fits nothing whole: which turns are earlier ones decides what is dropped).
+    before = same_shape[0]
+    tight = ContextWindow(COUNTER, ContextLimits(window_tokens=100, reserve_tokens=0))
+    for conversation, run_id in [
+        (before + _run("z", "between", 1) + _run("now", "task", 1), "now"),
+        (before + _run("x", "more of x", 1), "x"),
+    ]:
+        earlier = EarlierTurns()
+        tight.build("sys", before + _run("now", "task", 1), "now", earlier=earlier)
+        fresh = tight.build("sys", conversation, run_id)
+        assert tight.build("sys", conversation, run_id, earlier=earlier) == fresh
