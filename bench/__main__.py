@@ -1,7 +1,7 @@
 """Benchmark suite: `make bench` (= `python -m bench`). Prints a Markdown table and writes
 bench/results/<time>.{json,md} and bench/results/latest.{json,md}.
 
-    python -m bench [--quick] [--only step,throughput,deltas,stop,concurrency,memory,storage]
+    python -m bench [--quick] [--only step,long,throughput,deltas,stop,concurrency,memory,storage]
                     [--profile] [--no-nostore]
 
 The agent server, the bare baseline and the fake LLM each run in their own process; this
@@ -27,6 +27,7 @@ from typing import Any
 from bench import (
     concurrency,
     deltas,
+    long_session,
     memory,
     profiling,
     replicas,
@@ -43,6 +44,7 @@ from bench.report import markdown, profile_markdown, rows
 RESULTS = Path(__file__).resolve().parent / "results"
 ALL = (
     "step",
+    "long",
     "throughput",
     "deltas",
     "stop",
@@ -118,6 +120,7 @@ async def _main(args: argparse.Namespace) -> int:
     machine = machine_info()
     steps: list[tuple[str, str, Callable[[], Awaitable[Any]]]] = [
         ("step", "step_overhead", lambda: step_overhead.run(bench)),
+        ("long", "long_session", lambda: long_session.run(bench)),
         ("throughput", "throughput", lambda: throughput.run(bench, nostore=args.nostore)),
         ("deltas", "deltas", lambda: deltas.run(bench, nostore=args.nostore)),
         ("stop", "stop_latency", lambda: stop_latency.run(bench)),

@@ -102,6 +102,24 @@ def rows(results: dict[str, Any]) -> list[Row]:
             ),
             Row(b, "  … lowest call", step.get("prefix_cache_share_min"), "%"),
         ]
+    ls = results.get("long_session")
+    if ls:
+        b = "1b long session (one-step runs, SQLite)"
+        out += [
+            Row(
+                b,
+                f"server CPU per run, {ls['short_runs']} runs before",
+                ls["cpu_ms_per_run_short"],
+                "ms",
+            ),
+            Row(
+                b,
+                f"server CPU per run, {ls['long_runs']} runs before",
+                ls["cpu_ms_per_run_long"],
+                "ms",
+            ),
+            Row(b, "  … long / short", ls["ratio"], "×"),
+        ]
     tp = results.get("throughput")
     if tp:
         b = f"2 throughput ({tp['conns']} runs, {tp['frames_per_run']} events/run)"
