@@ -269,3 +269,18 @@ def test_earlier_turns_are_built_again_for_another_conversation():
         tight.build("sys", before + _run("now", "task", 1), "now", earlier=earlier)
         fresh = tight.build("sys", conversation, run_id)
         assert tight.build("sys", conversation, run_id, earlier=earlier) == fresh
+
+
+def test_a_result_cut_once_is_not_counted_again_at_the_next_call():
+    """Every call of a run sends its results again; cutting a large one counts its tokens
+    about fifteen times (five 230 KB results took 80 ms per call), so a cut is kept."""
+    big = "\n".join(f"line {i}: value {i * 7}" for i in range(3000))
+    conversation = _run("a", "earlier", 1, result=big) + _run("now", "task", 3, result=big)
+    counter = _CountingCounter()
+    window = ContextWindow(counter, ContextLimits(window_tokens=100_000, tool_result_tokens=200))
+    earlier = EarlierTurns()
+    first = window.build("sys", conversation, "now", earlier=earlier)
+    assert len(first[1].compressed) == 4 and counter.calls > 4
+    counter.calls = 0
+    assert window.build("sys", conversation, "now", earlier=earlier) == first
+    assert counter.calls == 0
