@@ -122,7 +122,13 @@ class NullStore(WritesInOrder):
         return bodies
 
     async def read_events(
-        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+        self,
+        scope: Scope,
+        session_id: str,
+        after_seq: int,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[bytes]:
         return []
 

@@ -39,7 +39,8 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_SESSION_NOT_FOUND = 4404
 CLOSE_TOO_BIG = 1009
 CLOSE_RATE_LIMITED = 1008  # policy violation
-REPLAY_PAGE = 500
+REPLAY_PAGE = 500  # events read from the store per replay page
+REPLAY_BYTES = 4 << 20  # and about this many bytes of them (500 large tool results: ~128 MB)
 
 
 def _dumps(frame: dict[str, Any]) -> str:
@@ -129,7 +130,7 @@ async def _attach(
     while after_seq is not None:
         try:
             page = await services.store.read_events(
-                live.scope, live.session_id, replayed_up_to, REPLAY_PAGE
+                live.scope, live.session_id, replayed_up_to, REPLAY_PAGE, max_bytes=REPLAY_BYTES
             )
         except StorageError:
             error = error_frame("storage_error", "Stored events could not be read.")
@@ -141,8 +142,8 @@ async def _attach(
                 await asyncio.sleep(0)  # let the others run between two runs of frames
         if page:
             replayed_up_to = int(orjson.loads(page[-1])["seq"])
-        if len(page) < REPLAY_PAGE:
-            break
+        if len(page) < REPLAY_PAGE and sum(map(len, page)) <= REPLAY_BYTES:
+            break  # neither bound cut the page short: nothing more is stored
     conn.release(replayed_up_to)
 
 

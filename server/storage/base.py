@@ -195,9 +195,16 @@ class Store(Protocol):
         ...
 
     async def read_events(
-        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+        self,
+        scope: Scope,
+        session_id: str,
+        after_seq: int,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[bytes]:
-        """Stored frames with seq > after_seq, ascending, exactly as they were sent."""
+        """Stored frames with seq > after_seq, ascending, exactly as they were sent. With
+        `max_bytes`, the page ends with the frame that brings it past that many bytes."""
         ...
 
     async def append_messages(

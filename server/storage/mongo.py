@@ -287,7 +287,13 @@ class MongoStore(WritesInOrder):
         return [bytes(doc["body"]) for doc in docs]
 
     async def read_events(
-        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+        self,
+        scope: Scope,
+        session_id: str,
+        after_seq: int,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[bytes]:
         if limit == 0:  # pymongo reads limit 0 as "no limit"
             return []
@@ -295,8 +301,18 @@ class MongoStore(WritesInOrder):
         cursor = self._col("events").find(query, {"_id": 0, "body": 1}).sort("seq", ASCENDING)
         if limit is not None and limit > 0:
             cursor = cursor.limit(limit)
+        frames: list[bytes] = []
+        size = 0
         with _translated("read events"):
-            return [bytes(doc["body"]) async for doc in cursor]
+            try:
+                async for doc in cursor:
+                    frames.append(bytes(doc["body"]))
+                    size += len(frames[-1])
+                    if max_bytes is not None and size > max_bytes:
+                        break  # the driver fetched at most one batch ahead
+            finally:
+                await cursor.close()
+        return frames
 
     # -- messages ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import asyncio
 import sqlite3
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -337,7 +337,13 @@ class SQLiteStore:
         return bodies
 
     async def read_events(
-        self, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
+        self,
+        scope: Scope,
+        session_id: str,
+        after_seq: int,
+        limit: int | None = None,
+        *,
+        max_bytes: int | None = None,
     ) -> list[bytes]:
         def op(conn: sqlite3.Connection) -> list[bytes]:
             rows = conn.execute(
@@ -351,8 +357,8 @@ class SQLiteStore:
                     after_seq,
                     -1 if limit is None else limit,
                 ),
-            ).fetchall()
-            return [bytes(r[0]) for r in rows]
+            )
+            return _within_bytes((bytes(r[0]) for r in rows), max_bytes)
 
         return await self._read(op)
 
@@ -796,3 +802,16 @@ def _executor(name: str) -> ThreadPoolExecutor:
 def _close_conn(conn: sqlite3.Connection | None) -> None:
     if conn is not None:
         conn.close()
+
+
+def _within_bytes(frames: Iterable[bytes], max_bytes: int | None) -> list[bytes]:
+    """The frames up to the one that brings them past `max_bytes` (all without a bound); the
+    rows after it are never fetched."""
+    out: list[bytes] = []
+    size = 0
+    for frame in frames:
+        out.append(frame)
+        size += len(frame)
+        if max_bytes is not None and size > max_bytes:
+            break
+    return out

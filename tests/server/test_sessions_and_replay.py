@@ -12,6 +12,7 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from server import ws
 from server.auth import LOCAL_SCOPE
 from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
@@ -57,6 +58,26 @@ async def test_replay_from_zero_equals_the_live_stream_and_the_http_events(serve
     assert events == {"session_id": session, "events": live}
     assert tail["events"] == live[-2:]
     assert past["events"] == []
+
+
+@pytest.mark.parametrize(("events", "page_bytes"), [(3, 4 << 20), (500, 200)])
+async def test_a_replay_read_in_small_pages_is_whole_and_followed_by_live_events(
+    server, fake_llm, monkeypatch, events, page_bytes
+):
+    """Pages end at `REPLAY_PAGE` events or past `REPLAY_BYTES`; either way the client gets
+    every stored event once, in order, then the live ones."""
+    monkeypatch.setattr(ws, "REPLAY_PAGE", events)
+    monkeypatch.setattr(ws, "REPLAY_BYTES", page_bytes)
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        live = await c.run("first")
+        live += await c.run("second")
+    async with await server.client(session_id=session, after_seq=0) as again:
+        await again.recv()
+        replayed = [await again.recv() for _ in live]
+        later = await again.run("third")
+    assert replayed == live
+    assert [f["seq"] for f in live + later] == list(range(1, len(live) + len(later) + 1))
 
 
 async def test_two_connections_on_one_session_each_get_every_event(server, fake_llm):

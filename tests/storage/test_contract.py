@@ -316,6 +316,21 @@ async def test_read_events_after_seq_and_limit(store: Store) -> None:
     assert await store.read_events(ALICE, "missing", 0) == []
 
 
+async def test_read_events_ends_a_page_past_max_bytes(store: Store) -> None:
+    """A replay reads in pages bounded by bytes too: large events must not make a page of
+    hundreds of megabytes. The frame that crosses the bound ends the page (never an empty one)."""
+    await new_session(store)
+    sent = await store.append_events(ALICE, "s1", [frame(i) for i in range(10)], 200)
+    first, second = len(sent[0]), len(sent[1])
+
+    assert await store.read_events(ALICE, "s1", 0, max_bytes=1) == sent[:1]
+    assert await store.read_events(ALICE, "s1", 0, max_bytes=first) == sent[:2]
+    assert await store.read_events(ALICE, "s1", 0, max_bytes=first + second + 1) == sent[:3]
+    assert await store.read_events(ALICE, "s1", 2, limit=2, max_bytes=10**6) == sent[2:4]
+    assert await store.read_events(ALICE, "s1", 0, max_bytes=10**6) == sent
+    assert await store.read_events(ALICE, "s1", 10, max_bytes=1) == []
+
+
 async def test_a_frame_that_is_not_json_fails_without_using_a_seq(store: Store) -> None:
     await new_session(store)
     with pytest.raises(StorageError):
