@@ -17,7 +17,7 @@ from agent.errors import StorageError
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
-from server.storage.base import Scope
+from server.storage.base import Scope, events_in_pages
 
 __all__ = ["routes"]
 
@@ -218,19 +218,19 @@ async def session_usage(request: Request) -> Response:
     """Token usage (and cost, when priced) summed over the session's runs."""
     scope = _scope(request)
     session_id = await _session_or_404(request, scope)
-    frames = await _services(request).store.read_events(scope, session_id, 0)
     totals: dict[str, float] = {}
     runs = 0
-    for raw in frames:
-        if b'"usage"' not in raw:  # cheap filter before parsing
-            continue
-        frame = orjson.loads(raw)
-        usage = frame.get("usage")
-        ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
-        if (ends_run or frame.get("type") == "chat_response") and usage:
-            runs += 1
-            for key, value in usage.items():
-                totals[key] = totals.get(key, 0) + value
+    async for page, _ in events_in_pages(_services(request).store, scope, session_id, 0):
+        for raw in page:
+            if b'"usage"' not in raw:  # cheap filter before parsing
+                continue
+            frame = orjson.loads(raw)
+            usage = frame.get("usage")
+            ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
+            if (ends_run or frame.get("type") == "chat_response") and usage:
+                runs += 1
+                for key, value in usage.items():
+                    totals[key] = totals.get(key, 0) + value
     if "cost" in totals:
         totals["cost"] = round(totals["cost"], 6)
     return _json({"session_id": session_id, "runs": runs, "usage": totals})

@@ -30,6 +30,7 @@ from server.protocol import (
     whole_number,
 )
 from server.services import Services
+from server.storage.base import events_in_pages
 
 __all__ = ["websocket_endpoint"]
 
@@ -127,23 +128,25 @@ async def _attach(
     # from the session's own last_seq, none of them skipped.
     last_seq = snapshot["last_seq"]
     replayed_up_to = last_seq if after_seq is None else min(after_seq, last_seq)
-    while after_seq is not None:
+    if after_seq is not None:
+        pages = events_in_pages(
+            services.store,
+            live.scope,
+            live.session_id,
+            replayed_up_to,
+            events=REPLAY_PAGE,
+            max_bytes=REPLAY_BYTES,
+        )
         try:
-            page = await services.store.read_events(
-                live.scope, live.session_id, replayed_up_to, REPLAY_PAGE, max_bytes=REPLAY_BYTES
-            )
+            async for page, last in pages:
+                for sent, raw in enumerate(page, 1):
+                    await websocket.send_text(raw.decode())
+                    if sent % FRAMES_PER_TURN == 0:
+                        await asyncio.sleep(0)  # let the others run between two runs of frames
+                replayed_up_to = last
         except StorageError:
             error = error_frame("storage_error", "Stored events could not be read.")
             await websocket.send_text(_dumps(error))
-            break
-        for sent, raw in enumerate(page, 1):
-            await websocket.send_text(raw.decode())
-            if sent % FRAMES_PER_TURN == 0:
-                await asyncio.sleep(0)  # let the others run between two runs of frames
-        if page:
-            replayed_up_to = int(orjson.loads(page[-1])["seq"])
-        if len(page) < REPLAY_PAGE and sum(map(len, page)) <= REPLAY_BYTES:
-            break  # neither bound cut the page short: nothing more is stored
     conn.release(replayed_up_to)
 
 

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast
 
+import orjson
+
 from agent.errors import StorageError
 from agent.messages import Message, ToolCall
 
@@ -27,6 +29,7 @@ __all__ = [
     "Store",
     "UnfinishedRun",
     "WritesInOrder",
+    "events_in_pages",
     "message_from_api",
     "message_to_api",
 ]
@@ -325,6 +328,27 @@ class WritesInOrder:
 
 
 _OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "phase")
+
+
+async def events_in_pages(
+    store: Store,
+    scope: Scope,
+    session_id: str,
+    after_seq: int,
+    *,
+    events: int = 500,
+    max_bytes: int = 4 << 20,
+) -> AsyncIterator[tuple[list[bytes], int]]:
+    """A session's stored events after `after_seq`, a page at a time with the `seq` of its
+    last event: pages of `events`, or fewer once past `max_bytes`, so that a long session (or
+    one of large tool results) is never held whole in memory."""
+    while True:
+        page = await store.read_events(scope, session_id, after_seq, events, max_bytes=max_bytes)
+        if page:
+            after_seq = int(orjson.loads(page[-1])["seq"])
+            yield page, after_seq
+        if len(page) < events and sum(map(len, page)) <= max_bytes:
+            return  # neither bound ended the page: nothing more is stored
 
 
 def message_to_api(message: Message, message_id: str, sequence: int, ts: int) -> dict[str, Any]:
