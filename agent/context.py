@@ -43,6 +43,7 @@ _RECALL_CAP_CHARS = 8000
 _CACHE_SIZE = 20_000
 # Large results cut lately: every call of a run sends them again, and cutting one counts its
 # tokens some fifteen times (a run reading five 230 KB files spent 80 ms per call on it).
+# Each keeps only its cut head (~16 KB at the default `tool_result_tokens`).
 _CUTS_KEPT = 64
 
 
@@ -129,8 +130,10 @@ class ContextWindow:
     def __init__(self, counter: TokenCounter, limits: ContextLimits) -> None:
         self._counter = counter
         self._limits = limits
-        self._cache: dict[Message, int] = {}
-        self._cuts: dict[Message, tuple[Message, dict[str, Any] | None]] = {}
+        # Keyed by digests, not by the messages: a key would keep a message's text alive (a
+        # process that has counted many large results would hold them all).
+        self._cache: dict[tuple[int, int], int] = {}
+        self._cuts: dict[tuple[str, int, int], tuple[Message | None, dict[str, Any] | None]] = {}
 
     @property
     def window_tokens(self) -> int:
@@ -213,9 +216,10 @@ class ContextWindow:
             cache.clear()
         total = 0
         for message in messages:
-            tokens = cache.get(message)
+            key = (hash(message), len(message.content))
+            tokens = cache.get(key)
             if tokens is None:
-                tokens = cache[message] = message_tokens(self._counter, message)
+                tokens = cache[key] = message_tokens(self._counter, message)
             total += tokens
         return total
 
@@ -225,21 +229,25 @@ class ContextWindow:
         limit = self._limits.tool_result_tokens
         if self._tokens([message]) <= limit:  # cached: a quick upper bound of the content
             return message
-        cut = self._cuts.get(message)
+        key = (message.tool_call_id, len(message.content), hash(message.content))
+        cut = self._cuts.get(key)
         if cut is None:
-            cut = self._cuts[message] = self._cut_anew(message, limit)
+            cut = self._cuts[key] = self._cut_anew(message, limit)
             if len(self._cuts) > _CUTS_KEPT:
                 del self._cuts[next(iter(self._cuts))]
         shortened, entry = cut
-        if entry is not None:
-            report.compressed.append(dict(entry))
+        if shortened is None or entry is None:
+            return message
+        report.compressed.append(dict(entry))
         return shortened
 
-    def _cut_anew(self, message: Message, limit: int) -> tuple[Message, dict[str, Any] | None]:
+    def _cut_anew(
+        self, message: Message, limit: int
+    ) -> tuple[Message | None, dict[str, Any] | None]:
         """The result cut to `limit` tokens, and what a report says of it (None: it fits)."""
         size = self._counter.count(message.content)
         if size <= limit:
-            return message, None
+            return None, None
         keep = _head(message.content, self._counter, limit)
         marker = (
             f"\n[… cut to fit: this result has {size} tokens. Call {RECALL_DETAILS} with "

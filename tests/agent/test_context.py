@@ -3,6 +3,9 @@ and never separate a tool call from its result."""
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -284,3 +287,25 @@ def test_a_result_cut_once_is_not_counted_again_at_the_next_call():
     counter.calls = 0
     assert window.build("sys", conversation, "now", earlier=earlier) == first
     assert counter.calls == 0
+
+
+def test_the_window_keeps_no_counted_message_alive():
+    """Its caches are keyed by digests: a process that counted many large results must not
+    hold their text (only the heads of the results it cut lately)."""
+    window = ContextWindow(COUNTER, ContextLimits(window_tokens=4_000, reserve_tokens=0))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        conversation = [
+            m
+            for i in range(12)
+            for m in _run(f"r{i}", f"task {i}", 1, result=f"{i} " + "page text " * 10_000)
+        ] + _run("now", "the task now", 0)
+        messages, report = window.build("sys", conversation, "now")
+        assert report.compressed and report.dropped_messages
+        del conversation, messages
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 400_000  # the 12 results were 1.2 MB; their cut heads are ~0.2 MB
