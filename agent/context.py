@@ -131,7 +131,8 @@ class ContextWindow:
         self._counter = counter
         self._limits = limits
         # Keyed by digests, not by the messages: a key would keep a message's text alive (a
-        # process that has counted many large results would hold them all).
+        # process that has counted many large results would hold them all). Two messages
+        # with one digest (64-bit hashes and the same length) are not to be expected.
         self._cache: dict[tuple[int, int], int] = {}
         self._cuts: dict[tuple[str, int, int], tuple[Message | None, dict[str, Any] | None]] = {}
 
