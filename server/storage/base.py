@@ -372,12 +372,20 @@ def message_to_api(message: Message, message_id: str, sequence: int, ts: int) ->
 
 
 def message_from_api(body: dict[str, Any]) -> Message:
-    """Inverse of `message_to_api`."""
+    """Inverse of `message_to_api`. Spelled out field by field: a run reads its session's
+    whole conversation with it, thousands of messages in a long session."""
+    get = body.get
+    calls = get("tool_calls")
     return Message(
         role=body["role"],
         content=body["content"],
-        tool_calls=tuple(
-            ToolCall(c["id"], c["name"], c["arguments"]) for c in body.get("tool_calls", ())
-        ),
-        **{name: body.get(name) for name in _OPTIONAL_FIELDS},
+        tool_calls=tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in calls)
+        if calls
+        else (),
+        tool_call_id=get("tool_call_id"),
+        tool_name=get("tool_name"),
+        phase=get("phase"),
+        status=get("status"),
+        error=get("error"),
+        run_id=get("run_id"),
     )
