@@ -200,10 +200,9 @@ async def _run_tool(
             )
             result = await ctx.tools.call(call.name, args, context)
         # A result the wire cannot carry is the tool's failure, not the run's.
-        result = _bounded(result, orjson.dumps(result), ctx.limits.tool_result_max_bytes)
+        result = _bounded(result, ctx.limits.tool_result_max_bytes)
     except (ToolError, ModelBehaviorError) as exc:
-        error = str(exc)
-        error = _bounded(error, orjson.dumps(error), ctx.limits.tool_result_max_bytes)
+        error = _bounded(str(exc), ctx.limits.tool_result_max_bytes)
         return _Outcome(False, error, _ms_since(started))
     except TimeoutError:
         limit = ctx.limits.tool_timeout_s
@@ -263,7 +262,7 @@ async def _ask(
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
-    answer = _bounded(answer, orjson.dumps(answer), ctx.limits.tool_result_max_bytes)
+    answer = _bounded(answer, ctx.limits.tool_result_max_bytes)
     await ctx.sink.emit(UserAnswered(step, call.id, answer))
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 
@@ -314,10 +313,12 @@ def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _bounded(value: Any, encoded: bytes, limit: int) -> Any:
-    """`value` when its JSON (`encoded`) fits in `limit` bytes; else its text (the string, or
-    the JSON) cut to fit, with a note that says so. The result goes to the model, the store and
-    every watcher in one frame, which must stay within what a WebSocket client accepts."""
+def _bounded(value: Any, limit: int) -> Any:
+    """`value` when its JSON fits in `limit` bytes; else its text (the string, or the JSON)
+    cut to fit, with a note that says so. The result goes to the model, the store and every
+    watcher in one frame, which must stay within what a WebSocket client accepts. Raises when
+    `value` is no JSON at all."""
+    encoded = orjson.dumps(value)
     if len(encoded) <= limit:
         return value
     text = value if isinstance(value, str) else encoded.decode()
