@@ -163,10 +163,11 @@ class ContextWindow:
         earlier = (earlier or EarlierTurns()).of(conversation, run_id, limits.tool_result_tokens)
         head, *current = build_messages(system, conversation[len(earlier.source) :], run_id)
         bound = _byte_bound([head, *current, *extra], limits.tool_result_tokens)
-        if earlier.bytes is not None and bound is not None:
-            if earlier.bytes + bound <= report.budget:  # what the steps below would return
-                report.tokens, report.exact = earlier.bytes + bound, False
-                return [head, *earlier.body, *current, *extra], report
+        if bound is not None:
+            bound = None if earlier.bytes is None else bound + earlier.bytes
+        if bound is not None and bound <= report.budget:  # what the steps below would return
+            report.tokens, report.exact = bound, False
+            return [head, *earlier.body, *current, *extra], report
         counted = self._counted(earlier, report)
         current = [self._cut(m, report) for m in current]
         steps = _steps(current)
