@@ -149,10 +149,10 @@ class ControlStream:
         Indices into the text move with it; a scan or a fence search that began before the
         cut belongs to a candidate already decided, and is dropped."""
         text = self._text
-        if self._block_end is not None and self._block_end < self._pos:
+        if self._block_end is not None:  # it never lies past `_pos`: a block read is decided
             blank = not text[self._block_end : self._pos].strip()
             self._block_end = self._pos if blank else None
-        cut = self._pos if self._block_end is None else min(self._pos, self._block_end)
+        cut = self._pos
         while cut > 0 and text[cut - 1] in " \t":
             cut -= 1
         cut -= 1
