@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import Proc, start_agent_server, start_baseline, start_fake_llm
+from bench.procs import Proc, start_agent_server, start_baseline, start_fake_llm, start_relay
 from bench.wsclient import WSConn, connect
 
 __all__ = ["Bench", "Sizes", "Window", "connect_many"]
@@ -111,7 +111,8 @@ class Bench:
         self._http = httpx.AsyncClient(base_url=f"http://{self.llm.address}", timeout=30)
 
     async def server(self, name: str) -> Proc:
-        """The long-lived process `name`: "agent" (SQLite), "agent_nostore", "baseline"."""
+        """The long-lived process `name`: "agent" (SQLite), "agent_nostore", "baseline",
+        "relay"."""
         if name not in self.servers:
             self.servers[name] = await self.fresh(name)
         return self.servers[name]
@@ -122,6 +123,8 @@ class Bench:
         llm = self.llm
         if name == "baseline":
             return await asyncio.to_thread(start_baseline, self.workdir)
+        if name == "relay":
+            return await asyncio.to_thread(start_relay, self.workdir, llm)
         persistence = "off" if name == "agent_nostore" else "sqlite"
         return await asyncio.to_thread(
             lambda: start_agent_server(

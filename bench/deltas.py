@@ -6,7 +6,9 @@ every `pace_s`, 40 sessions at once), so every chunk becomes its own delta event
 sent like any other. Each repetition runs the same load twice, with long and with short
 replies (`LONG` and `SHORT` chunks); the difference in server CPU per run over the difference
 in delta events per run is the marginal cost of one delta event: reading its chunk from the
-model, the event, its storage and its WebSocket frame, without the run's fixed cost.
+model, the event, its storage and its WebSocket frame, without the run's fixed cost. The bare
+relay (bench/relay.py) under the same load gives the floor: a chunk read and one frame sent,
+with nothing of the agent between them.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     targets = [("sqlite", await bench.server("agent"))]
     if nostore:
         targets.append(("nostore", await bench.server("agent_nostore")))
+    targets.append(("relay", await bench.server("relay")))
     samples: dict[str, list[tuple[float | None, float | None]]] = {name: [] for name, _ in targets}
     for _ in range(bench.sizes.reps):
         for name, proc in targets:

@@ -1,4 +1,5 @@
-"""The processes a benchmark measures: the agent server, the bare baseline, the fake LLM.
+"""The processes a benchmark measures: the agent server, the bare baseline and relay, the fake
+LLM.
 
 Each runs in its own process, apart from the load-generating clients, so client CPU never
 pollutes server numbers. Server CPU comes from /proc/PID/stat (every thread, the SQLite
@@ -28,6 +29,7 @@ __all__ = [
     "start_agent_server",
     "start_baseline",
     "start_fake_llm",
+    "start_relay",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,6 +177,16 @@ def start_baseline(workdir: Path) -> Proc:
     port = free_port()
     popen = _spawn("baseline", ["-m", "bench.baseline", "--port", str(port)], workdir)
     proc = Proc("baseline", popen, port, workdir / "baseline.log")
+    proc.wait_ready()
+    return proc
+
+
+def start_relay(workdir: Path, llm: Proc) -> Proc:
+    """The bare relay (bench/relay.py), pointed at the fake LLM."""
+    port = free_port()
+    args = ["-m", "bench.relay", "--port", str(port), "--llm", llm.address]
+    popen = _spawn("relay", args, workdir)
+    proc = Proc("relay", popen, port, workdir / "relay.log")
     proc.wait_ready()
     return proc
 

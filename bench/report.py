@@ -127,6 +127,17 @@ def rows(results: dict[str, Any]) -> list[Row]:
         out.append(
             Row(b, "bare endpoint CPU per event", tp["baseline"]["server_cpu_us_per_event"], "µs")
         )
+        if "relay" in tp:
+            out += [
+                Row(
+                    b,
+                    "bare relay (the run's LLM calls, frames)",
+                    tp["relay"]["rounds_per_s"],
+                    "runs/s",
+                ),
+                Row(b, "bare relay: ratio to bare", tp["relay"]["ratio"], "×"),
+                Row(b, "bare relay: CPU per run", tp["relay"]["server_cpu_ms_per_round"], "ms"),
+            ]
         for name, label, floor in (("sqlite", "SQLite", 0.40), ("nostore", "no persistence", 0.50)):
             if name not in tp:
                 continue
@@ -152,10 +163,25 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 Row(
                     b, f"agent, {label}: CPU per run", tp[name].get("server_cpu_ms_per_round"), "ms"
                 ),
+                Row(
+                    b,
+                    f"agent, {label}: CPU per run over the relay's",
+                    tp[name].get("cpu_ratio_to_relay"),
+                    "×",
+                ),
             ]
     dl = results.get("deltas")
     if dl:
         b = f"2b delta events ({dl['sessions']} sessions, a chunk every {dl['pace_ms']:g} ms)"
+        if "relay" in dl:
+            out.append(
+                Row(
+                    b,
+                    "bare relay: CPU per delta event (marginal; the floor)",
+                    dl["relay"]["cpu_us_per_delta"],
+                    "µs",
+                )
+            )
         for name, label, most in (("sqlite", "SQLite", 30), ("nostore", "no persistence", 20)):
             if name in dl:
                 figure = dl[name]["cpu_us_per_delta"]

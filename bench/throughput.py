@@ -3,8 +3,11 @@
 Each agent client loops: `chat` (agent_max_steps 1) → ~200 `agent_reason_delta`s from a
 zero-latency fake → … → `response_complete` → next `chat`. The baseline (bench/baseline.py)
 sends the same number of frames of the same size per round trip, orjson-encoded, yielding
-after each send. The repetitions interleave the servers (baseline, SQLite, no store), so a
-noisy neighbour hits all of them alike, and each ratio is taken within one repetition.
+after each send. The bare relay (bench/relay.py) makes the run's two LLM requests and
+forwards what it reads, nothing else: the agent's CPU per run over the relay's is what the
+agent costs beyond reading its model and sending frames. The repetitions interleave the
+servers (baseline, relay, SQLite, no store), so a noisy neighbour hits all of them alike, and
+each ratio is taken within one repetition.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ STOP = b'{"type":"agent_control","action":"stop"}'
 DONE = b'{"type":"response_complete"'
 ERROR = b'{"type":"error"'
 SESSION = b'{"type":"session"'
+_DIGITS = {"ratio": 4, "cpu_ratio_to_relay": 3, "server_cpu_ms_per_round": 2}
 MARK = b"tok "  # the fake's "deltas" profile streams this many times per run
 DELTA = b'_delta"'  # counted in deltas only: a run's last events repeat its text at once
 
@@ -169,6 +173,7 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     await bench.llm_default({"kind": "deltas", "deltas": 200})
     frames, size, marks = await frames_per_run(bench)
     baseline = await bench.server("baseline")
+    relay = await bench.server("relay")
     targets: list[tuple[str, Proc]] = [("sqlite", await bench.server("agent"))]
     if nostore:
         try:
@@ -180,14 +185,20 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
     reps: list[dict[str, Any]] = []
     for _ in range(bench.sizes.reps):
         rep = {"baseline": await measure(bench, baseline, base_path, False, conns)}
-        for name, proc in targets:
+        for name, proc in [("relay", relay), *targets]:
             rep[name] = await measure(bench, proc, "/ws", True, conns, marks)
             rep[name]["ratio"] = rep[name]["events_per_s"] / rep["baseline"]["events_per_s"]
+        for name, _ in targets:
+            rep[name]["cpu_ratio_to_relay"] = (
+                rep[name]["server_cpu_ms_per_round"] / rep["relay"]["server_cpu_ms_per_round"]
+                if rep["relay"]["server_cpu_ms_per_round"]
+                else None
+            )
         reps.append(rep)
     out: dict[str, Any] = {"frames_per_run": frames, "bytes_per_frame": size, "conns": conns}
-    for name in ["baseline", *(n for n, _ in targets)]:
+    for name in ["baseline", "relay", *(n for n, _ in targets)]:
         out[name] = {
-            key: summarize((r[name][key] for r in reps), 4 if "ratio" in key else 1)
+            key: summarize((r[name][key] for r in reps), _DIGITS.get(key, 1))
             for key in (
                 "events_per_s",
                 "rounds_per_s",
@@ -198,6 +209,7 @@ async def run(bench: Bench, nostore: bool = True) -> dict[str, Any]:
                 "server_cpu_ms_per_round",
                 "events_per_round",
                 *(("ratio",) if name != "baseline" else ()),
+                *(("cpu_ratio_to_relay",) if name not in ("baseline", "relay") else ()),
             )
         }
         out[name]["errors"] = sum(r[name]["errors"] for r in reps)
