@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from typing import Any
 
 import pytest
@@ -336,6 +337,10 @@ async def _blob(args: _BlobArgs, context: ToolContext) -> Any:
         raise ToolError("the disk said: " + "no " * 2_000)
     if args.kind == "object":
         return {"rows": [{"id": n, "name": "é" * 20} for n in range(400)]}
+    if args.kind == "odd-error":  # a file name that is not UTF-8, as os.listdir gives it
+        raise ToolError("cannot read " + os.fsdecode(b"notes-\xff.txt"))
+    if args.kind == "odd-text":
+        return "found " + os.fsdecode(b"notes-\xfe.txt")
     return "line\n" * 3_000 if args.kind == "text" else "short"
 
 
@@ -358,6 +363,22 @@ async def test_a_tool_result_or_error_past_the_limit_is_cut_with_a_note(harness:
     observe_call = [c for c in harness.model.calls if c.phase == "observe"][-1]
     sent = {m.tool_call_id: m.content for m in observe_call.messages if m.role == "tool"}
     assert sent[calls[0].id] == text and sent[calls[1].id] == obj  # the model read the same
+
+
+async def test_a_tool_text_that_is_not_unicode_is_carried_escaped(harness: Harness):
+    # A lone surrogate (a file name that is not UTF-8) fits no JSON: the text goes on with it
+    # escaped, and the run goes on, whether the tool returned it or failed with it.
+    harness.tools.append(Tool("blob", "Return a big result.", _BlobArgs, _blob))
+    calls = [FakeToolCall("blob", {"kind": k}) for k in ("odd-text", "odd-error")]
+    harness.model.script("act", act(*calls))
+    harness.model.script("observe", observe("Read it.", final="Done."))
+    record = await harness.run("read the odd file")
+
+    (completed,) = record.of(ToolCompleted)
+    assert completed.result == "found notes-\\udcfe.txt"
+    (failed,) = record.of(ToolFailed)
+    assert failed.error == "cannot read notes-\\udcff.txt"
+    assert record.of(RunCompleted)[-1].final_answer == "Done."
 
 
 async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):
