@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from agent.approval import approve_calls
+from agent.bounded import bounded
 from agent.context import RECALL_DETAILS, recall
 from agent.control import PendingQuestion
 from agent.elicitation import make_ask
@@ -200,9 +201,9 @@ async def _run_tool(
             )
             result = await ctx.tools.call(call.name, args, context)
         # A result the wire cannot carry is the tool's failure, not the run's.
-        result = _bounded(result, ctx.limits.tool_result_max_bytes)
+        result = bounded(result, ctx.limits.tool_result_max_bytes)
     except (ToolError, ModelBehaviorError) as exc:
-        error = _bounded(str(exc), ctx.limits.tool_result_max_bytes)
+        error = bounded(str(exc), ctx.limits.tool_result_max_bytes)
         return _Outcome(False, error, _ms_since(started))
     except TimeoutError:
         limit = ctx.limits.tool_timeout_s
@@ -262,7 +263,7 @@ async def _ask(
         await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
-    answer = _bounded(answer, ctx.limits.tool_result_max_bytes)
+    answer = bounded(answer, ctx.limits.tool_result_max_bytes)
     await ctx.sink.emit(UserAnswered(step, call.id, answer))
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 
@@ -311,43 +312,6 @@ async def _cancel_all(tasks: Sequence[asyncio.Task[_Outcome]]) -> None:
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
-
-
-def _bounded(value: Any, limit: int) -> Any:
-    """`value` when its JSON fits in `limit` bytes; else its text (the string, or the JSON)
-    cut to fit, with a note that says so. The result goes to the model, the store and every
-    watcher in one frame, which must stay within what a WebSocket client accepts. Raises when
-    `value` is no JSON at all."""
-    try:
-        encoded = orjson.dumps(value)
-    except orjson.JSONEncodeError:  # a lone surrogate, or no JSON at all: then it raises again
-        value = _escaped(value)
-        encoded = orjson.dumps(value)
-    if len(encoded) <= limit:
-        return value
-    text = value if isinstance(value, str) else encoded.decode()
-    keep = max(0, limit - 200)  # characters; fewer when they take more bytes than one each
-    while True:
-        kept = text[:keep]
-        note = (
-            f"\n\n[Cut here: the result had {len(encoded):,} bytes as JSON; "
-            f"the {len(kept.encode()):,} above are its beginning.]"
-        )
-        if keep <= 0 or len(orjson.dumps(kept + note)) <= limit:
-            return kept + note
-        keep = keep * 3 // 4
-
-
-def _escaped(value: Any) -> Any:
-    """`value` with every lone surrogate in its text written as its escape (`\\udcff`): a
-    file name that is not UTF-8 (`os.fsdecode`) is text no JSON can carry."""
-    if isinstance(value, str):
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    if isinstance(value, dict):
-        return {_escaped(key): _escaped(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_escaped(item) for item in value]
-    return value
 
 
 def _ms_since(started: float) -> int:

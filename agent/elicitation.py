@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from agent.bounded import bounded
 from agent.control import PendingQuestion
 from agent.events import InputRequested, InputTimedOut
 from agent.messages import ToolCall
@@ -22,6 +23,7 @@ def make_ask(
     to the person; None when they did not answer in time (the run is then ending)."""
 
     async def ask(question: str) -> str | None:
+        question = bounded(question, ctx.limits.tool_result_max_bytes)  # the server's text
         loop = asyncio.get_running_loop()
         when = deadline.when()
         remaining = None if when is None else when - loop.time()

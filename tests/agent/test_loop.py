@@ -23,6 +23,7 @@ from agent.events import (
     ChatDelta,
     ChatDone,
     FinishVerified,
+    InputRequested,
     ObserveDone,
     ReasonDone,
     RunCompleted,
@@ -379,6 +380,29 @@ async def test_a_tool_text_that_is_not_unicode_is_carried_escaped(harness: Harne
     (failed,) = record.of(ToolFailed)
     assert failed.error == "cannot read notes-\\udcff.txt"
     assert record.of(RunCompleted)[-1].final_answer == "Done."
+
+
+async def _asking(args: _BlobArgs, context: ToolContext) -> Any:
+    odd = os.fsdecode(b"notes-\xff.txt")
+    return await context.extra["ask"](f"Open {odd}? " + "Please say. " * 500)
+
+
+async def test_a_question_a_tool_puts_is_escaped_and_cut_like_its_result(harness: Harness):
+    # An MCP server's elicitation message is the server's text: it reaches the person within
+    # the same bound as a result, and text JSON cannot hold does not fail the run's store.
+    harness.tools.append(Tool("asking", "Ask the person.", _BlobArgs, _asking))
+    harness.model.script("act", act(FakeToolCall("asking", {"kind": "x"})))
+    harness.model.script("observe", observe("Asked.", final="Done."))
+    task = harness.start("ask me", tool_result_max_bytes=2_000)
+    await harness.record.wait_for(lambda: bool(harness.record.of(InputRequested)))
+    (asked,) = harness.record.of(InputRequested)
+    assert asked.question.startswith("Open notes-\\udcff.txt? Please say.")
+    assert asked.question.endswith("are its beginning.]")
+    assert len(json.dumps(asked.question, ensure_ascii=False).encode()) <= 2_000
+    assert harness.control.answer("Yes.")
+    async with asyncio.timeout(5):
+        await task
+    assert [e.result for e in harness.record.of(ToolCompleted)] == ["Yes."]
 
 
 async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):
