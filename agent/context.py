@@ -183,7 +183,7 @@ class ContextWindow:
         total = rest + counted.tokens - counted.dropped_tokens[turns]
         collapsible = (i for i, s in enumerate(steps[1:], start=1) if not _is_summary(s))
         while len(steps) > limits.keep_recent_steps + 1 and total > report.budget:
-            index = next(collapsible)
+            index = next(collapsible, len(steps))  # none left: nothing more to collapse
             if index >= len(steps) - limits.keep_recent_steps:
                 break
             steps[index] = [_summarize_step(steps[index])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -63,3 +64,60 @@ def test_a_module_tool_may_not_take_a_built_in_name(tmp_path: Path, module_dir: 
     )
     with pytest.raises(ConfigError, match="'get_current_time' of python:clash_tools"):
         create_app(settings)
+
+
+ODD_NAMES = '''
+import os
+
+from agent.errors import ToolError
+from agent.tools.python import tool
+
+
+@tool
+def list_folder(path: str) -> list[str]:
+    """The names in a folder."""
+    return sorted(os.listdir(path))
+
+
+@tool
+def open_first(path: str) -> str:
+    """Fail to open the folder's first file."""
+    raise ToolError(f"cannot open {sorted(os.listdir(path))[0]}")
+'''
+
+
+async def test_file_names_that_are_not_utf8_reach_the_client_escaped_and_stored(
+    server_factory, fake_llm: FakeLLM, module_dir: Path, tmp_path: Path
+):
+    # A real folder holding a name that is not UTF-8: Python gives it a lone surrogate, which
+    # no JSON carries. The result and the error arrive escaped, are stored, and the run ends
+    # well (a tool error with such text used to end it as an internal error).
+    folder = _folder_with_an_odd_name(tmp_path)
+    (module_dir / "odd_tools.py").write_text(ODD_NAMES)
+    listed = FakeToolCall("list_folder", {"path": str(folder)})
+    opened = FakeToolCall("open_first", {"path": str(folder)})
+    fake_llm.script("act", act(listed, opened))
+    tools = {"enabled": [], "modules": ["odd_tools"], "modules_dir": str(module_dir)}
+    async with server_factory(tools=tools) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("what is in the folder?")
+        async with await s.client(session_id=session, after_seq=0) as again:
+            await again.recv()
+            replayed = await again.until("response_complete")
+    for run in (frames, replayed):
+        done = next(f for f in run if kind(f) == "tool_complete")
+        failed = next(f for f in run if kind(f) == "tool_error")
+        assert done["result"] == ["notes-\\udcff.txt"]
+        assert failed["error"] == "cannot open notes-\\udcff.txt"
+        assert [kind(f) for f in run if kind(f) in ("error", "agent_completion")] == [
+            "agent_completion"
+        ]
+
+
+def _folder_with_an_odd_name(tmp_path: Path) -> Path:
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    with open(os.path.join(os.fsencode(folder), b"notes-\xff.txt"), "wb") as odd:
+        odd.write(b"x")
+    return folder
