@@ -23,11 +23,10 @@ import uuid
 import aiohttp
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from bench.baseline import healthz
 from server.cli import uvicorn_config
 from server.runner import AgentServer
 from server.settings import load_settings
@@ -136,9 +135,6 @@ def build_app(relay: Relay) -> Starlette:
         finally:
             if running is not None:
                 running.cancel()
-
-    async def healthz(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok"})
 
     return Starlette(routes=[WebSocketRoute("/ws", stream), Route("/healthz", healthz)])
 
