@@ -27,7 +27,7 @@ from agent.errors import StorageError
 from agent.ports import ToolSpec
 from server.agui_events import Translator
 from server.live import LiveSession
-from server.protocol import ChatFrame, ProtocolError
+from server.protocol import ChatFrame, ProtocolError, check_echo_fits
 from server.services import Services
 from server.storage.base import Scope
 
@@ -265,6 +265,7 @@ async def _begin(
             raise _Refused(409, "not_awaiting_input", "The run has already ended.")
         return live.run.run_id, step
     frame = _chat_frame(run_input)
+    check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
     return await services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
 
 

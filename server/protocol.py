@@ -24,6 +24,7 @@ __all__ = [
     "ProtocolError",
     "ToolDecisionFrame",
     "UserInputFrame",
+    "check_echo_fits",
     "error_frame",
     "event_frame",
     "parse_client_frame",
@@ -157,6 +158,31 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
             "invalid_message", "content: must not be empty or only white space.", frame_id
         )
     return frame  # type: ignore[return-value]
+
+
+def check_echo_fits(frame: ChatFrame, session_id: str, limit: int) -> None:
+    """Refuse a `chat` whose echo, `agent_user_message`, would be a frame over `limit`.
+
+    The echo carries the content with the run's envelope, so a `content` within a few hundred
+    bytes of the inbound limit makes a frame over it: a client library that accepts frames as
+    large as it may send (`websockets`' default 1 MiB is the server's default limit) closes
+    on it, and again on every replay.
+    """
+    if len(frame.content) * 6 + 2048 <= limit:  # a character is at most 6 bytes as JSON
+        return
+    echo = UserMessage("", False, "continue", frame.id)  # the longest envelope
+    envelope = len(orjson.dumps(event_frame(echo, session_id, "0" * 32, 10**13)))
+    envelope += len(str(MAX_WHOLE_NUMBER)) - 1  # `seq`, 0 until the store numbers it
+    room = limit - envelope
+    size = len(orjson.dumps(frame.content)) - 2  # its quotes are in the envelope's ""
+    if size > room:
+        raise ProtocolError(
+            "invalid_message",
+            f"content: {size} bytes as JSON, at most {room} here: its echo "
+            f"(agent_user_message) must fit in one frame of {limit} bytes "
+            "(server.max_message_bytes).",
+            frame.id,
+        )
 
 
 def _describe(exc: ValidationError) -> str:

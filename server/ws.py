@@ -25,6 +25,7 @@ from server.protocol import (
     ChatFrame,
     ProtocolError,
     ToolDecisionFrame,
+    check_echo_fits,
     error_frame,
     parse_client_frame,
     whole_number,
@@ -215,6 +216,7 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
     frame = parse_client_frame(text)
     try:
         if isinstance(frame, ChatFrame):
+            check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
             await services.hub.start_run(live, frame)
         elif isinstance(frame, AgentControlFrame):
             if frame.action == "stop":

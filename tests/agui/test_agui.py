@@ -431,3 +431,22 @@ async def test_a_stop_sent_as_the_run_starts_cancels_it_cleanly(server, fake_llm
     assert events[-1].outcome.type == "cancelled"
     async with await server.client(session_id=thread) as ws:
         assert (await ws.recv())["status"] == "idle"  # the thread takes its next run
+
+
+async def test_a_message_whose_echo_would_pass_the_frame_limit_is_refused(server_factory):
+    """The body fits `server.max_message_bytes`, but the run's `agent_user_message` (what a
+    WebSocket client watching the thread gets) would not: refused like the WS `chat`."""
+    limit = 4096
+    thread = "t" * 128
+    body = run_input(thread, "")
+    spare = limit - 10 - len(json.dumps(body).encode())
+    body["messages"][0]["content"] = "x" * spare
+    assert len(json.dumps(body).encode()) < limit
+    async with server_factory(server={"max_message_bytes": limit}) as running:
+        async with httpx.AsyncClient(timeout=10) as http:
+            refused = await http.post(f"http://{running.address}/agui", json=body)
+            body["messages"][0]["content"] = "x" * (spare - 200)
+            events = await post(running.address, body)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "invalid_message" and "agent_user_message" in refused.text
+    assert events[-1].type == EventType.RUN_FINISHED

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
+
 import pytest
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.fakes.client import Client, kind
@@ -130,3 +135,36 @@ async def test_origin_not_allowed_is_refused_before_upgrade(server):
     ok = await Client.connect(server.address, headers={"Origin": "http://localhost:8765"})
     assert (await ok.recv())["type"] == "session"
     await ok.close()
+
+
+async def test_a_chat_whose_echo_would_pass_the_limit_is_refused_and_one_that_fits_runs(
+    server_factory, fake_llm: FakeLLM
+):
+    """A client whose library takes frames as large as the limit it sends within (as
+    `websockets`' default 1 MiB is the server's default) never gets a frame it closes on."""
+    fake_llm.script("chat", Reply(chunks=["ok"]))
+    limit = 4096
+    async with server_factory(server={"max_message_bytes": limit}) as s:
+        url = f"ws://{s.address}/ws"
+        async with connect(url, max_size=limit) as ws:
+            session = json.loads(await ws.recv())
+            big = {"type": "chat", "content": "é" * 1990, "agent_mode": False, "id": "c1"}
+            assert len(json.dumps(big, ensure_ascii=False).encode()) < limit  # a frame it may send
+            await ws.send(json.dumps(big, ensure_ascii=False))
+            error = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            assert (error["type"], error["code"], error["id"]) == ("error", "invalid_message", "c1")
+            room = int(re.search(r"at most (\d+)", error["message"])[1])
+            assert f"{limit} bytes" in error["message"]
+            fits = {**big, "content": "é" * (room // 2)}
+            await ws.send(json.dumps(fits, ensure_ascii=False))
+            frames = [json.loads(await asyncio.wait_for(ws.recv(), 5))]
+            while frames[-1]["type"] != "response_complete":
+                frames.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
+        echo = frames[0]
+        assert echo["update_type"] == "agent_user_message" and echo["content"] == fits["content"]
+        assert [f["type"] for f in frames].count("chat_response") == 1
+        query = f"session_id={session['session_id']}&after_seq=0"
+        async with connect(f"{url}?{query}", max_size=limit) as ws:  # and so does a replay
+            await ws.recv()
+            replayed = json.loads(await asyncio.wait_for(ws.recv(), 5))
+        assert replayed == echo
