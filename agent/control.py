@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.events import StopReason
+from agent.validation import quoted
 
-__all__ = ["Decision", "DecisionError", "PendingApproval", "PendingQuestion", "RunControl"]
+__all__ = [
+    "Decision",
+    "DecisionError",
+    "PendingApproval",
+    "PendingQuestion",
+    "RunControl",
+    "already_decided",
+    "not_the_pending_call",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,19 @@ class DecisionError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def already_decided(tool_call_id: str) -> DecisionError:
+    return DecisionError(
+        "already_decided", f"The call {quoted(tool_call_id)} was already approved or denied."
+    )
+
+
+def not_the_pending_call(pending: str, got: str) -> DecisionError:
+    return DecisionError(
+        "unknown_tool_call",
+        f"tool_call_id: the call waiting for approval is {pending!r} (got {quoted(got)}).",
+    )
 
 
 class RunControl:
@@ -119,17 +141,11 @@ class RunControl:
         be taken (nothing pending, another call pending, this call already decided)."""
         pending = self.pending_approval
         if tool_call_id in self._decided:
-            raise DecisionError(
-                "already_decided", f"The call {tool_call_id!r} was already approved or denied."
-            )
+            raise already_decided(tool_call_id)
         if pending is None or self._decision is None or self._decision.done():
             raise DecisionError("not_awaiting_approval", "No tool call is waiting for approval.")
         if pending.tool_call_id != tool_call_id:
-            raise DecisionError(
-                "unknown_tool_call",
-                f"tool_call_id: the call waiting for approval is {pending.tool_call_id!r} "
-                f"(got {tool_call_id!r}).",
-            )
+            raise not_the_pending_call(pending.tool_call_id, tool_call_id)
         self._decided.add(tool_call_id)
         self.pending_approval = None
         self._decision.set_result(decision)

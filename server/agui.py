@@ -25,6 +25,7 @@ from starlette.responses import Response, StreamingResponse
 
 from agent.errors import StorageError
 from agent.ports import ToolSpec
+from agent.validation import describe_errors
 from server.agui_events import Translator
 from server.live import LiveSession
 from server.protocol import ChatFrame, ProtocolError, check_echo_fits
@@ -109,9 +110,38 @@ async def _read_input(request: Request, limit: int) -> RunAgentInput:
         if len(body) > limit:
             raise _Refused(413, "invalid_message", f"The body is over {limit} bytes.")
     try:
-        return RunAgentInput.model_validate_json(body)
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _Refused(400, "invalid_message", f"The body is not valid JSON: {exc}.") from None
+    _check_counts(data)
+    try:
+        return RunAgentInput.model_validate(data)
     except ValidationError as exc:
-        raise _Refused(400, "invalid_message", f"Not a RunAgentInput: {exc}") from None
+        problems = "; ".join(describe_errors(exc, root="body"))
+        raise _Refused(400, "invalid_message", f"Not a RunAgentInput: {problems}.") from None
+
+
+_MOST_ITEMS = {"messages": 10_000, "tools": 1_024, "context": 1_024, "resume": 1_024}
+_MOST_PARTS = 1_024  # of one message's content
+
+
+def _check_counts(data: object) -> None:
+    """Refuse lists longer than any client sends before validating them: validation costs
+    per item, and a 1 MiB body of 400,000 wrong items would cost a second of the event loop."""
+    if not isinstance(data, dict):
+        return
+    for key, most in _MOST_ITEMS.items():
+        items = data.get(key)
+        if isinstance(items, list) and len(items) > most:
+            raise _Refused(400, "invalid_message", f"{key}: at most {most} (got {len(items)}).")
+    for n, message in enumerate(data.get("messages") or ()):
+        parts = message.get("content") if isinstance(message, dict) else None
+        if isinstance(parts, list) and len(parts) > _MOST_PARTS:
+            raise _Refused(
+                400,
+                "invalid_message",
+                f"messages.{n}.content: at most {_MOST_PARTS} parts (got {len(parts)}).",
+            )
 
 
 async def _open(services: Services, scope: Scope, thread_id: str) -> LiveSession:
@@ -160,7 +190,8 @@ def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
             {"type": "chat", "content": _user_text(run_input), **fields}
         )
     except ValidationError as exc:
-        raise _Refused(400, "invalid_message", f"forwardedProps: {exc}") from None
+        problems = "; ".join(describe_errors(exc, root="forwardedProps"))
+        raise _Refused(400, "invalid_message", f"forwardedProps: {problems}.") from None
 
 
 def _client_tools(run_input: RunAgentInput) -> list[ToolSpec]:

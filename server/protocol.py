@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from agent.events import AgentEvent, RunStopped, UserMessage
 from agent.run import Style
-from agent.validation import describe_errors
+from agent.validation import describe_errors, quoted
 
 __all__ = [
     "MAX_WHOLE_NUMBER",
@@ -52,6 +52,7 @@ ErrorCode = Literal[
 ]
 
 MAX_WHOLE_NUMBER = 2**63 - 1  # what SQLite and MongoDB store as an integer
+MAX_TOOLS = 1024  # names in a `chat`'s `tools`: checked before its items, whatever their number
 
 
 def whole_number(raw: str) -> int | None:
@@ -96,7 +97,7 @@ class ChatFrame(_Frame):
     content: Annotated[StrictStr, Field(min_length=1)]
     agent_mode: StrictBool | None = None
     agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
-    tools: list[StrictStr] | None = None
+    tools: Annotated[list[StrictStr], Field(max_length=MAX_TOOLS)] | None = None
     agent_style: Style | None = None
 
 
@@ -147,7 +148,7 @@ def parse_client_frame(raw: str | bytes) -> ClientFrame:
     model = _FRAMES.get(kind) if isinstance(kind, str) else None
     if model is None:  # checked before the other fields, `id` among them
         expected = ", ".join(_FRAMES)
-        got = "no type" if "type" not in data else f"type {kind!r}"
+        got = "no type" if "type" not in data else f"type {quoted(kind)}"
         raise ProtocolError("unknown_type", f"Expected a type of {expected}; got {got}.", frame_id)
     try:
         frame = model.model_validate(data)

@@ -14,7 +14,9 @@ from typing import Any
 
 import orjson
 
+from agent import control
 from agent.control import Decision, DecisionError
+from agent.validation import quoted
 from server.live import ActiveRun, LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.storage.base import Control, ControlKind, SessionRecord, Store
@@ -28,6 +30,7 @@ __all__ = [
     "not_awaiting_input",
     "already_decided",
     "answer_elsewhere",
+    "refused",
     "stop_elsewhere",
 ]
 
@@ -44,15 +47,18 @@ def check_question(waiting: str, meant: str | None) -> None:
     if meant is not None and meant != waiting:
         raise ProtocolError(
             "not_awaiting_input",
-            f"The question of call {meant!r} is not waiting for an answer "
+            f"The question of call {quoted(meant)} is not waiting for an answer "
             f"(the one waiting is {waiting!r}).",
         )
 
 
 def already_decided(tool_call_id: str) -> ProtocolError:
-    return ProtocolError(
-        "already_decided", f"The call {tool_call_id!r} was already approved or denied."
-    )
+    return refused(control.already_decided(tool_call_id))
+
+
+def refused(exc: DecisionError) -> ProtocolError:
+    """The protocol error for a decision the run's control refused."""
+    return ProtocolError(exc.code, exc.message)  # type: ignore[arg-type]
 
 
 async def _run_elsewhere(store: Store, live: LiveSession) -> SessionRecord | None:
@@ -118,7 +124,7 @@ async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, A
         raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
     waiting = (live.pending_approval or {}).get("tool_call_id")
     if waiting is not None and waiting != call_id:
-        raise _unknown_call(waiting, call_id)
+        raise refused(control.not_the_pending_call(waiting, call_id))
     key = f"decision:{call_id}"
     decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
     if not await store.send_control(live.scope, decision, now_ms()):
@@ -141,14 +147,7 @@ def check_decision(run: ActiveRun, tool_call_id: str) -> None:
     if pending is None:
         raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
     if pending.tool_call_id != tool_call_id:
-        raise _unknown_call(pending.tool_call_id, tool_call_id)
-
-
-def _unknown_call(waiting: str, got: str) -> ProtocolError:
-    return ProtocolError(
-        "unknown_tool_call",
-        f"tool_call_id: the call waiting for approval is {waiting!r} (got {got!r}).",
-    )
+        raise refused(control.not_the_pending_call(pending.tool_call_id, tool_call_id))
 
 
 async def apply_control(live: LiveSession, control: Control) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from agent.control import Decision, DecisionError
 from server import remote
 from server.live import LiveSession
-from server.protocol import ProtocolError
 from server.storage.base import Store
 
 __all__ = ["RunControls"]
@@ -65,5 +64,5 @@ class RunControls:
         try:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
-            raise ProtocolError(exc.code, exc.message) from None  # type: ignore[arg-type]
+            raise remote.refused(exc) from None
         await live.publish([], status="running", run_id=run.run_id)

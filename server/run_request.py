@@ -12,6 +12,7 @@ from typing import Literal
 
 from agent.ports import ToolSpec
 from agent.run import Style
+from agent.validation import MOST_LINES, quoted
 from server.protocol import ChatFrame, ProtocolError
 from server.settings import AgentSettings
 
@@ -50,14 +51,16 @@ def read_request(
     tools = None if frame.tools is None else tuple(frame.tools)
     unknown = [t for t in tools or () if t not in available]
     if unknown:
-        names = ", ".join(repr(t) for t in unknown)
+        names = ", ".join(quoted(t) for t in unknown[:MOST_LINES])
+        if len(unknown) > MOST_LINES:
+            names += f" and {len(unknown) - MOST_LINES} more"
         enabled = ", ".join(available) or "none"
         raise ProtocolError(
             "invalid_message",
             f"tools: unknown tool{'s' if len(unknown) > 1 else ''} {names} (enabled: {enabled}).",
         )
     taken = {*available, "request_input"}
-    clash = ", ".join(repr(t.name) for t in client_tools if t.name in taken)
+    clash = ", ".join(quoted(t.name) for t in client_tools if t.name in taken)
     if clash:
         raise ProtocolError("invalid_message", f"tools: {clash} is a server tool's name.")
     mode = settings.default_mode if frame.agent_mode is None else frame.agent_mode

@@ -450,3 +450,32 @@ async def test_a_message_whose_echo_would_pass_the_frame_limit_is_refused(server
     assert refused.status_code == 400, refused.text
     assert refused.json()["code"] == "invalid_message" and "agent_user_message" in refused.text
     assert events[-1].type == EventType.RUN_FINISHED
+
+
+async def test_a_body_of_many_wrong_items_is_refused_in_a_few_lines(server):
+    """Validation costs per item, and a message naming every wrong one would be many times the
+    body's size: long lists are refused before validation, and a message lists ten problems."""
+    thread = uuid.uuid4().hex
+    many = run_input(thread)
+    many["messages"] = [1] * 300_000
+    parts = run_input(thread)
+    parts["messages"][0]["content"] = [1] * 300_000
+    wrong = run_input(thread)
+    wrong["messages"] = [1] * 50
+    async with httpx.AsyncClient(timeout=10) as http:
+        url = f"http://{server.address}/agui"
+        replies = [await http.post(url, json=body) for body in (many, parts, wrong)]
+        not_json = await http.post(
+            url, content=b"{nope", headers={"content-type": "application/json"}
+        )
+    for reply in [*replies, not_json]:
+        assert reply.status_code == 400 and reply.json()["code"] == "invalid_message"
+        assert len(reply.content) < 2000, reply.text[:300]
+    assert "messages: at most 10000 (got 300000)" in replies[0].text
+    assert "messages.0.content: at most 1024 parts" in replies[1].text
+    assert (
+        replies[2].json()["message"].count("messages.") == 10 and "more errors" in replies[2].text
+    )
+    assert "not valid JSON" in not_json.text
+    events = await post(server.address, run_input(thread))  # and it goes on serving
+    assert events[-1].type == EventType.RUN_FINISHED

@@ -70,6 +70,47 @@ async def test_error_messages_say_what_was_expected(server):
         assert "agent_max_steps" in typed["message"] and '"3"' in typed["message"]
 
 
+_LONG = 300_000  # items or characters: the frames below are 0.3-1 MB, under the 1 MiB limit
+
+
+@pytest.mark.parametrize(
+    ("frame", "code", "said"),
+    [
+        ({"type": "x" * _LONG}, "unknown_type", "300000 characters"),
+        ({"type": "chat", "content": "hi", "agent_mode": "y" * _LONG}, "invalid_message", "…"),
+        ({"type": "chat", "content": "hi", "tools": [1] * _LONG}, "invalid_message", "at most"),
+        (
+            {"type": "chat", "content": "hi", "tools": ["nope"] * 1000},
+            "invalid_message",
+            "and 990 more",
+        ),
+        (
+            {"type": "chat", "content": "hi", "tools": ["n" * _LONG]},
+            "invalid_message",
+            "300000 characters",
+        ),
+        (
+            {"type": "agent_tool_decision", "tool_call_id": "c" * _LONG, "approve": True},
+            "not_awaiting_approval",
+            "",
+        ),
+    ],
+)
+async def test_an_error_never_hands_a_long_input_back(server, frame, code, said):
+    """A frame near the size limit answered with its own value quoted (or a line per wrong
+    item) would be an error frame many times its size: a client library closes on it, and
+    the server spends a second building it."""
+    async with await server.client() as c:
+        await c.recv()
+        await c.send(frame)
+        raw = await asyncio.wait_for(c.ws.recv(), 5)
+        error = json.loads(raw)
+        assert (error["type"], error["code"]) == ("error", code)
+        assert len(raw) < 2000 and said in error["message"], error["message"]
+        frames = await c.run("still works")
+        assert frames[-1]["type"] == "response_complete"
+
+
 async def test_run_in_progress_and_a_binary_frame(server, fake_llm: FakeLLM):
     fake_llm.script("reason", Reply(chunks=["slow"], hang_after=0))
     async with await server.client() as c:

@@ -230,6 +230,9 @@ async def test_an_answer_naming_its_question_is_not_taken_for_the_next_one(
         refused = await c.until("error")
         assert (refused[-1]["code"], refused[-1]["id"]) == ("not_awaiting_input", "w1")
         assert first.id in refused[-1]["message"]
+        await c.send({**wrong, "tool_call_id": "c" * 500_000})  # not handed back whole
+        long = await c.until("error")
+        assert long[-1]["code"] == "not_awaiting_input" and len(long[-1]["message"]) < 300
         await c.send({"type": "agent_user_input", "content": "Lyon", "tool_call_id": first.id})
         asked = await c.until(lambda f: kind(f) == "agent_request_input")
         assert asked[-1]["tool_call_id"] == second.id

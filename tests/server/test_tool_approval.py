@@ -72,6 +72,9 @@ async def test_approve_after_a_reconnect_runs_the_call_and_errors_are_precise(
             await again.send(_decision("call_wrong", True))
             wrong = await again.recv()
             assert wrong["code"] == "unknown_tool_call" and call.id in wrong["message"]
+            await again.send(_decision("c" * 500_000, True))  # not handed back whole
+            long = await again.recv()
+            assert long["code"] == "unknown_tool_call" and len(long["message"]) < 300
             await again.send({"type": "agent_tool_decision", "tool_call_id": call.id})
             assert (await again.recv())["code"] == "invalid_message"
             await again.send(_decision(call, True))
