@@ -138,9 +138,13 @@ def _named_in_task(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
     when Reason says it can answer now (small models would answer without the tool the user
     asked for), and a finish is checked. Only names no sentence uses as a plain word count
     (`get_current_time`, `web.fetch`, not `search`)."""
-    words = {word.strip(".-") for word in _IDENTIFIER.findall(rec.task())}
+    task = rec.task()
     named = (t.name for t in tools if t.name != REQUEST_INPUT and not t.name.isalpha())
-    return [name for name in named if name in words]
+    present = [name for name in named if name in task]  # a substring search: cheap on any task
+    if not present:
+        return []
+    words = {word.strip(".-") for word in _IDENTIFIER.findall(task)}
+    return [name for name in present if name in words]
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]+")

@@ -9,8 +9,10 @@ budget is not overrun: see tests/agent/test_tokens.py for the measured bounds.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import re
+import threading
 import warnings
 from functools import lru_cache
 from typing import Any, Protocol
@@ -27,8 +29,11 @@ __all__ = [
     "message_upper_bound",
 ]
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]")
-_WORDISH = re.compile(r"[A-Za-z ]")
+# counted by runs: a long CJK text is a few matches, not one per character
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]+")
+# every byte but ASCII letters and space: deleting them from a text's ASCII leaves its
+# letters and spaces (a regex `findall` of each costs 40 times more on a long text)
+_NOT_WORDISH = bytes(b for b in range(256) if not (b < 128 and (chr(b).isalpha() or b == 32)))
 _MESSAGE_OVERHEAD = 4  # role and separators, as the chat format adds them
 
 
@@ -48,9 +53,10 @@ class EstimatedCounter:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        ascii_chars = len(text.encode("ascii", "ignore"))
-        wordish = len(_WORDISH.findall(text))
-        cjk = len(_CJK.findall(text)) if ascii_chars < len(text) else 0
+        ascii_text = text.encode("ascii", "ignore")
+        ascii_chars = len(ascii_text)
+        wordish = len(ascii_text.translate(None, _NOT_WORDISH))
+        cjk = sum(map(len, _CJK_RUN.findall(text))) if ascii_chars < len(text) else 0
         other = len(text) - ascii_chars - cjk
         return int(wordish / 4.2 + (ascii_chars - wordish) / 1.6 + cjk * 1.1 + other * 0.55) + 1
 
@@ -83,16 +89,23 @@ _CL100K = ("gpt-4", "gpt-3.5", "text-embedding-3")
 
 class LazyExactCounter:
     """An ExactCounter whose tables (~135 MiB for o200k) load on the first count, not at
-    startup: most conversations fit their window by byte size and are never counted. If the
-    tables cannot be loaded then, it estimates instead (and says so through `exact`)."""
+    startup: most conversations fit their window by byte size and are never counted.
+
+    Loading takes about half a second of CPU. Under an event loop it runs in a thread, so no
+    session stalls that long: until the tables are in, counts are estimates and `exact` is
+    False. If the tables cannot be loaded, it goes on estimating."""
 
     def __init__(self, encoding: str) -> None:
         self._name = encoding
         self._counter: TokenCounter | None = None
+        self._loading: threading.Thread | None = None
+        self._estimate = EstimatedCounter()
 
     @property
     def exact(self) -> bool:
-        return self._counter.exact if self._counter is not None else True
+        """Whether a count made now is exact."""
+        counter = self._counter
+        return counter.exact if counter is not None else False
 
     @property
     def loaded(self) -> bool:
@@ -100,9 +113,26 @@ class LazyExactCounter:
 
     def count(self, text: str) -> int:
         counter = self._counter
-        if counter is None:
-            counter = self._counter = _load(self._name)
-        return counter.count(text)
+        if counter is not None:
+            return counter.count(text)
+        if self._loading is None:
+            if not _in_event_loop():
+                self._load()
+                return self.count(text)
+            self._loading = threading.Thread(target=self._load, name="token-tables", daemon=True)
+            self._loading.start()
+        return self._estimate.count(text)
+
+    def _load(self) -> None:
+        self._counter = _load(self._name)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _load(encoding: str) -> TokenCounter:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import threading
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agent.messages import Message, ToolCall
 from agent.tokens import (
@@ -14,6 +19,7 @@ from agent.tokens import (
     message_tokens,
     message_upper_bound,
 )
+from tests.security.harness import LoopLag
 
 ENGLISH = (
     "The server runs an agent for each chat: it reasons about the question, calls the tools "
@@ -67,9 +73,10 @@ SAMPLES = {
 
 def test_openai_models_get_exact_offline_counts():
     counter = counter_for_model("gpt-4o-mini")
-    assert isinstance(counter, LazyExactCounter) and counter.exact
+    assert isinstance(counter, LazyExactCounter)
     assert counter.count("Hello world, this is a test.") == 8  # o200k_base
-    assert counter_for_model("openai/gpt-4-turbo").exact
+    assert counter.exact
+    assert isinstance(counter_for_model("openai/gpt-4-turbo"), LazyExactCounter)
 
 
 def test_other_models_get_the_estimate():
@@ -94,9 +101,22 @@ def test_a_huge_text_is_estimated_not_refused():
 
 def test_tables_load_on_the_first_count_not_before():
     counter = LazyExactCounter("o200k_base")
-    assert not counter.loaded and counter.exact
+    assert not counter.loaded and not counter.exact
     assert counter.count("Hello world, this is a test.") == 8
-    assert counter.loaded
+    assert counter.loaded and counter.exact
+
+
+async def test_under_an_event_loop_the_tables_load_in_a_thread_and_the_loop_never_stalls():
+    """Loading takes ~0.5 s of CPU: on the event loop, every session would wait for it."""
+    counter = LazyExactCounter("o200k_base")
+    text = '{"city": "Lyon", "days": [1, 2, 3]}'  # 19 tokens, estimated 16
+    async with LoopLag(tick_s=0.005) as lag:
+        assert counter.count(text) == EstimatedCounter().count(text)  # meanwhile: the estimate
+        assert not counter.exact
+        (loading,) = [t for t in threading.enumerate() if t.name == "token-tables"]
+        await asyncio.to_thread(loading.join, 30)
+    assert counter.loaded and counter.exact and counter.count(text) == 19
+    assert lag.worst < 0.2, f"the event loop stalled {lag.worst:.2f} s"
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -108,3 +128,19 @@ def test_the_byte_bound_is_never_below_a_count(name: str):
     bound = message_upper_bound(message)
     for counter in (counter_for_model("gpt-4o"), counter_for_model("gpt-4"), EstimatedCounter()):
         assert message_tokens(counter, message) <= bound, (name, counter)
+
+
+def _reference_estimate(text: str) -> int:
+    """The estimate as its docstring states it, written plainly."""
+    if not text:
+        return 0
+    ascii_chars = sum(c.isascii() for c in text)
+    wordish = len(re.findall(r"[A-Za-z ]", text))
+    cjk = len(re.findall(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uff00-\uffef]", text))
+    other = len(text) - ascii_chars - cjk
+    return int(wordish / 4.2 + (ascii_chars - wordish) / 1.6 + cjk * 1.1 + other * 0.55) + 1
+
+
+@given(st.text())
+def test_the_estimate_counts_as_its_docstring_says(text: str):
+    assert EstimatedCounter().count(text) == _reference_estimate(text)
