@@ -5,23 +5,25 @@ Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent.errors import StorageError
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
-from server.storage.base import Scope, events_in_pages
+from server.storage.base import Scope, Store, events_in_pages
 
 __all__ = ["routes"]
 
 MAX_LIMIT = 500
+EVENTS_PAGE = 500  # events read at a time for /events (and at most 4 MiB)
 MAX_TITLE = 200
 MAX_BODY_BYTES = 8192
 CLOSE_SESSION_NOT_FOUND = 4404
@@ -208,9 +210,42 @@ async def session_events(request: Request) -> Response:
     limit = _int_param(request, "limit", None, 1, None)
     session_id = await _session_or_404(request, scope)
     assert after_seq is not None
-    frames = await _services(request).store.read_events(scope, session_id, after_seq, limit)
-    body = b'{"session_id":' + orjson.dumps(session_id) + b',"events":[' + b",".join(frames) + b"]}"
-    return Response(body, media_type="application/json")
+    pages = _pages(_services(request).store, scope, session_id, after_seq, limit)
+    # a store that fails now is a 503, before any byte is sent
+    first: list[bytes] = await anext(pages, [])
+    second = await anext(pages, None)
+    head = b'{"session_id":' + orjson.dumps(session_id) + b',"events":['
+    if second is None:
+        return Response(head + b",".join(first) + b"]}", media_type="application/json")
+    return StreamingResponse(_body(head, first, second, pages), media_type="application/json")
+
+
+async def _pages(
+    store: Store, scope: Scope, session_id: str, after_seq: int, limit: int | None
+) -> AsyncIterator[list[bytes]]:
+    """The events asked for, a page at a time (a long session is never held whole)."""
+    left = limit
+    size = min(limit or EVENTS_PAGE, EVENTS_PAGE)
+    async for page, _ in events_in_pages(store, scope, session_id, after_seq, events=size):
+        if left is not None:
+            page = page[:left]
+            left -= len(page)
+        yield page
+        if left == 0:
+            return
+
+
+async def _body(
+    head: bytes, first: list[bytes], second: list[bytes], rest: AsyncIterator[list[bytes]]
+) -> AsyncIterator[bytes]:
+    """A body too long for one page, sent as it is read. A store that fails midway ends it
+    early: the JSON is then incomplete, which a client sees as a failed read."""
+    yield head + b",".join(first)
+    yield b"," + b",".join(second)
+    async for page in rest:
+        if page:
+            yield b"," + b",".join(page)
+    yield b"]}"
 
 
 @_handler

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from server import ws
+from server import http_api, ws
 from server.auth import LOCAL_SCOPE
 from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
@@ -78,6 +78,27 @@ async def test_a_replay_read_in_small_pages_is_whole_and_followed_by_live_events
         later = await again.run("third")
     assert replayed == live
     assert [f["seq"] for f in live + later] == list(range(1, len(live) + len(later) + 1))
+
+
+async def test_http_events_of_a_long_session_are_sent_a_page_at_a_time(
+    server, fake_llm, monkeypatch
+):
+    """A session longer than one page is streamed as it is read (never held whole), and its
+    body is the same JSON, `limit` and `after_seq` included."""
+    monkeypatch.setattr(http_api, "EVENTS_PAGE", 3)
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        live = await c.run("first")
+        live += await c.run("second")
+    url = f"/api/sessions/{session}/events"
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        whole = await http.get(url)
+        some = (await http.get(f"{url}?after_seq=2&limit=7")).json()
+        few = await http.get(f"{url}?limit=2")
+    assert whole.json() == {"session_id": session, "events": live}
+    assert "content-length" not in whole.headers  # streamed
+    assert some["events"] == live[2:9]
+    assert few.json()["events"] == live[:2] and "content-length" in few.headers  # one page
 
 
 async def test_two_connections_on_one_session_each_get_every_event(server, fake_llm):
