@@ -91,7 +91,8 @@ async def run_tool_calls(
     """Run every call of the turn and store one tool message per call, in the model's order."""
     ordinary = [c for c in calls if c.name != REQUEST_INPUT]
     questions = [c for c in calls if c.name == REQUEST_INPUT]
-    parsed = {c.id: _parse_arguments(c.arguments) for c in calls}
+    most = ctx.limits.tool_result_max_bytes
+    parsed = {c.id: _parse_arguments(c.arguments, most) for c in calls}
     for call in ordinary:
         await rec.open_call(step, call, parsed[call.id][0])
     await approve_calls(ctx, step, ordinary, parsed)  # risky calls wait for the user's yes
@@ -132,7 +133,11 @@ async def _finish_call(
 ) -> None:
     rec.close_call(call.id)
     rec.ledger.record(
-        step, call.name, _parse_arguments(call.arguments)[0], outcome.ok, outcome.value
+        step,
+        call.name,
+        _parse_arguments(call.arguments, ctx.limits.tool_result_max_bytes)[0],
+        outcome.ok,
+        outcome.value,
     )
     event, message = _shown_end(ctx, step, call, outcome)
     await ctx.sink.emit(event)
@@ -289,8 +294,13 @@ def _recall(rec: RunRecorder, args: dict[str, Any]) -> _Outcome:
         return _Outcome(False, str(exc), 0)
 
 
-def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Return (arguments object, problem or None). Empty text means no arguments."""
+def _parse_arguments(raw: str, most: int) -> tuple[dict[str, Any], str | None]:
+    """Return (arguments object, problem or None). Empty text means no arguments; more than
+    `most` bytes is refused like invalid JSON (the `tool_start` that shows them would be a
+    frame too large for a client, as a result that long would be)."""
+    size = len(raw.encode("utf-8", "surrogatepass")) if len(raw) * 4 > most else 0
+    if size > most:
+        return {}, f"The arguments are {size} bytes long; at most {most} are accepted."
     if not raw.strip():
         return {}, None
     try:

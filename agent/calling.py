@@ -11,6 +11,10 @@ block). The call is then closed at once, so the server stops generating; its tok
 reported by the server, so they are estimated from the messages sent and the text read. A call
 a stop cuts short is counted the same way: the model server has worked on it, and the usage an
 `agent_stopped` reports includes it.
+
+A reply that goes on past `RunLimits.reply_max_chars` (a model in a loop, on a server with no
+output limit) is closed the same way, its text ending with a note that says it was cut: the
+events that carry a reply's whole text stay well under the 1 MiB a WebSocket client takes.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ TextSink = Callable[[str], Awaitable[None]]
 Enough = Callable[[], bool]
 
 _ESTIMATE = EstimatedCounter()
+_CUT_NOTE = "\n\n[Cut here: the reply went on past {} characters; the rest was not read.]"
 
 
 async def call_model(
@@ -51,9 +56,10 @@ async def call_model(
 ) -> ModelTurn:
     """Build the messages with `build`, make the call, and return the whole turn (what was
     read of it, when `enough` said so after some text)."""
+    most = ctx.limits.reply_max_chars
     try:
         return await _drain(
-            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough)
+            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough, most)
         )
     except ContextTooLong as exc:
         if not rec.shrink_window(exc.window_tokens):
@@ -61,7 +67,7 @@ async def call_model(
         ctx.metrics[Metric.CONTEXT_OVERFLOW_RETRIES] += 1
     try:
         return await _drain(
-            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough)
+            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough, most)
         )
     except ContextTooLong as exc:
         raise ModelError(_too_small(exc.window_tokens or rec.window_tokens)) from exc
@@ -113,24 +119,35 @@ async def _drain(
 
 class _Reader:
     """Hands a call's text to the caller and keeps it, to estimate the call's tokens if it is
-    cut short (by `enough`, or by a stop)."""
+    cut short (by `enough`, by its length, or by a stop)."""
 
-    def __init__(self, on_text: TextSink | None, enough: Enough | None) -> None:
+    def __init__(self, on_text: TextSink | None, enough: Enough | None, most: int) -> None:
         self._on_text = on_text
         self._enough = enough
         self._text: list[str] = []
+        self._most = most
+        self._room = most  # characters the reply may still have
 
     async def text(self, piece: str) -> bool:
-        """Pass `piece` on; True when the caller has read enough of the reply."""
+        """Pass `piece` on; True when the caller has read enough of the reply, or the reply
+        is too long (its text then ends with a note that says so)."""
+        too_long = len(piece) > self._room
+        if too_long:
+            piece = piece[: self._room] + _CUT_NOTE.format(self._most)
+        self._room -= len(piece)
         self._text.append(piece)
         if self._on_text is not None:
             await self._on_text(piece)
-        return self._enough is not None and self._enough()
+        return too_long or (self._enough is not None and self._enough())
+
+    @property
+    def read(self) -> str:
+        return "".join(self._text)
 
     def cut_turn(self, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> ModelTurn:
         """The turn of a reply closed early or cut by a stop: the server sent no usage, so
         estimate it."""
-        content = "".join(self._text)
+        content = self.read
         prompt = sum(message_tokens(_ESTIMATE, m) for m in messages) + sum(
             _ESTIMATE.count(f"{t.name} {t.description} {orjson.dumps(t.parameters).decode()}")
             for t in tools

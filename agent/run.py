@@ -92,6 +92,7 @@ class RunLimits:
     request_input_timeout_s: float = 300.0
     tool_timeout_s: float = 30.0
     tool_result_max_bytes: int = 262_144  # a tool's result or error as JSON; longer is cut
+    reply_max_chars: int = 200_000  # of one model reply's text; the call is closed there
     chat_tool_rounds: int = 5
     budget: Budget = field(default_factory=Budget)
     plan_every: int = 0  # 0: no rolling plan

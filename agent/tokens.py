@@ -99,6 +99,7 @@ class LazyExactCounter:
         self._name = encoding
         self._counter: TokenCounter | None = None
         self._loading: threading.Thread | None = None
+        self._lock = threading.Lock()
         self._estimate = EstimatedCounter()
 
     @property
@@ -117,14 +118,17 @@ class LazyExactCounter:
             return counter.count(text)
         if self._loading is None:
             if not _in_event_loop():
-                self._load()
+                self.load()
                 return self.count(text)
-            self._loading = threading.Thread(target=self._load, name="token-tables", daemon=True)
+            self._loading = threading.Thread(target=self.load, name="token-tables", daemon=True)
             self._loading.start()
         return self._estimate.count(text)
 
-    def _load(self) -> None:
-        self._counter = _load(self._name)
+    def load(self) -> None:
+        """Load the tables now, in the caller's thread, unless they are in already."""
+        with self._lock:
+            if self._counter is None:
+                self._counter = _load(self._name)
 
 
 def _in_event_loop() -> bool:

@@ -94,6 +94,7 @@ class AgentSettings(_Section):
     max_concurrent_runs_per_tenant: int = Field(20, ge=1)
     tool_timeout_s: float = Field(30.0, gt=0)
     tool_result_max_bytes: int = Field(262_144, ge=1024)
+    reply_max_chars: int = Field(200_000, ge=1000)
     chat_tool_rounds: int = Field(5, ge=0)
     run_timeout_s: float = Field(1800.0, gt=0)
     style: Style = "balanced"

@@ -405,6 +405,32 @@ async def test_a_question_a_tool_puts_is_escaped_and_cut_like_its_result(harness
     assert [e.result for e in harness.record.of(ToolCompleted)] == ["Yes."]
 
 
+async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harness: Harness):
+    # A model in a loop on a server without an output limit: the events that carry the whole
+    # reply would pass the 1 MiB a client takes. The call is closed at the limit.
+    harness.model.script("chat", text(*["All work and no play. " * 20] * 40))  # 17,600 chars
+    record = await harness.run("write", agent=False, reply_max_chars=2_000)
+    answer = record.of(ChatDone)[-1].content
+    assert answer.startswith("All work and no play.") and len(answer) < 2_100
+    assert answer.endswith(
+        "[Cut here: the reply went on past 2000 characters; the rest was not read.]"
+    )
+    assert "".join(e.delta for e in record.of(ChatDelta)) == answer
+    assert harness.model.closed_early == 1
+    assert harness.metrics[Metric.REPLIES_CUT] == 1
+
+
+async def test_tool_arguments_longer_than_a_result_may_be_are_refused(harness: Harness):
+    harness.model.script("act", act(FakeToolCall("echo", {"text": "x" * 5_000})))
+    harness.model.script("observe", observe("Too long.", final="Done."))
+    record = await harness.run("echo a lot", tool_result_max_bytes=2_000)
+    (started,) = record.of(ToolStarted)
+    assert started.arguments == {}
+    (failed,) = record.of(ToolFailed)
+    assert failed.error == "The arguments are 5012 bytes long; at most 2000 are accepted."
+    assert record.of(RunCompleted)[-1].final_answer == "Done."
+
+
 async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):
     harness.model.script("reason", Reply(chunks=["Let me ", "think"], hang_after=1))
     task = harness.start("go")

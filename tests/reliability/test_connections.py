@@ -36,7 +36,8 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_and_slows_nothing
     # deltas at a pace a reading client keeps up with (the fake LLM's own speed)
     deltas = _deltas_to_fill(len(chunk), queued=64)
     fake_llm.script("reason", Reply(chunks=[chunk] * deltas, delay_s=0.001))
-    async with server_factory(server={"outbound_queue_size": 64}) as s:
+    long_replies = {"reply_max_chars": len(chunk) * deltas}  # the whole reply is read
+    async with server_factory(server={"outbound_queue_size": 64}, agent=long_replies) as s:
         watcher = await s.client()
         session = (await watcher.recv())["session_id"]
         url = f"ws://{s.address}/ws?session_id={session}"

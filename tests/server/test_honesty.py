@@ -3,10 +3,12 @@ budgets end runs, plans and styles steer Reason, and every phase sees its own me
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
 
+from agent.tokens import LazyExactCounter, counter_for_model
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason, text
 from tests.fakes.tools import Flaky
@@ -292,6 +294,9 @@ async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_fac
         "tools": {"enabled": ["echo"]},
         "context": {"tool_result_tokens": 200},
     }
+    counter = counter_for_model("gpt-4o-mini")  # the server's (one per model and process)
+    assert isinstance(counter, LazyExactCounter)
+    await asyncio.to_thread(counter.load)  # else its first counts are estimates
     async with server_factory(**options) as s:
         async with await s.client() as c:
             await c.recv()

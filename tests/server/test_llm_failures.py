@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+
+from websockets.asyncio.client import connect
+
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, Reply, observe
 
@@ -110,3 +114,25 @@ async def test_an_unexpected_failure_is_internal_error_without_details(server_fa
             frames = await c.run("hi")
     assert frames[-2]["code"] == "internal_error"
     assert "secret" not in frames[-2]["message"] and "KeyError" not in frames[-2]["message"]
+
+
+async def test_a_runaway_reply_is_closed_and_every_frame_fits_a_default_client(
+    server_factory, fake_llm: FakeLLM
+):
+    """A model that never stops (no output limit on its server) would make `chat_response`
+    carry megabytes, and every replay of the session would close a default client with
+    1009. The server closes the model's stream at `agent.reply_max_chars` instead."""
+    fake_llm.script("chat", Reply(chunks=["All work and no play. " * 500] * 400, delay_s=0.001))
+    async with server_factory(agent={"reply_max_chars": 100_000}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("write", agent_mode=False, timeout=30)
+        await fake_llm.wait_disconnects(1)  # the stream was closed, not read to its end
+        url = f"ws://{s.address}/ws?session_id={session}&after_seq=0"
+        async with connect(url) as default:  # websockets' own limit: 1 MiB
+            replayed = [json.loads(await default.recv()) for _ in range(len(frames) + 1)][1:]
+    (answer,) = [f["content"] for f in frames if f["type"] == "chat_response"]
+    assert len(answer) < 100_200
+    assert answer.endswith("the reply went on past 100000 characters; the rest was not read.]")
+    assert "".join(f["delta"] for f in frames if f["type"] == "chat_delta") == answer
+    assert replayed == frames
