@@ -39,7 +39,7 @@ TextSink = Callable[[str], Awaitable[None]]
 Enough = Callable[[], bool]
 
 _ESTIMATE = EstimatedCounter()
-_CUT_NOTE = "\n\n[Cut here: the reply went on past {} characters; the rest was not read.]"
+_CUT_NOTE = "\n\n[Cut here: the reply went on past {:,} characters; the rest was not read.]"
 
 
 async def call_model(

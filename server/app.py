@@ -319,6 +319,9 @@ def create_app(
         middleware=middleware,
         exception_handlers={HTTPException: http_error},
     )
+    # `/api/sessions/` is not a path of the API: a JSON 404, not a redirect to the path
+    # without the slash built from the request's Host header.
+    app.router.redirect_slashes = False
     app.state.services = services
     return app
 

@@ -207,6 +207,9 @@ class RunDriver:
                 # first, and a stop sent with the chat (before this task ran) lands here.
                 if (task := asyncio.current_task()) is not None:
                     run.control.attach(task)
+                if run.control.stop_reason is not None:
+                    await asyncio.sleep(0)  # it lands here, before any step (a new session
+                    # has its history at hand, and the loop's first wait is its model call)
                 history = known or await self._store.load_history(live.scope, live.session_id)
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)

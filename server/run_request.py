@@ -12,7 +12,7 @@ from typing import Literal
 
 from agent.ports import ToolSpec
 from agent.run import Style
-from agent.validation import MOST_LINES, quoted
+from agent.validation import quoted
 from server.protocol import ChatFrame, ProtocolError
 from server.settings import AgentSettings
 
@@ -51,9 +51,7 @@ def read_request(
     tools = None if frame.tools is None else tuple(frame.tools)
     unknown = [t for t in tools or () if t not in available]
     if unknown:
-        names = ", ".join(quoted(t) for t in unknown[:MOST_LINES])
-        if len(unknown) > MOST_LINES:
-            names += f" and {len(unknown) - MOST_LINES} more"
+        names = ", ".join(quoted(t) for t in unknown)  # each, as promised: at most 1024
         enabled = ", ".join(available) or "none"
         raise ProtocolError(
             "invalid_message",

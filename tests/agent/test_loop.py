@@ -413,7 +413,7 @@ async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harne
     answer = record.of(ChatDone)[-1].content
     assert answer.startswith("All work and no play.") and len(answer) < 2_100
     assert answer.endswith(
-        "[Cut here: the reply went on past 2000 characters; the rest was not read.]"
+        "[Cut here: the reply went on past 2,000 characters; the rest was not read.]"
     )
     assert "".join(e.delta for e in record.of(ChatDelta)) == answer
     assert harness.model.closed_early == 1

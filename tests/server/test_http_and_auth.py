@@ -52,7 +52,10 @@ async def test_no_such_path_or_method_answers_in_the_api_error_shape(server):
         wrong = await http.put("/api/sessions/abc", json={"title": "x"})
         also_wrong = await http.post("/api/sessions")
         empty_limit = await http.get("/api/sessions?limit=")
+        slashed = [await http.get(p) for p in ("/api/sessions/", "/healthz/", "/api/tools/")]
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    for response in slashed:  # not a redirect built from the request's Host header
+        assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert wrong.status_code == 405 and wrong.json()["code"] == "method_not_allowed"
     assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD", "PATCH", "DELETE"}
     assert also_wrong.status_code == 405

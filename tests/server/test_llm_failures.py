@@ -133,6 +133,6 @@ async def test_a_runaway_reply_is_closed_and_every_frame_fits_a_default_client(
             replayed = [json.loads(await default.recv()) for _ in range(len(frames) + 1)][1:]
     (answer,) = [f["content"] for f in frames if f["type"] == "chat_response"]
     assert len(answer) < 100_200
-    assert answer.endswith("the reply went on past 100000 characters; the rest was not read.]")
+    assert answer.endswith("the reply went on past 100,000 characters; the rest was not read.]")
     assert "".join(f["delta"] for f in frames if f["type"] == "chat_delta") == answer
     assert replayed == frames

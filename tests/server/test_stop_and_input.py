@@ -51,6 +51,17 @@ async def test_a_stop_sent_with_the_chat_stops_that_run_and_frees_the_session(
 ):
     async with await server.client() as c:
         await c.recv()
+        # The first chat of a new session, too: it has its history at hand, so nothing
+        # waits between the chat and the model call but the stop itself.
+        await c.ws.send(json.dumps({"type": "chat", "content": "hello"}))
+        await c.ws.send(json.dumps({"type": "agent_control", "action": "stop"}))
+        frames = await c.until("response_complete", timeout=5)
+        assert [(kind(f), f.get("step")) for f in frames] == [
+            ("agent_user_message", None),
+            ("agent_stopped", 0),
+            ("response_complete", None),
+        ]
+        assert frames[1]["usage"]["llm_calls"] == 0 and not fake_llm.requests
         await c.run("first, to the end")
         for _ in range(3):  # the stop reaches the server before the run's task has begun
             await c.send({"type": "chat", "content": "never mind"})
