@@ -139,13 +139,17 @@ def _in_event_loop() -> bool:
     return True
 
 
+# bpe_openai loads its tables with a deprecated importlib API. Filtered for that package
+# once, here: `warnings.catch_warnings` around the load is not thread-safe, and it runs in a
+# thread (LazyExactCounter).
+warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"bpe_openai(\.|$)")
+
+
 def _load(encoding: str) -> TokenCounter:
     try:
-        with warnings.catch_warnings():  # it loads its tables with a deprecated importlib API
-            warnings.simplefilter("ignore", DeprecationWarning)
-            import bpe_openai  # type: ignore[import-untyped]
+        import bpe_openai  # type: ignore[import-untyped]
 
-            return ExactCounter(bpe_openai.get_encoding(encoding))
+        return ExactCounter(bpe_openai.get_encoding(encoding))
     except Exception:  # noqa: BLE001 - no tables here: estimate instead of failing a run
         return EstimatedCounter()
 
