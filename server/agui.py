@@ -20,7 +20,7 @@ import orjson
 from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, ToolMessage, UserMessage
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from agent.errors import StorageError
@@ -105,10 +105,13 @@ def _caller(request: Request, services: Services) -> Scope:
 
 async def _read_input(request: Request, limit: int) -> RunAgentInput:
     body = bytearray()  # appended in place: a body sent in many small pieces is not re-copied
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _Refused(413, "invalid_message", f"The body is over {limit} bytes.")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise _Refused(413, "invalid_message", f"The body is over {limit} bytes.")
+    except ClientDisconnect:  # gone before its body ended: nobody reads the answer
+        raise _Refused(400, "invalid_message", "The body ended early.") from None
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -134,7 +137,8 @@ def _check_counts(data: object) -> None:
         items = data.get(key)
         if isinstance(items, list) and len(items) > most:
             raise _Refused(400, "invalid_message", f"{key}: at most {most} (got {len(items)}).")
-    for n, message in enumerate(data.get("messages") or ()):
+    messages = data.get("messages")
+    for n, message in enumerate(messages if isinstance(messages, list) else ()):
         parts = message.get("content") if isinstance(message, dict) else None
         if isinstance(parts, list) and len(parts) > _MOST_PARTS:
             raise _Refused(

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -105,13 +105,19 @@ def _handler(fn: Any) -> Any:
 
 
 async def healthz(request: Request) -> Response:
-    """`{"status": "ok"}`; with an MCP server not up: `"degraded"` and `mcp` says which, why."""
-    tools = _services(request).tools
+    """`{"status": "ok"}`; with an MCP server not up: `"degraded"`, and `mcp` says which and
+    why, to an operator only (no token is needed here: the servers' names and errors, some of
+    them one tenant's, are not for anyone who asks)."""
+    services = _services(request)
+    tools = services.tools
     if tools is None or not tools.servers:
         return JSONResponse({"status": "ok"})
     servers = tools.health()
     up = all(server["state"] == "up" for server in servers.values())
-    return JSONResponse({"status": "ok" if up else "degraded", "mcp": servers})
+    body: dict[str, Any] = {"status": "ok" if up else "degraded"}
+    if services.auth.is_operator(request.headers):
+        body["mcp"] = servers
+    return JSONResponse(body)
 
 
 @_handler
@@ -143,10 +149,13 @@ async def latest_session(request: Request) -> Response:
 
 async def _title_from_body(request: Request) -> str:
     raw = bytearray()
-    async for chunk in request.stream():  # stop reading at the limit, not after the whole body
-        raw += chunk
-        if len(raw) > MAX_BODY_BYTES:
-            raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
+    try:
+        async for chunk in request.stream():  # stop reading at the limit, not after the body
+            raw += chunk
+            if len(raw) > MAX_BODY_BYTES:
+                raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
+    except ClientDisconnect:  # gone before its body ended: nobody reads the answer
+        raise _ApiError(400, "invalid_body", "The body ended early.") from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -172,7 +181,7 @@ async def session_item(request: Request) -> Response:
     record = await services.store.get_session(scope, session_id)
     if record is None:
         raise _ApiError(404, "not_found", "There is no such session.")
-    if request.method == "GET":
+    if request.method in ("GET", "HEAD"):  # HEAD: Starlette adds it to every GET route
         return _json(record.to_api())
     if request.method == "PATCH":
         title = await _title_from_body(request)
@@ -182,6 +191,8 @@ async def session_item(request: Request) -> Response:
         if record is None:  # deleted in between
             raise _ApiError(404, "not_found", "There is no such session.")
         return _json(record.to_api())
+    if request.method != "DELETE":  # the route takes no other: never delete by default
+        raise _ApiError(405, "method_not_allowed", f"{request.method} is not allowed here.")
     outcome = await services.hub.delete(scope, session_id, CLOSE_SESSION_NOT_FOUND)
     if outcome == "run_in_progress":
         raise _ApiError(

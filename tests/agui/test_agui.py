@@ -462,9 +462,11 @@ async def test_a_body_of_many_wrong_items_is_refused_in_a_few_lines(server):
     parts["messages"][0]["content"] = [1] * 300_000
     wrong = run_input(thread)
     wrong["messages"] = [1] * 50
+    not_a_list = run_input(thread)
+    not_a_list["messages"] = 5  # was a 500: counted as if it were a list
     async with httpx.AsyncClient(timeout=10) as http:
         url = f"http://{server.address}/agui"
-        replies = [await http.post(url, json=body) for body in (many, parts, wrong)]
+        replies = [await http.post(url, json=body) for body in (many, parts, wrong, not_a_list)]
         not_json = await http.post(
             url, content=b"{nope", headers={"content-type": "application/json"}
         )

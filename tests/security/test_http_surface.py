@@ -262,3 +262,49 @@ async def test_a_megabyte_chat_does_not_stall_the_event_loop(server, fake_llm: F
         frames = await c.run(content, timeout=30)
     assert frames[0]["content"] == content and frames[-1]["type"] == "response_complete"
     assert lag.worst < 0.25, f"the event loop stalled {lag.worst:.2f} s"
+
+
+async def _body_cut_short(app: Any, method: str, path: str) -> int:
+    """Drive the app as uvicorn does for a client that leaves mid-body: part of the body,
+    then `http.disconnect`. Returns the status the app answered with."""
+    events = iter(
+        [
+            {"type": "http.request", "body": b'{"title":', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(events, {"type": "http.disconnect"})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8765),
+    }
+    await app(scope, receive, send)
+    return int(next(m for m in sent if m["type"] == "http.response.start")["status"])
+
+
+async def test_a_client_gone_mid_body_gets_a_400_not_a_500(server, fake_llm: FakeLLM):
+    """Starlette raises ClientDisconnect from the body stream: it was an unhandled error (a
+    logged traceback and a 500), once per such request."""
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.run("hello")
+    app = server.app
+    assert await _body_cut_short(app, "PATCH", f"/api/sessions/{session}") == 400
+    assert await _body_cut_short(app, "POST", "/agui") == 400

@@ -46,6 +46,19 @@ async def test_latest_is_404_without_sessions(server_factory, tmp_path):
     assert response.status_code == 404
 
 
+async def test_a_head_request_reads_a_session_and_deletes_nothing(server, fake_llm):
+    """Starlette adds HEAD to every GET route; a monitor or proxy that sends one must not
+    remove the conversation."""
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        await c.run("keep me")
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        head = await http.head(f"/api/sessions/{session}")
+        after = await http.get(f"/api/sessions/{session}")
+    assert head.status_code == 200 and head.content == b""
+    assert after.status_code == 200 and after.json()["session_id"] == session
+
+
 async def test_no_such_path_or_method_answers_in_the_api_error_shape(server):
     async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
         missing = await http.get("/api/nothing")

@@ -110,6 +110,27 @@ async def test_a_server_that_cannot_start_is_reported_and_the_rest_works(server_
         assert not [n for n in names if n.startswith("broken__")]
 
 
+async def test_healthz_names_the_servers_only_to_an_operator(server_factory):
+    """No token is needed for /healthz, so its detail (server names and errors, some of them
+    one tenant's) goes to an operator only."""
+    tokens = {
+        "tenant-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "operator-token-0123456789": {"tenant": "ops", "user": "olga", "operator": True},
+    }
+    broken = {"command": "/nonexistent/payroll-mcp", "restart_backoff_s": 30}
+    async with server_factory(tools={"mcp": {"payroll": broken}}, auth={"tokens": tokens}) as s:
+        async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+            anyone = (await http.get("/healthz")).json()
+            tenant = await http.get("/healthz", headers=_bearer("tenant-token-0123456789"))
+            operator = await http.get("/healthz", headers=_bearer("operator-token-0123456789"))
+    assert anyone == tenant.json() == {"status": "degraded"}
+    assert operator.json()["mcp"]["payroll"]["state"] == "down"
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 async def test_a_server_killed_mid_call_gives_tool_error_and_comes_back(
     server_factory, fake_llm: FakeLLM
 ):
