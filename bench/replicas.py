@@ -168,7 +168,7 @@ async def _floor(store_env: dict[str, str]) -> dict[str, Any]:
     a cross-process delay can be on this store, with the data the benchmark stored."""
     from server.app import create_store
     from server.settings import Settings, StorageSettings
-    from server.storage.base import Scope
+    from server.storage.base import Cursor, Scope
 
     fields = {k.removeprefix("AGENT__STORAGE__").lower(): v for k, v in store_env.items()}
     store = create_store(Settings(storage=StorageSettings.model_validate(fields)))
@@ -189,7 +189,7 @@ async def _floor(store_env: dict[str, str]) -> dict[str, Any]:
             }
             started = time.perf_counter()
             await store.append_events(scope, session_id, [frame], frame["ts"])
-            rows = await store.tail_events({session_id: frame["seq"] - 1}, 10)
+            rows = await store.tail_events({session_id: Cursor(scope, frame["seq"] - 1)}, 10)
             trips.append((time.perf_counter() - started) * 1000)
             assert rows and rows[0][1] == frame["seq"], rows
         clients = await store.list_sessions(Scope("local", "local"), -1)  # the servers' own

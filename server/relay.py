@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from agent.errors import StorageError
 from server.live import LiveSession
-from server.storage.base import Control, Store
+from server.storage.base import Control, Cursor, Store
 
 __all__ = ["StoreRelay"]
 
@@ -108,7 +108,7 @@ class StoreRelay:
         sessions that got some."""
         advanced: set[str] = set()
         cursors = {
-            sid: live.last_seq
+            sid: Cursor(live.scope, live.last_seq)
             for sid, live in self._sessions.items()
             if live.run is None and live.subscribers and live.stored
         }
@@ -122,7 +122,7 @@ class StoreRelay:
             if len(rows) < TAIL_LIMIT:
                 return advanced
             cursors = {  # a long backlog: continue at once from what was delivered
-                sid: live.last_seq
+                sid: Cursor(live.scope, live.last_seq)
                 for sid in cursors
                 if (live := self._sessions.get(sid)) is not None and live.run is None
             }
@@ -158,7 +158,7 @@ class StoreRelay:
         }
         if not quiet:
             return
-        stored = await self._store.existing_sessions(list(quiet))
+        stored = await self._store.existing_sessions({s: live.scope for s, live in quiet.items()})
         for sid, live in quiet.items():
             if sid not in stored and live.run is None and self._sessions.get(sid) is live:
                 self._gone(sid, SESSION_GONE)

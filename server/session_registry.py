@@ -99,7 +99,7 @@ class SessionRegistry:
         if not self._store.shared or not live.stored or live.run is not None:
             return
         try:
-            stored = await self._store.existing_sessions([live.session_id])
+            stored = await self._store.existing_sessions({live.session_id: live.scope})
         except StorageError:
             return
         if live.session_id not in stored and self._live.get(live.session_id) is live:

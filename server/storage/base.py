@@ -20,6 +20,7 @@ from agent.messages import Message, ToolCall
 __all__ = [
     "Control",
     "ControlKind",
+    "Cursor",
     "DeleteOutcome",
     "PartlyStored",
     "Scope",
@@ -46,6 +47,14 @@ class Scope:
 
     tenant_id: str
     user_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """Where a follower of a session is: its owner, and the last `seq` it has."""
+
+    scope: Scope
+    after_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,11 +242,12 @@ class Store(Protocol):
         ...
 
     async def tail_events(
-        self, cursors: Mapping[str, int], limit: int
+        self, cursors: Mapping[str, Cursor], limit: int
     ) -> list[tuple[str, int, bytes]]:
         """(session_id, seq, stored frame) of every event with seq > its session's cursor,
         ordered by session then seq, at most `limit` in all (a session cut short continues
-        from its last row next time). The callers have checked the sessions' scopes."""
+        from its last row next time). Only a session stored for the cursor's scope has rows:
+        one deleted and made again under its id by someone else has none."""
         ...
 
     def notices(self) -> AsyncIterator[None]:
@@ -272,8 +282,9 @@ class Store(Protocol):
         """Free the slots `take_run_slot` took for this run."""
         ...
 
-    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
-        """Those of these sessions still stored (another process may have deleted one)."""
+    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
+        """Those of these sessions still stored for the scope given with each (another process
+        may have deleted one, and someone else may have made a new one with its id)."""
         ...
 
 

@@ -49,6 +49,7 @@ from server.settings import StorageSettings
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
+    Cursor,
     DeleteOutcome,
     Scope,
     SessionRecord,
@@ -406,13 +407,20 @@ class MongoStore(WritesInOrder):
     # -- several processes -------------------------------------------------------------------
 
     async def tail_events(
-        self, cursors: Mapping[str, int], limit: int
+        self, cursors: Mapping[str, Cursor], limit: int
     ) -> list[tuple[str, int, bytes]]:
         """Polling by `seq` (one query for every followed session): it works on FerretDB,
-        which has no change streams, and costs one indexed look-up per session and poll."""
+        which has no change streams, and costs one indexed look-up per session and poll.
+        Events carry their session's owner, so a session made again under a deleted one's
+        id by someone else does not match the old cursor."""
         if not cursors or limit <= 0:
             return []
-        query = {"$or": [{"session_id": s, "seq": {"$gt": n}} for s, n in cursors.items()]}
+        query = {
+            "$or": [
+                {**_session_filter(c.scope, s), "seq": {"$gt": c.after_seq}}
+                for s, c in cursors.items()
+            ]
+        }
         cursor = (
             self._col("events")
             .find(query, {"_id": 0, "session_id": 1, "seq": 1, "body": 1})
@@ -626,14 +634,20 @@ class MongoStore(WritesInOrder):
                 return int(errors[0]["index"])
         return len(docs)
 
-    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
-        if not session_ids:
+    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
+        if not sessions:
             return set()
         cursor = self._col("sessions").find(
-            {"session_id": {"$in": list(session_ids)}}, {"_id": 0, "session_id": 1}
+            {"session_id": {"$in": list(sessions)}},
+            {"_id": 0, "session_id": 1, "tenant_id": 1, "user_id": 1},
         )
         with _translated("check sessions"):
-            return {str(doc["session_id"]) async for doc in cursor}
+            docs = [doc async for doc in cursor]
+        return {
+            str(d["session_id"])
+            for d in docs
+            if sessions.get(str(d["session_id"])) == Scope(d["tenant_id"], d["user_id"])
+        }
 
 
 _ACTIVE = ["running", "awaiting_input", "awaiting_approval"]

@@ -32,6 +32,7 @@ from agent.messages import Message
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
+    Cursor,
     DeleteOutcome,
     Scope,
     SessionRecord,
@@ -112,7 +113,7 @@ CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
     + IN_ORDER_SCHEMA
 )
-_TAIL_CHUNK = 400  # sessions per tail query (two bound variables each)
+_TAIL_CHUNK = 200  # sessions per tail query (four bound variables each)
 
 _SESSION_COLUMNS = (
     "session_id, tenant_id, user_id, status, title, created_at, updated_at, last_seq, "
@@ -448,21 +449,25 @@ class SQLiteStore:
     # -- several processes -------------------------------------------------------------------
 
     async def tail_events(
-        self, cursors: Mapping[str, int], limit: int
+        self, cursors: Mapping[str, Cursor], limit: int
     ) -> list[tuple[str, int, bytes]]:
-        items = list(cursors.items())
+        items = [
+            (sid, c.after_seq, c.scope.tenant_id, c.scope.user_id) for sid, c in cursors.items()
+        ]
 
         def op(conn: sqlite3.Connection) -> list[tuple[str, int, bytes]]:
             out: list[tuple[str, int, bytes]] = []
             for start in range(0, len(items), _TAIL_CHUNK):
                 chunk = items[start : start + _TAIL_CHUNK]
-                values = ", ".join("(?, ?)" for _ in chunk)
+                values = ", ".join("(?, ?, ?, ?)" for _ in chunk)
                 rows = conn.execute(
-                    f"WITH c(sid, after) AS (VALUES {values}) "
+                    f"WITH c(sid, after, tenant, usr) AS (VALUES {values}) "
                     "SELECT e.session_id, e.seq, e.body FROM c "
+                    "JOIN sessions s ON s.session_id = c.sid "
+                    "AND s.tenant_id = c.tenant AND s.user_id = c.usr "
                     "JOIN events e ON e.session_id = c.sid AND e.seq > c.after "
                     "ORDER BY e.session_id, e.seq LIMIT ?",
-                    [*(v for pair in chunk for v in pair), limit - len(out)],
+                    [*(v for row in chunk for v in row), limit - len(out)],
                 ).fetchall()
                 out += [(r[0], int(r[1]), bytes(r[2])) for r in rows]
                 if len(out) >= limit:
@@ -704,8 +709,8 @@ class SQLiteStore:
     async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
-    async def existing_sessions(self, session_ids: Sequence[str]) -> set[str]:
-        ids = list(session_ids)
+    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
+        ids = list(sessions)
 
         def op(conn: sqlite3.Connection) -> set[str]:
             found: set[str] = set()
@@ -713,9 +718,11 @@ class SQLiteStore:
                 chunk = ids[start : start + _TAIL_CHUNK]
                 marks = ", ".join("?" for _ in chunk)
                 rows = conn.execute(
-                    f"SELECT session_id FROM sessions WHERE session_id IN ({marks})", chunk
+                    "SELECT session_id, tenant_id, user_id FROM sessions "
+                    f"WHERE session_id IN ({marks})",
+                    chunk,
                 ).fetchall()
-                found.update(r[0] for r in rows)
+                found.update(r[0] for r in rows if sessions[r[0]] == Scope(r[1], r[2]))
             return found
 
         return await self._read(op) if ids else set()

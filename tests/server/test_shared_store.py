@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+
 from tests.conftest import ServerFactory
+from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act
 
 SHARED: dict[str, Any] = {"shared": True, "poll_interval_s": 0.02}
@@ -57,3 +62,45 @@ async def test_a_lone_sqlite_server_starts_no_relay(server_factory: ServerFactor
     async with server_factory() as alone, server_factory(storage=SHARED) as shared:
         assert alone.app.state.services.hub._relay is None
         assert shared.app.state.services.hub._relay is not None
+
+
+async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_the_first(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """Alice watches her session on server b and deletes it on server a; Bob then makes a
+    session with the same id (AG-UI thread ids are the client's). Alice's watcher on b is
+    closed as deleted and never gets a frame of Bob's conversation."""
+    tokens = {
+        "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "bob-token-0123456789": {"tenant": "other", "user": "bob"},
+    }
+    alice = {"Authorization": "Bearer alice-token-0123456789"}
+    bob = {"Authorization": "Bearer bob-token-0123456789"}
+    thread = "support-chat"
+    body = {
+        "threadId": thread,
+        "runId": "r1",
+        "state": None,
+        "tools": [],
+        "context": [],
+        "forwardedProps": None,
+        "messages": [{"id": "m1", "role": "user", "content": "My IBAN is DE89 3704."}],
+    }
+    auth = {"tokens": tokens}
+    async with (
+        server_factory(storage=SHARED, auth=auth) as a,
+        server_factory(storage=SHARED, auth=auth) as b,
+        httpx.AsyncClient(base_url=f"http://{a.address}", timeout=10) as http,
+    ):
+        assert (await http.post("/agui", json=body, headers=alice)).status_code == 200
+        async with await Client.connect(b.address, headers=alice, session_id=thread) as watcher:
+            assert (await watcher.recv())["resumed"] is True
+            deleted = await http.delete(f"/api/sessions/{thread}", headers=alice)
+            assert deleted.status_code == 204
+            assert (await http.post("/agui", json=body, headers=bob)).status_code == 200
+            seen: list[dict[str, Any]] = []
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    seen.append(await watcher.recv(timeout=10))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404
+    assert all(f.get("session_id") != thread or f["type"] == "error" for f in seen), seen

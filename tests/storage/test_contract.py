@@ -28,6 +28,7 @@ from server.settings import StorageSettings
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
+    Cursor,
     Scope,
     StatusChange,
     Store,
@@ -758,13 +759,31 @@ async def test_tail_events_returns_what_follows_each_cursor_in_order(store: Stor
     for sid in ("s1", "s2", "s3"):
         await new_session(store, sid)
         await store.append_events(ALICE, sid, [frame(i) for i in range(4)], 200)
-    rows = await store.tail_events({"s1": 2, "s2": 0, "s3": 4}, 100)
+    rows = await store.tail_events(
+        {"s1": Cursor(ALICE, 2), "s2": Cursor(ALICE, 0), "s3": Cursor(ALICE, 4)}, 100
+    )
     assert [(sid, seq) for sid, seq, _ in rows] == [("s1", 3), ("s1", 4)] + [
         ("s2", n) for n in range(1, 5)
     ]
     assert rows[0][2] == (await store.read_events(ALICE, "s1", 2, 1))[0]
-    cut = await store.tail_events({"s1": 0, "s2": 0}, 3)
+    cut = await store.tail_events({"s1": Cursor(ALICE, 0), "s2": Cursor(ALICE, 0)}, 3)
     assert [(sid, seq) for sid, seq, _ in cut] == [("s1", 1), ("s1", 2), ("s1", 3)]
+
+
+async def test_a_session_made_again_by_someone_else_is_neither_tailed_nor_existing(
+    store: Store,
+) -> None:
+    """A follower of a deleted session must not be handed the events of the session another
+    user makes next under its id (an AG-UI thread id is the client's to choose)."""
+    await new_session(store, "shared-name")
+    await store.append_events(ALICE, "shared-name", [frame(0)], 200)
+    assert await store.delete_session(ALICE, "shared-name", 250) == "deleted"
+    await store.create_session(BOB, "shared-name", 300)
+    await store.append_events(BOB, "shared-name", [frame(i) for i in range(3)], 300)
+    assert await store.tail_events({"shared-name": Cursor(ALICE, 0)}, 100) == []
+    assert len(await store.tail_events({"shared-name": Cursor(BOB, 0)}, 100)) == 3
+    assert await store.existing_sessions({"shared-name": ALICE}) == set()
+    assert await store.existing_sessions({"shared-name": BOB}) == {"shared-name"}
 
 
 async def test_a_control_key_is_taken_once_across_store_clients(backend: Backend) -> None:
