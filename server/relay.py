@@ -158,7 +158,8 @@ class StoreRelay:
         }
         if not quiet:
             return
-        stored = await self._store.existing_sessions({s: live.scope for s, live in quiet.items()})
+        owners = await self._store.session_owners(list(quiet))
         for sid, live in quiet.items():
-            if sid not in stored and live.run is None and self._sessions.get(sid) is live:
+            gone = owners.get(sid) != live.scope  # deleted, maybe made again by someone else
+            if gone and live.run is None and self._sessions.get(sid) is live:
                 self._gone(sid, SESSION_GONE)

@@ -99,18 +99,22 @@ class SessionRegistry:
         if not self._store.shared or not live.stored or live.run is not None:
             return
         try:
-            stored = await self._store.existing_sessions({live.session_id: live.scope})
+            owners = await self._store.session_owners([live.session_id])
         except StorageError:
             return
-        if live.session_id not in stored and self._live.get(live.session_id) is live:
+        if owners.get(live.session_id) != live.scope and self._live.get(live.session_id) is live:
             self.forget_deleted(live.session_id, SESSION_GONE)
 
     async def _unknown(self, scope: Scope, session_id: str) -> bool:
-        """No session of that id, neither in memory nor (for this caller) in the store."""
+        """No session of that id, neither in memory nor in the store. Another's id is refused
+        here, before anything is held under it: held, it would answer the owner's own
+        connections `session_not_found` until the caller's insert failed."""
         if session_id in self._live:
             return False
-        stored = await self._store.get_session(scope, session_id)
-        return stored is None and session_id not in self._live  # nobody made it meanwhile
+        owner = (await self._store.session_owners([session_id])).get(session_id)
+        if owner is not None and owner != scope:
+            raise ProtocolError("session_not_found", "There is no such session.")
+        return owner is None and session_id not in self._live  # nobody made it meanwhile
 
     def _new_live(self, record: SessionRecord, *, stored: bool = True) -> LiveSession:
         return LiveSession(

@@ -282,9 +282,11 @@ class Store(Protocol):
         """Free the slots `take_run_slot` took for this run."""
         ...
 
-    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
-        """Those of these sessions still stored for the scope given with each (another process
-        may have deleted one, and someone else may have made a new one with its id)."""
+    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
+        """The owner of each of these sessions that is stored, whoever it is: another process
+        may have deleted one, someone else may have made a new one with its id, and a
+        client-chosen id (AG-UI's thread ids) may already be another's. Callers compare; the
+        owners are never shown."""
         ...
 
 

@@ -634,20 +634,15 @@ class MongoStore(WritesInOrder):
                 return int(errors[0]["index"])
         return len(docs)
 
-    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
-        if not sessions:
-            return set()
+    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
+        if not session_ids:
+            return {}
         cursor = self._col("sessions").find(
-            {"session_id": {"$in": list(sessions)}},
+            {"session_id": {"$in": list(session_ids)}},
             {"_id": 0, "session_id": 1, "tenant_id": 1, "user_id": 1},
         )
         with _translated("check sessions"):
-            docs = [doc async for doc in cursor]
-        return {
-            str(d["session_id"])
-            for d in docs
-            if sessions.get(str(d["session_id"])) == Scope(d["tenant_id"], d["user_id"])
-        }
+            return {str(d["session_id"]): Scope(d["tenant_id"], d["user_id"]) async for d in cursor}
 
 
 _ACTIVE = ["running", "awaiting_input", "awaiting_approval"]

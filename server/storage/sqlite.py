@@ -709,11 +709,11 @@ class SQLiteStore:
     async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
 
-    async def existing_sessions(self, sessions: Mapping[str, Scope]) -> set[str]:
-        ids = list(sessions)
+    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
+        ids = list(session_ids)
 
-        def op(conn: sqlite3.Connection) -> set[str]:
-            found: set[str] = set()
+        def op(conn: sqlite3.Connection) -> dict[str, Scope]:
+            found: dict[str, Scope] = {}
             for start in range(0, len(ids), _TAIL_CHUNK):
                 chunk = ids[start : start + _TAIL_CHUNK]
                 marks = ", ".join("?" for _ in chunk)
@@ -722,10 +722,10 @@ class SQLiteStore:
                     f"WHERE session_id IN ({marks})",
                     chunk,
                 ).fetchall()
-                found.update(r[0] for r in rows if sessions[r[0]] == Scope(r[1], r[2]))
+                found.update((r[0], Scope(r[1], r[2])) for r in rows)
             return found
 
-        return await self._read(op) if ids else set()
+        return await self._read(op) if ids else {}
 
 
 def _per_unit(

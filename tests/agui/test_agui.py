@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from typing import Any
@@ -11,6 +12,7 @@ import httpx
 from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
 from pydantic import TypeAdapter
 
+from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
 
 EVENT = TypeAdapter(Event)
@@ -481,3 +483,40 @@ async def test_a_body_of_many_wrong_items_is_refused_in_a_few_lines(server):
     assert "not valid JSON" in not_json.text
     events = await post(server.address, run_input(thread))  # and it goes on serving
     assert events[-1].type == EventType.RUN_FINISHED
+
+
+async def test_another_users_thread_id_is_refused_without_locking_its_owner_out(server_factory):
+    """POST /agui with someone else's thread id used to hold a copy of it under the caller
+    until its insert failed; meanwhile the owner's own connections got session_not_found."""
+    tokens = {
+        "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "mallory-token-0123456789": {"tenant": "evil", "user": "mallory"},
+    }
+    alice = {"Authorization": "Bearer alice-token-0123456789"}
+    mallory = {"Authorization": "Bearer mallory-token-0123456789"}
+    thread = uuid.uuid4().hex
+    async with server_factory(auth={"tokens": tokens}) as running:
+        url = f"http://{running.address}/agui"
+        await post(running.address, run_input(thread), **alice)  # Alice's thread, stored
+        refused: list[int] = []
+        done = asyncio.Event()
+
+        async def squat() -> None:
+            async with httpx.AsyncClient(timeout=10) as http:
+                while not done.is_set():
+                    reply = await http.post(url, json=run_input(thread), headers=mallory)
+                    refused.append(reply.status_code)
+
+        squatters = [asyncio.create_task(squat()) for _ in range(3)]
+        try:
+            firsts = []
+            for _ in range(30):
+                async with await Client.connect(
+                    running.address, headers=alice, session_id=thread
+                ) as c:
+                    firsts.append(await c.recv())
+        finally:
+            done.set()
+            await asyncio.gather(*squatters)
+    assert all(f["type"] == "session" and f["resumed"] for f in firsts), firsts
+    assert refused and set(refused) == {404}
