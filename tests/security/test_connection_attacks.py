@@ -11,10 +11,19 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from server.guard import RateLimitedExceptionHandler, raise_open_file_limit
+from server.guard import (
+    MAX_HEAD_BYTES,
+    MAX_HEADERS,
+    MAX_LINE_BYTES,
+    HeadScan,
+    RateLimitedExceptionHandler,
+    raise_open_file_limit,
+)
 from tests.conftest import ServerFactory
 from tests.security.harness import idle_connections, raw_exchange, status_of
 
@@ -173,3 +182,40 @@ def test_the_descriptor_limit_is_raised_to_the_hard_limit() -> None:
         )
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _head_problem_whole(head: bytes) -> int | None:
+    """The head check as it was written first: the whole head split at every read."""
+    end = head.find(b"\r\n\r\n")
+    complete = head[: end + 2] if end >= 0 else head
+    lines = bytes(complete).split(b"\r\n")
+    if len(lines[0]) > MAX_LINE_BYTES:
+        return 414
+    if len(complete) > MAX_HEAD_BYTES or len(lines) > MAX_HEADERS + 2:
+        return 431
+    if any(len(line) > MAX_LINE_BYTES for line in lines[1:]):
+        return 431
+    return None
+
+
+_HEAD_PIECES = st.sampled_from(
+    [b"\r", b"\n", b"\r\n", b"GET / HTTP/1.1", b"Host: x", b"a" * 3000, b"b" * 9000, b": "]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_HEAD_PIECES, max_size=40), cuts=st.lists(st.integers(1, 9), max_size=60))
+def test_the_head_is_scanned_once_and_judged_as_if_whole(pieces: list[bytes], cuts: list[int]):
+    """HeadScan reads each byte once, in the pieces it arrives in; its verdict after each
+    piece is the whole-head check's on everything so far, until it refuses."""
+    head = b"".join(pieces)
+    scan = HeadScan()
+    at = 0
+    for size in [*cuts, len(head)]:
+        piece, at = head[at : at + size], at + size
+        if not piece:
+            break
+        got = scan.feed(piece)
+        assert got == _head_problem_whole(head[:at]), (head[:at][:80], got)
+        if got is not None:
+            break
