@@ -24,6 +24,7 @@ __all__ = ["routes"]
 
 MAX_LIMIT = 500
 EVENTS_PAGE = 500  # events read at a time for /events (and at most 4 MiB)
+MESSAGES_MAX_BYTES = 16 << 20  # of one /messages body: fewer messages when they are large
 MAX_TITLE = 200
 MAX_BODY_BYTES = 8192
 CLOSE_SESSION_NOT_FOUND = 4404
@@ -210,7 +211,10 @@ async def session_messages(request: Request) -> Response:
     since = _int_param(request, "since", None, 0, None)
     session_id = await _session_or_404(request, scope)
     assert limit is not None
-    messages, total = await _services(request).store.read_messages(scope, session_id, limit, since)
+    store = _services(request).store
+    messages, total = await store.read_messages(
+        scope, session_id, limit, since, max_bytes=MESSAGES_MAX_BYTES
+    )
     return _json({"session_id": session_id, "messages": messages, "total": total})
 
 

@@ -224,11 +224,19 @@ class Store(Protocol):
     ) -> None: ...
 
     async def read_messages(
-        self, scope: Scope, session_id: str, limit: int, since: int | None
+        self,
+        scope: Scope,
+        session_id: str,
+        limit: int,
+        since: int | None,
+        *,
+        max_bytes: int | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         """(API message dicts oldest first, total count of the session's messages).
 
-        With `since`: the first `limit` messages with ts > since; else the last `limit`.
+        With `since`: the first `limit` messages with ts > since; else the last `limit`. With
+        `max_bytes`, fewer when they are large: the first (or, without `since`, the last) up
+        to the one that brings their stored bodies past that many bytes.
         """
         ...
 

@@ -334,7 +334,13 @@ class MongoStore(WritesInOrder):
         await self._insert_numbered("messages", "sequence", scope, session_id, messages, message)
 
     async def read_messages(
-        self, scope: Scope, session_id: str, limit: int, since: int | None
+        self,
+        scope: Scope,
+        session_id: str,
+        limit: int,
+        since: int | None,
+        *,
+        max_bytes: int | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         with _translated("read messages"):
             sessions = self._col("sessions")
@@ -354,7 +360,17 @@ class MongoStore(WritesInOrder):
             )
             if limit > 0:
                 cursor = cursor.limit(limit)
-            bodies = [doc["body"] async for doc in cursor]
+            bodies: list[dict[str, Any]] = []
+            size = 0
+            try:
+                async for doc in cursor:
+                    bodies.append(doc["body"])
+                    if max_bytes is not None:
+                        size += len(orjson.dumps(doc["body"]))
+                        if size > max_bytes:
+                            break  # the driver fetched at most one batch ahead
+            finally:
+                await cursor.close()
         return (bodies[::-1] if newest_first else bodies), total
 
     async def load_history(self, scope: Scope, session_id: str) -> list[Message]:

@@ -371,7 +371,13 @@ class SQLiteStore:
         await self._write(_messages_append(scope, session_id, messages, now))
 
     async def read_messages(
-        self, scope: Scope, session_id: str, limit: int, since: int | None
+        self,
+        scope: Scope,
+        session_id: str,
+        limit: int,
+        since: int | None,
+        *,
+        max_bytes: int | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
         def op(conn: sqlite3.Connection) -> tuple[list[dict[str, Any]], int]:
             row = conn.execute(
@@ -386,13 +392,16 @@ class SQLiteStore:
                     "SELECT body FROM messages WHERE session_id = ? AND ts > ? "
                     "ORDER BY sequence LIMIT ?",
                     (session_id, since, limit),
-                ).fetchall()
+                )
             else:
                 rows = conn.execute(
                     "SELECT body FROM messages WHERE session_id = ? ORDER BY sequence DESC LIMIT ?",
                     (session_id, limit),
-                ).fetchall()[::-1]
-            return [orjson.loads(r[0]) for r in rows], int(row[0])
+                )
+            bodies = _within_bytes((bytes(r[0]) for r in rows), max_bytes)  # the rest unread
+            if since is None:
+                bodies.reverse()
+            return [orjson.loads(body) for body in bodies], int(row[0])
 
         return await self._read(op)
 

@@ -101,6 +101,22 @@ async def test_http_events_of_a_long_session_are_sent_a_page_at_a_time(
     assert few.json()["events"] == live[:2] and "content-length" in few.headers  # one page
 
 
+async def test_http_messages_of_large_messages_stop_at_the_byte_bound(
+    server, fake_llm, monkeypatch
+):
+    """`/messages?limit=500` of a session of large messages was built whole (hundreds of MB
+    for one request): it ends once past `MESSAGES_MAX_BYTES`, the newest kept."""
+    monkeypatch.setattr(http_api, "MESSAGES_MAX_BYTES", 5_000)
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        for n in range(4):
+            await c.run(f"{n} " + "x" * 3_000, agent_mode=False)
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        body = (await http.get(f"/api/sessions/{session}/messages?limit=500")).json()
+    users = [m["content"][0] for m in body["messages"] if m["role"] == "user"]
+    assert users == ["2", "3"] and body["total"] == 8  # 4 chats, 4 answers
+
+
 async def test_two_connections_on_one_session_each_get_every_event(server, fake_llm):
     async with await server.client() as a:
         session = (await a.recv())["session_id"]

@@ -395,6 +395,23 @@ async def test_read_messages_last_n_first_n_since_and_total(store: Store) -> Non
     assert await store.read_messages(ALICE, "s1", 0, None) == ([], 10)
 
 
+async def test_read_messages_stops_past_max_bytes_from_the_end_it_starts_at(
+    store: Store,
+) -> None:
+    """A session of large messages is read a bounded number of bytes at a time: the last
+    ones without `since`, the first ones after it, each set ending with the one that passes
+    the bound."""
+    await new_session(store)
+    big = [Message("user", f"{n}" + "x" * 1000) for n in range(10)]
+    await store.append_messages(ALICE, "s1", big, 100)
+    last, total = await store.read_messages(ALICE, "s1", 500, None, max_bytes=2_500)
+    assert [m["content"][0] for m in last] == ["7", "8", "9"] and total == 10
+    first, _ = await store.read_messages(ALICE, "s1", 500, 0, max_bytes=2_500)
+    assert [m["content"][0] for m in first] == ["0", "1", "2"]
+    whole, _ = await store.read_messages(ALICE, "s1", 500, None)
+    assert len(whole) == 10
+
+
 async def test_history_round_trips_every_message_field(store: Store) -> None:
     await new_session(store)
     calls = (
