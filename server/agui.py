@@ -62,23 +62,35 @@ def _json(body: Any, status: int) -> Response:
 class _Stream:
     """A session subscriber feeding one SSE response; its queue is bounded like a socket's."""
 
-    def __init__(self, max_queued: int) -> None:
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+    def __init__(self, max_queued: int, max_bytes: int) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
         self._max = max_queued
+        self._max_bytes = max_bytes
+        self._queued = 0  # characters waiting
         self.overflowed = False
         self.close_code: int | None = None
         self._closed = asyncio.Event()
 
     def deliver(self, text: str, seq: int | None) -> None:
-        if self.queue.qsize() >= self._max:
-            self.overflowed = True
-            self.queue.put_nowait(None)
+        if self.overflowed:
             return
-        self.queue.put_nowait(text)
+        if self._queue.qsize() >= self._max or self._queued + len(text) > self._max_bytes:
+            self.overflowed = True
+            self._queue.put_nowait(None)
+            return
+        self._queued += len(text)
+        self._queue.put_nowait(text)
+
+    async def next(self) -> str | None:
+        """The next frame, or None: the stream ends."""
+        text = await self._queue.get()
+        if text is not None:
+            self._queued -= len(text)
+        return text
 
     def finish(self, code: int) -> None:
         self.close_code = code
-        self.queue.put_nowait(None)
+        self._queue.put_nowait(None)
 
     def why(self) -> str:
         if self.overflowed:
@@ -256,7 +268,8 @@ async def agui_endpoint(request: Request) -> Response:
         scope = _caller(request, services)
         run_input = await _read_input(request, services.settings.server.max_message_bytes)
         live = await _open(services, scope, run_input.thread_id)
-        stream = _Stream(services.settings.server.outbound_queue_size)
+        server = services.settings.server
+        stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
         live.subscribers.add(stream)
         run_id, step = await _begin(services, live, run_input)
     except (_Refused, ProtocolError, StorageError) as exc:
@@ -340,7 +353,7 @@ async def _events(
     try:
         yield encode(translator.start(step))
         while not translator.done:
-            text = await stream.queue.get()
+            text = await stream.next()
             if text is None:
                 message = f"The stream ended: {stream.why()}."
                 yield encode([RunErrorEvent(message=message, code="stream_closed")])

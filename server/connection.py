@@ -34,10 +34,12 @@ def _is_delta(text: str) -> bool:
 class Connection:
     """Subscriber for one socket. Frames queued while `holding` wait until `release`."""
 
-    def __init__(self, websocket: WebSocket, max_queued: int) -> None:
+    def __init__(self, websocket: WebSocket, max_queued: int, max_bytes: int = 16 << 20) -> None:
         self._ws = websocket
         self._max = max_queued
+        self._max_bytes = max_bytes  # frames are up to ~1 MiB: a count alone bounds little
         self._queue: deque[str] = deque()
+        self._queued = 0  # characters in `_queue` (and in `_held` while holding)
         self._ready = asyncio.Event()
         self._held: list[tuple[str, int | None]] | None = None
         self._replayed_up_to = 0  # stored events this socket got by replay, not live
@@ -59,6 +61,7 @@ class Connection:
         send an event that is delivered live only after this release.
         """
         held, self._held = self._held or [], None
+        self._queued = sum(len(text) for text in self._queue)
         self._replayed_up_to = replayed_up_to
         for text, seq in held:
             self.deliver(text, seq)
@@ -68,7 +71,8 @@ class Connection:
             return  # the replay sent it (see `release`)
         if self._held is not None:
             self._held.append((text, seq))
-            if len(self._held) > self._max:
+            self._queued += len(text)
+            if len(self._held) > self._max or self._queued > self._max_bytes:
                 self.overflowed.set()
             return
         self._put(text)
@@ -85,6 +89,7 @@ class Connection:
         kept = deque(text for text in self._queue if not _is_delta(text))
         self.skipped += len(self._queue) - len(kept)
         self._queue = kept
+        self._queued = sum(len(text) for text in kept)
         self._skipping = not any(text.startswith(_COMPLETE) for text in kept)
 
     def _put(self, text: str) -> None:
@@ -96,11 +101,13 @@ class Connection:
                 return
             if text.startswith(_COMPLETE):
                 self._skipping = False
-        if len(self._queue) >= self._max:
+        if len(self._queue) >= self._max or self._queued + len(text) > self._max_bytes:
             self._queue.clear()
+            self._queued = 0
             self.overflowed.set()
             return
         self._queue.append(text)
+        self._queued += len(text)
         self._ready.set()
 
     def finish(self, code: int) -> None:
@@ -124,8 +131,10 @@ class Connection:
             await self._ready.wait()
             sent = 0
             while self._queue:  # not a local: overtake_deltas replaces the queue
+                text = self._queue.popleft()
+                self._queued -= len(text)
                 try:
-                    await self._ws.send_text(self._queue.popleft())
+                    await self._ws.send_text(text)
                 except (WebSocketDisconnect, RuntimeError, OSError):
                     return  # the peer is gone; the reader notices and cleans up
                 sent += 1

@@ -56,6 +56,7 @@ class ServerSettings(_Section):
     ping_interval_s: float = Field(20.0, gt=0)
     ping_timeout_s: float = Field(20.0, gt=0)
     outbound_queue_size: int = Field(2048, ge=16)
+    outbound_queue_bytes: int = Field(16 << 20, ge=2 << 20)  # frames of up to ~1 MiB each
     shutdown_timeout_s: float = Field(10.0, gt=0)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # Hardening (docs/reliability.md, Security): open connections beyond the cap are answered

@@ -76,7 +76,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         )
         await websocket.close(code=1011)
         return
-    conn = Connection(websocket, services.settings.server.outbound_queue_size)
+    server = services.settings.server
+    conn = Connection(websocket, server.outbound_queue_size, server.outbound_queue_bytes)
     try:
         replay_from = after_seq if resumed else None
         await _attach(services, websocket, live, conn, resumed, replay_from, query_error)

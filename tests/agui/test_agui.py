@@ -12,6 +12,7 @@ import httpx
 from ag_ui.core import Event, EventType, RunAgentInput, UserMessage
 from pydantic import TypeAdapter
 
+from server.agui import _Stream
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
 
@@ -520,3 +521,17 @@ async def test_another_users_thread_id_is_refused_without_locking_its_owner_out(
             await asyncio.gather(*squatters)
     assert all(f["type"] == "session" and f["resumed"] for f in firsts), firsts
     assert refused and set(refused) == {404}
+
+
+async def test_an_unread_stream_is_bounded_in_bytes():
+    """An AG-UI client that stops reading its SSE response holds the session's frames; they
+    are bounded in bytes, not only in number (frames can be near a megabyte each)."""
+    stream = _Stream(max_queued=1_000, max_bytes=10_000)
+    for _ in range(2):
+        stream.deliver("x" * 4_000, None)
+    assert not stream.overflowed
+    assert await stream.next() == "x" * 4_000  # read: no longer counted
+    stream.deliver("x" * 4_000, None)
+    assert not stream.overflowed
+    stream.deliver("x" * 4_000, None)
+    assert stream.overflowed

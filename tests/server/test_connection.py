@@ -153,3 +153,32 @@ async def test_a_long_queue_lets_other_tasks_run_every_few_frames():
     await _drain(conn, socket)
     await watcher
     assert seen == [FRAMES_PER_TURN * n for n in range(1, 5)]
+
+
+async def test_the_queue_is_bounded_in_bytes_too_and_counts_what_was_sent():
+    """A client that stops reading is closed once its frames pass a byte bound, not only a
+    count: 2048 frames of a megabyte each would be 2 GB held for one socket."""
+    socket = _Socket()
+    two_sent = asyncio.Event()
+    send = socket.send_text
+
+    async def send_text(text: str) -> None:
+        await send(text)
+        if len(socket.sent) == 2:
+            two_sent.set()
+
+    socket.send_text = send_text  # type: ignore[method-assign]
+    conn = Connection(cast(WebSocket, socket), 10_000, max_bytes=10_000)
+    big = "x" * 4_000
+    writer = asyncio.create_task(conn.write_forever())
+    conn.send(big)
+    conn.send(big)
+    async with asyncio.timeout(5):
+        await two_sent.wait()
+    conn.send(big)  # the two sent no longer count
+    conn.send(big)
+    assert not conn.overflowed.is_set()
+    conn.send(big)  # 12,000 waiting
+    assert conn.overflowed.is_set()
+    conn.finish(1000)
+    await writer
