@@ -160,12 +160,23 @@ def _check_counts(data: object) -> None:
             )
 
 
-async def _open(services: Services, scope: Scope, thread_id: str) -> LiveSession:
+def _may_create(run_input: RunAgentInput) -> bool:
+    """Whether the request may make its thread: only one that starts a run, checked first
+    (a refused request must not leave an empty conversation behind). An answer or a tool
+    result is for a thread that exists."""
+    last = run_input.messages[-1] if run_input.messages else None
+    if run_input.resume or isinstance(last, ToolMessage):
+        return False
+    _chat_frame(run_input)  # refuses what _begin would refuse, before anything is stored
+    return True
+
+
+async def _open(services: Services, scope: Scope, thread_id: str, create: bool) -> LiveSession:
     if not _THREAD_ID.fullmatch(thread_id):
         raise _Refused(400, "invalid_message", "threadId: 1-128 letters, digits, '_.:-'.")
     hub = services.hub
     try:
-        live, _ = await hub.open(scope, thread_id, create=True)
+        live, _ = await hub.open(scope, thread_id, create=create)
     except ProtocolError as exc:
         raise _Refused(404, exc.code, exc.message) from None
     except StorageError:
@@ -201,10 +212,11 @@ def _user_text(run_input: RunAgentInput) -> str:
 def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
     props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
     fields = {k: props[k] for k in ("agent_mode", "agent_max_steps", "tools") if k in props}
+    content = _user_text(run_input)
+    if not content.strip():  # as for a `chat` on /ws
+        raise _Refused(400, "invalid_message", "messages: the user's message is empty.")
     try:
-        return ChatFrame.model_validate(
-            {"type": "chat", "content": _user_text(run_input), **fields}
-        )
+        return ChatFrame.model_validate({"type": "chat", "content": content, **fields})
     except ValidationError as exc:
         problems = "; ".join(describe_errors(exc, root="forwardedProps"))
         raise _Refused(400, "invalid_message", f"forwardedProps: {problems}.") from None
@@ -267,7 +279,7 @@ async def agui_endpoint(request: Request) -> Response:
     try:
         scope = _caller(request, services)
         run_input = await _read_input(request, services.settings.server.max_message_bytes)
-        live = await _open(services, scope, run_input.thread_id)
+        live = await _open(services, scope, run_input.thread_id, _may_create(run_input))
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
         live.subscribers.add(stream)

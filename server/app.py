@@ -295,7 +295,9 @@ def create_app(
                 await owned_model.aclose()
 
     async def index(request: Request) -> Response:
-        return FileResponse(STATIC_DIR / "index.html")
+        # Never inside another site's frame (clickjacking): a <meta> CSP cannot say so.
+        headers = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
+        return FileResponse(STATIC_DIR / "index.html", headers=headers)
 
     routes = [
         *api_routes,

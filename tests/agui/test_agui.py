@@ -535,3 +535,18 @@ async def test_an_unread_stream_is_bounded_in_bytes():
     assert not stream.overflowed
     stream.deliver("x" * 4_000, None)
     assert stream.overflowed
+
+
+async def test_a_refused_request_leaves_no_conversation_behind(server):
+    """The thread was stored before the request was checked: a refused request left an
+    empty conversation in the caller's list, as many as it sent."""
+    async with httpx.AsyncClient(base_url=f"http://{server.address}", timeout=10) as http:
+        for last in ("assistant", "tool"):
+            body = run_input(uuid.uuid4().hex)
+            body["messages"] = [{"id": "m", "role": last, "content": "x", "toolCallId": "c"}]
+            refused = await http.post("/agui", json=body)
+            assert refused.status_code in (400, 404), refused.text
+        empty = run_input(uuid.uuid4().hex, "   ")
+        assert (await http.post("/agui", json=empty)).status_code == 400
+        listed = (await http.get("/api/sessions")).json()["sessions"]
+    assert listed == []

@@ -59,6 +59,14 @@ async def test_a_head_request_reads_a_session_and_deletes_nothing(server, fake_l
     assert after.status_code == 200 and after.json()["session_id"] == session
 
 
+async def test_the_ui_page_may_not_be_framed_by_another_site(server):
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        page = await http.get("/")
+    assert page.status_code == 200 and "<html" in page.text.lower()
+    assert page.headers["x-frame-options"] == "DENY"
+    assert page.headers["content-security-policy"] == "frame-ancestors 'none'"
+
+
 async def test_no_such_path_or_method_answers_in_the_api_error_shape(server):
     async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
         missing = await http.get("/api/nothing")
