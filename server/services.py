@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 from agent.tools.catalog import ToolCatalog
 from server.auth import Authenticator
@@ -20,3 +21,12 @@ class Services:
     hub: SessionHub
     auth: Authenticator
     tools: ToolCatalog | None = None
+    sockets: Counter[str] = field(default_factory=Counter)  # open WebSockets, by tenant
+
+    @property
+    def max_sockets_per_tenant(self) -> int:
+        server = self.settings.server
+        if server.max_sockets_per_tenant:
+            return server.max_sockets_per_tenant
+        multi_tenant = bool(self.settings.auth.tokens)
+        return max(1, server.max_connections // 2) if multi_tenant else server.max_connections

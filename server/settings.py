@@ -62,6 +62,9 @@ class ServerSettings(_Section):
     # Hardening (docs/reliability.md, Security): open connections beyond the cap are answered
     # 503 and closed; a request head (the WebSocket handshake too) must arrive in time.
     max_connections: int = Field(4096, ge=1)
+    # WebSockets one tenant may hold open; 0: half of max_connections when auth tokens are
+    # configured (so one tenant cannot take every slot), else no cap of its own.
+    max_sockets_per_tenant: int = Field(0, ge=0)
     request_timeout_s: float = Field(10.0, gt=0)
     keep_alive_timeout_s: float = Field(5.0, gt=0)
     # Host headers served (DNS-rebinding defence); server.host is always added. "*" = any.

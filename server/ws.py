@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 import orjson
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import StorageError
@@ -31,7 +32,7 @@ from server.protocol import (
     whole_number,
 )
 from server.services import Services
-from server.storage.base import events_in_pages
+from server.storage.base import Scope, events_in_pages
 
 __all__ = ["websocket_endpoint"]
 
@@ -60,6 +61,24 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     if scope is None:
         await websocket.close(code=CLOSE_UNAUTHORIZED)  # before accept: HTTP 403
         return
+    tenant = scope.tenant_id
+    if services.sockets[tenant] >= services.max_sockets_per_tenant:
+        message = "This tenant has too many connections open; close some, then try again."
+        body = {"code": "too_many_connections", "message": message}
+        await websocket.send_denial_response(JSONResponse(body, status_code=503))
+        return
+    services.sockets[tenant] += 1
+    try:
+        await _accepted(services, websocket, scope, offered)
+    finally:
+        services.sockets[tenant] -= 1
+        if not services.sockets[tenant]:
+            del services.sockets[tenant]
+
+
+async def _accepted(
+    services: Services, websocket: WebSocket, scope: Scope, offered: list[str]
+) -> None:
     # A browser that offered subprotocols (the token one) needs one selected, never the token.
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
     session_id = websocket.query_params.get("session_id") or None

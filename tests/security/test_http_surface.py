@@ -308,3 +308,30 @@ async def test_a_client_gone_mid_body_gets_a_400_not_a_500(server, fake_llm: Fak
     app = server.app
     assert await _body_cut_short(app, "PATCH", f"/api/sessions/{session}") == 400
     assert await _body_cut_short(app, "POST", "/agui") == 400
+
+
+async def test_one_tenant_cannot_hold_every_socket(server_factory: ServerFactory) -> None:
+    """`server.max_connections` is one pool: a tenant holding WebSockets open (they answer
+    pings) left every other tenant, and /healthz, a 503. A tenant now gets half of it (with
+    tokens configured), or `server.max_sockets_per_tenant`."""
+    async with server_factory(auth={"tokens": TOKENS}, server={"max_connections": 8}) as running:
+        held = [await Client.connect(running.address, headers=bearer(TOKEN_A)) for _ in range(4)]
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.connect(running.address, headers=bearer(TOKEN_A2))  # same tenant
+        assert refused.value.response.status_code == 503
+        assert b"too_many_connections" in refused.value.response.body
+        async with await Client.connect(running.address, headers=bearer(TOKEN_B)) as other:
+            assert (await other.recv())["type"] == "session"
+        async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
+            assert (await http.get("/healthz")).status_code == 200
+        await held.pop().close()
+        async with asyncio.timeout(5):  # until the server has seen that socket go
+            while True:
+                try:
+                    again = await Client.connect(running.address, headers=bearer(TOKEN_A))
+                    break
+                except InvalidStatus:
+                    continue
+        assert (await again.recv())["type"] == "session"
+        for client in [*held, again]:
+            await client.close()
