@@ -36,7 +36,11 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
         app,  # type: ignore[arg-type]
         host=server.host,
         port=server.port,
-        http=guarded_protocol(connection_cap(server.max_connections), server.request_timeout_s),
+        http=guarded_protocol(
+            connection_cap(server.max_connections),
+            server.request_timeout_s,
+            server.write_timeout_s,
+        ),
         h11_max_incomplete_event_size=2 * MAX_HEAD_BYTES,  # the guard answers 431 first
         timeout_keep_alive=max(1, round(server.keep_alive_timeout_s)),
         ws="websockets-sansio",

@@ -119,11 +119,16 @@ class HeadScan:
         return None
 
 
-def guarded_protocol(max_connections: int, request_timeout_s: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the cap, the head deadline and the head limits."""
+def guarded_protocol(
+    max_connections: int, request_timeout_s: float, write_timeout_s: float = 60.0
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the cap, the head deadline, the head limits, and a limit on
+    how long a response may wait for a client that reads nothing (a streamed body, /events or
+    AG-UI's SSE, would otherwise hold its pages and its session until the socket closes)."""
 
     class GuardedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
+        _stalled: asyncio.TimerHandle | None = None
         _head: HeadScan
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -138,7 +143,27 @@ def guarded_protocol(max_connections: int, request_timeout_s: float) -> type[H11
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._reading_again()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(write_timeout_s, self._write_timed_out)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._reading_again()
+
+        def _reading_again(self) -> None:
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+        def _write_timed_out(self) -> None:
+            self._stalled = None
+            log.debug("closed a connection whose client read nothing for %.0f s", write_timeout_s)
+            self.transport.abort()  # close() would wait for the buffer to drain: never
 
         def data_received(self, data: bytes) -> None:
             reading_head = self.conn.their_state is h11.IDLE

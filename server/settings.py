@@ -66,6 +66,7 @@ class ServerSettings(_Section):
     # configured (so one tenant cannot take every slot), else no cap of its own.
     max_sockets_per_tenant: int = Field(0, ge=0)
     request_timeout_s: float = Field(10.0, gt=0)
+    write_timeout_s: float = Field(60.0, gt=0)  # an HTTP response's client reading nothing
     keep_alive_timeout_s: float = Field(5.0, gt=0)
     # Host headers served (DNS-rebinding defence); server.host is always added. "*" = any.
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import resource
+import socket
 import time
 from typing import Any
 
@@ -25,6 +27,7 @@ from server.guard import (
     raise_open_file_limit,
 )
 from tests.conftest import ServerFactory
+from tests.fakes.openai_server import FakeLLM, Reply
 from tests.security.harness import idle_connections, raw_exchange, status_of
 
 TOKEN = "tenant-a-token-0123456789"
@@ -219,3 +222,59 @@ def test_the_head_is_scanned_once_and_judged_as_if_whole(pieces: list[bytes], cu
         assert got == _head_problem_whole(head[:at]), (head[:at][:80], got)
         if got is not None:
             break
+
+
+class _Seen(logging.Handler):
+    """Sets an event when a record whose message starts with `prefix` is logged."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.prefix = prefix
+        self.event = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.prefix):
+            self.event.set()
+
+
+async def test_a_response_its_client_never_reads_is_dropped_after_the_write_timeout(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """An AG-UI client that stops reading its event stream held the stream's frames and its
+    session for as long as the socket stayed open: uvicorn has no write timeout."""
+    fake_llm.script("chat", Reply(chunks=["y" * 20_000] * 400, delay_s=0.001))
+    seen = _Seen("closed a connection whose client read nothing")
+    guard_log = logging.getLogger("server.guard")
+    level = guard_log.level
+    guard_log.addHandler(seen)
+    guard_log.setLevel(logging.DEBUG)
+    tight = socket.socket()
+    tight.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+    tight.setblocking(False)
+    try:
+        options = {"server": {"write_timeout_s": 0.5}, "agent": {"reply_max_chars": 10_000_000}}
+        async with server_factory(**options) as running:
+            host, port = running.address.split(":")
+            await asyncio.get_running_loop().sock_connect(tight, (host, int(port)))
+            body = json.dumps(
+                {
+                    "threadId": "unread",
+                    "runId": "r",
+                    "state": None,
+                    "tools": [],
+                    "context": [],
+                    "forwardedProps": {"agent_mode": False},
+                    "messages": [{"id": "m", "role": "user", "content": "write a lot"}],
+                }
+            ).encode()
+            head = (
+                f"POST /agui HTTP/1.1\r\nHost: {running.address}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode()
+            await asyncio.get_running_loop().sock_sendall(tight, head + body)
+            async with asyncio.timeout(20):
+                await seen.event.wait()  # then it never reads: the server gave up on it
+    finally:
+        guard_log.removeHandler(seen)
+        guard_log.setLevel(level)
+        tight.close()
