@@ -10,6 +10,8 @@ repeatable.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -189,3 +191,42 @@ async def test_a_message_too_long_for_the_window_gets_a_clear_error(real: Runnin
     errors = _errors(frames)
     assert [e["code"] for e in errors] == ["llm_error"]
     assert "context window" in errors[0]["message"] and "--ctx-size" in errors[0]["message"]
+
+
+async def test_a_reply_past_its_limit_is_closed_and_the_model_server_stops(
+    server_factory: ServerFactory, llama: LlamaServer, monkeypatch: pytest.MonkeyPatch
+):
+    """Without `max_tokens` a model writes until its server stops it; the server closes the
+    stream at `agent.reply_max_chars`, and the model server cancels the generation."""
+    monkeypatch.setattr(clock, "today", lambda: _TODAY)
+    llama.mark = len(llama.log())
+    llm = {"base_url": llama.base_url, "model": "qwen", "timeout_s": 120, "temperature": 0}
+    async with server_factory(llm=llm, agent={"reply_max_chars": 1000}) as running:
+        async with await running.client() as c:
+            await c.recv()
+            frames = await c.run(
+                "Write a long story about a lighthouse keeper.",
+                agent_mode=False,
+                tools=[],
+                timeout=_TIMEOUT,
+            )
+    assert _errors(frames) == []
+    answer = next(f for f in frames if kind(f) == "chat_response")["content"]
+    assert answer.endswith(
+        "[Cut here: the reply went on past 1,000 characters; the rest was not read.]"
+    )
+    assert "".join(f["delta"] for f in frames if kind(f) == "chat_delta") == answer
+    # llama.cpp notices the closed stream at its next write and logs the cancelled task
+    assert await asyncio.to_thread(_logged, llama, "stop: cancel task", 30)
+    assert _refused(llama) == []
+
+
+def _logged(llama: LlamaServer, text: str, timeout: float) -> bool:
+    """Whether the model server's log shows `text` (since the test began) within `timeout`:
+    it is another process's file, read until the line comes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in llama.log()[llama.mark :]:
+            return True
+        time.sleep(0.1)
+    return False
