@@ -511,3 +511,14 @@ async def test_verify_and_plan_events_are_shown_as_plain_notes(
         )
         await expect(run.locator(".answer")).to_have_text("I could not read the clock.")
         await snap("verify-and-plan")
+
+
+async def test_another_site_cannot_frame_the_page(ui_server: Any, page: Any) -> None:
+    """Clickjacking: a page elsewhere that puts the UI in a frame (in no-auth mode, where
+    anyone who reaches the port is the user) gets Chromium's refusal, not the chat."""
+    await page.set_content(f'<iframe id="victim" src="{ui_server.url}"></iframe>')
+    frame = await (await page.wait_for_selector("#victim")).content_frame()
+    await frame.wait_for_load_state("load", timeout=10_000)
+    assert await frame.query_selector("#new-chat") is None
+    direct = await page.goto(ui_server.url)  # the page itself still opens
+    assert direct.ok and await page.query_selector("#new-chat") is not None
