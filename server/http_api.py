@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agent.errors import StorageError
+from agent.validation import quoted
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
@@ -80,7 +81,7 @@ def _int_param(
             400,
             "invalid_query",
             f"{name}: expected a whole number from {low} to {top} in ASCII digits "
-            f"(got {raw[:40]!r}).",
+            f"(got {quoted(raw)}).",
         )
     return value
 

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import StorageError
+from agent.validation import quoted
 from server.auth import SUBPROTOCOL
 from server.connection import FRAMES_PER_TURN, OVERFLOW_CLOSE_CODE, Connection
 from server.live import LiveSession
@@ -114,7 +115,7 @@ def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
         return value, None
     return None, (
         f"after_seq: expected a whole number from 0 to {MAX_WHOLE_NUMBER} in ASCII digits "
-        f"(got {raw[:40]!r}); nothing was replayed."
+        f"(got {quoted(raw)}); nothing was replayed."
     )
 
 
