@@ -12,6 +12,7 @@ once. `serve --workers 2` is tested behind HAProxy (test_load_balancer.py).
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 import uuid
@@ -288,3 +289,45 @@ async def test_an_answer_through_the_watching_process_shows_there_at_once(
     assert [f["code"] for f in errors] == ["not_awaiting_input", "unknown_type"]
     assert question.id in errors[0]["message"]  # names the question that is waiting
     assert (after["status"], after["pending_input"]) == ("running", None)
+
+
+async def test_a_session_made_again_under_a_deleted_id_is_not_sent_to_the_old_watcher(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """Alice watches her AG-UI thread on process 1 and deletes it through process 0; Bob
+    (another tenant) then starts a thread with the same id on process 0. Process 1 closes
+    Alice's watcher as deleted and sends her no frame of Bob's conversation."""
+    tokens = {
+        "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
+        "bob-token-0123456789": {"tenant": "other", "user": "bob"},
+    }
+    alice = {"Authorization": "Bearer alice-token-0123456789"}
+    bob = {"Authorization": "Bearer bob-token-0123456789"}
+    thread = f"support-{uuid.uuid4().hex[:8]}"
+    body = {
+        "threadId": thread,
+        "runId": "r1",
+        "state": None,
+        "tools": [],
+        "context": [],
+        "forwardedProps": {"agent_mode": False},
+        "messages": [{"id": "m1", "role": "user", "content": "My IBAN is DE89 3704."}],
+    }
+    env = store_env | {"AGENT__AUTH__TOKENS": json.dumps(tokens)}
+    async with replicas(tmp_path, fake_llm, env) as group:
+        async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}", timeout=30) as http:
+            assert (await http.post("/agui", json=body, headers=alice)).status_code == 200
+            watcher = await Client.connect(group.addresses[1], headers=alice, session_id=thread)
+            assert (await watcher.recv())["resumed"] is True
+            deleted = await http.delete(f"/api/sessions/{thread}", headers=alice)
+            assert deleted.status_code == 204, deleted.text
+            assert (await http.post("/agui", json=body, headers=bob)).status_code == 200
+        seen: list[Frame] = []
+        try:
+            async with asyncio.timeout(30):
+                while True:
+                    seen.append(await watcher.recv(30))
+        except ConnectionClosed as closed:
+            code = None if closed.rcvd is None else closed.rcvd.code
+    assert code == 4404
+    assert [f for f in seen if f.get("session_id") == thread] == [], seen
