@@ -15,6 +15,7 @@ a stop cuts short is counted the same way: the model server has worked on it, an
 A reply that goes on past `RunLimits.reply_max_chars` (a model in a loop, on a server with no
 output limit) is closed the same way, its text ending with a note that says it was cut: the
 events that carry a reply's whole text stay well under the 1 MiB a WebSocket client takes.
+Thinking counts toward the same limit: a model thinking without end is cut like one talking.
 """
 
 from __future__ import annotations
@@ -97,17 +98,21 @@ async def _drain(
         )
         try:
             async for item in stream:
-                if isinstance(item, str):
-                    if await reader.text(item):
-                        await _close(stream)
-                        turn = reader.cut_turn(messages, tools)
-                        ctx.metrics[Metric.REPLIES_CUT] += 1
-                        break
-                elif isinstance(item, Thinking):
-                    if item.text:
-                        await ctx.sink.emit(ThinkingDelta(step, phase, item.text))
-                else:
+                if isinstance(item, ModelTurn):
                     turn = item
+                    continue
+                if isinstance(item, Thinking):
+                    thought, too_long = reader.thinking(item.text)
+                    if thought:
+                        await ctx.sink.emit(ThinkingDelta(step, phase, thought))
+                    done = too_long and await reader.text("", cut=True)  # the note says so
+                else:
+                    done = await reader.text(item)
+                if done:
+                    await _close(stream)
+                    turn = reader.cut_turn(messages, tools)
+                    ctx.metrics[Metric.REPLIES_CUT] += 1
+                    break
         except asyncio.CancelledError:  # a stop: the usage it reports counts this call too
             rec.count(phase, turn if turn is not None else reader.cut_turn(messages, tools))
             raise
@@ -128,10 +133,10 @@ class _Reader:
         self._most = most
         self._room = most  # characters the reply may still have
 
-    async def text(self, piece: str) -> bool:
+    async def text(self, piece: str, *, cut: bool = False) -> bool:
         """Pass `piece` on; True when the caller has read enough of the reply, or the reply
-        is too long (its text then ends with a note that says so)."""
-        too_long = len(piece) > self._room
+        is too long, or `cut` says so (its text then ends with a note that says so)."""
+        too_long = cut or len(piece) > self._room
         if too_long:
             piece = piece[: self._room] + _CUT_NOTE.format(self._most)
         self._room -= len(piece)
@@ -139,6 +144,15 @@ class _Reader:
         if self._on_text is not None:
             await self._on_text(piece)
         return too_long or (self._enough is not None and self._enough())
+
+    def thinking(self, piece: str) -> tuple[str, bool]:
+        """What to show of a piece of thinking, and whether the reply is now too long (the
+        caller then passes on the note that says so with `text("", cut=True)`)."""
+        if len(piece) < self._room:
+            self._room -= len(piece)
+            return piece, False
+        piece, self._room = piece[: self._room], 0
+        return piece, True
 
     @property
     def read(self) -> str:

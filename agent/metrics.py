@@ -59,7 +59,7 @@ _HELP = {
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",
     Metric.CONTROL_BLOCK_RETRIES: "Model calls repeated for a missing control block.",
     Metric.CONTROL_BLOCK_FALLBACKS: "Phases that went on without a control block.",
-    Metric.REPLIES_CUT: "Replies closed early because the model began repeating its block.",
+    Metric.REPLIES_CUT: "Replies closed early: a repeated block, or past reply_max_chars.",
     Metric.RESEARCH_FAILURES: "Research steps that failed.",
     Metric.CONTEXT_OVERFLOW_RETRIES: "Calls sent again, shortened, after a context overflow.",
     Metric.CONTEXT_TRIMS: "Prompts shortened to fit the token budget.",

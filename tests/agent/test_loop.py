@@ -29,6 +29,7 @@ from agent.events import (
     RunCompleted,
     RunStopped,
     StepStarted,
+    ThinkingDelta,
     ToolCompleted,
     ToolFailed,
     ToolStarted,
@@ -416,6 +417,21 @@ async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harne
         "[Cut here: the reply went on past 2,000 characters; the rest was not read.]"
     )
     assert "".join(e.delta for e in record.of(ChatDelta)) == answer
+    assert harness.model.closed_early == 1
+    assert harness.metrics[Metric.REPLIES_CUT] == 1
+
+
+async def test_thinking_that_goes_on_too_long_is_closed_like_a_reply(harness: Harness):
+    # A reasoning model thinking without end streams thinking events forever: the same limit
+    # closes it, and the reply's text says why.
+    thoughts = Reply(reasoning=["Hmm, let me think again. " * 20] * 40, chunks=["Never read."])
+    harness.model.script("chat", thoughts)
+    record = await harness.run("think", agent=False, reply_max_chars=2_000)
+    shown = "".join(e.delta for e in record.of(ThinkingDelta))
+    assert shown.startswith("Hmm, let me think again.") and len(shown) == 2_000
+    assert record.of(ChatDone)[-1].content == (
+        "\n\n[Cut here: the reply went on past 2,000 characters; the rest was not read.]"
+    )
     assert harness.model.closed_early == 1
     assert harness.metrics[Metric.REPLIES_CUT] == 1
 

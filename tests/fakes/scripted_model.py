@@ -75,6 +75,8 @@ class ScriptedModel:
         if reply.status is not None:
             raise ModelError(f"the fake model answered HTTP {reply.status}")
         try:
+            for thought in reply.reasoning:
+                yield Thinking(thought)
             for i, chunk in enumerate(reply.chunks):
                 if reply.hang_after is not None and i >= reply.hang_after:
                     self.hanging.set()
