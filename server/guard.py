@@ -2,7 +2,9 @@
 
 - A cap on open connections (HTTP and WebSocket together): one more is answered
   `503 Service Unavailable` and closed at once, so idle sockets cannot use up the process's
-  file descriptors (and `/healthz` and authenticated clients keep working).
+  file descriptors. `HEALTH_SLOTS` more may each ask `GET /healthz` (within
+  `HEALTH_HEAD_TIMEOUT_S`), so that a process full of clients is not taken for a dead one
+  and restarted by its orchestrator's liveness probe; any other request on them is the 503.
 - A deadline for each request head (the WebSocket handshake request included): a client
   that has not sent a complete head `request_timeout_s` after connecting, or after its
   previous response, gets `408` and is closed.
@@ -26,6 +28,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = [
+    "HEALTH_SLOTS",
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
     "HeadScan",
@@ -43,6 +46,9 @@ MAX_LINE_BYTES = 8_192  # the request line or one header line, CRLF excluded
 MAX_HEAD_BYTES = 65_536
 MAX_HEADERS = 100
 FD_RESERVE = 256  # descriptors kept for the store, the LLM, web_fetch and its workers
+HEALTH_SLOTS = 8  # connections past the cap that may only ask for /healthz
+HEALTH_HEAD_TIMEOUT_S = 2.0  # how long one of those may take to send its request head
+_HEALTH_CHECKS = (b"GET /healthz ", b"GET /healthz?", b"HEAD /healthz ", b"HEAD /healthz?")
 
 _REASONS = {
     408: "Request Timeout",
@@ -95,6 +101,13 @@ class HeadScan:
     def __len__(self) -> int:
         return len(self._head)
 
+    def startswith(self, prefixes: tuple[bytes, ...]) -> bool | None:
+        """Does the head begin with one of `prefixes`? None while it could still."""
+        start = bytes(self._head[: max(map(len, prefixes))])
+        if start.startswith(prefixes):
+            return True
+        return None if any(p.startswith(start) for p in prefixes) else False
+
     def feed(self, data: bytes) -> int | None:
         """Add `data`; return the status that refuses the head so far, or None."""
         head = self._head
@@ -131,14 +144,16 @@ def guarded_protocol(
         _stalled: asyncio.TimerHandle | None = None
         _head: HeadScan
 
+        _health_only = False  # one of the HEALTH_SLOTS past the cap
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            over_cap = len(self.connections) >= max_connections
+            open_now = len(self.connections)
             super().connection_made(transport)
             self._head = HeadScan()
-            if over_cap:
-                log.debug("refused a connection: %d are open", len(self.connections) - 1)
-                self._refuse(503, "Too many connections; try again shortly.")
+            if open_now >= max_connections + HEALTH_SLOTS:
+                self._refuse_over_cap()
                 return
+            self._health_only = open_now >= max_connections
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
@@ -172,6 +187,9 @@ def guarded_protocol(
                 if status is not None:
                     self._refuse(status, "The request head is too large.")
                     return
+                if self._health_only and self._head.startswith(_HEALTH_CHECKS) is False:
+                    self._refuse_over_cap()  # a slot past the cap asks anything but /healthz
+                    return
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE or self.transport.get_protocol() is not self:
                 self._head.clear()
@@ -182,9 +200,14 @@ def guarded_protocol(
             if not self.transport.is_closing():
                 self._arm()  # a kept-alive connection must send its next head in time too
 
+        def _refuse_over_cap(self) -> None:
+            log.debug("refused a connection: %d are open", len(self.connections) - 1)
+            self._refuse(503, "Too many connections; try again shortly.")
+
         def _arm(self) -> None:
             self._disarm()
-            self._deadline = self.loop.call_later(request_timeout_s, self._timed_out)
+            timeout = min(request_timeout_s, HEALTH_HEAD_TIMEOUT_S) if self._health_only else None
+            self._deadline = self.loop.call_later(timeout or request_timeout_s, self._timed_out)
 
         def _disarm(self) -> None:
             if self._deadline is not None:

@@ -19,6 +19,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from server.guard import (
+    HEALTH_SLOTS,
     MAX_HEAD_BYTES,
     MAX_HEADERS,
     MAX_LINE_BYTES,
@@ -55,13 +56,45 @@ async def test_a_flood_of_idle_sockets_is_capped_refused_and_timed_out(
             answers = await flood.answers(timeout=timeout + 5)
             waited = time.monotonic() - started
         assert None not in answers, "a silent connection outlived the request deadline"
-        assert sum(status_of(a) == 503 for a in answers) == 2 * cap
-        assert sum(a == b"" for a in answers) == cap  # the silent ones, closed at the deadline
+        assert sum(status_of(a) == 503 for a in answers) == 2 * cap - HEALTH_SLOTS
+        # The silent ones, closed at the deadline: those within the cap and its health slots.
+        assert sum(a == b"" for a in answers) == cap + HEALTH_SLOTS
         assert waited < timeout + 3
         async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
             assert (await http.get("/healthz")).status_code == 200
         async with await running.client() as client:
             assert (await client.recv())["type"] == "session"
+
+
+async def test_a_server_full_of_clients_still_answers_its_health_check(
+    server_factory: ServerFactory,
+) -> None:
+    # An orchestrator's liveness probe must not take a process full of clients for a dead one
+    # (and restart it, dropping them all): a few slots past the cap serve /healthz only.
+    cap = 4
+    async with server_factory(server={"max_connections": cap}) as running:
+        clients = [await running.client() for _ in range(cap)]
+        try:
+            for client in clients:
+                assert (await client.recv())["type"] == "session"
+            address = running.address
+            health = f"GET /healthz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+            answer = await raw_exchange(address, health.encode())
+            assert status_of(answer) == 200 and b'"status":"ok"' in answer.replace(b" ", b"")
+            head = health.replace("GET", "HEAD", 1).encode()
+            assert status_of(await raw_exchange(address, head)) == 200
+            # A head that could still become a health check is waited for, not refused.
+            assert status_of(await raw_exchange(address, b"GET /heal", timeout=0.5)) is None
+            other = f"GET /api/sessions HTTP/1.1\r\nHost: {address}\r\n\r\n".encode()
+            assert status_of(await raw_exchange(address, other)) == 503
+            assert status_of(await raw_exchange(address, upgrade(address))) == 503
+            assert status_of(await raw_exchange(address, b"GET /healthzz HTTP/1.1\r\n")) == 503
+            # The health slots are few: held by silent sockets, a check is refused too.
+            async with idle_connections(address, HEALTH_SLOTS):
+                assert status_of(await raw_exchange(address, health.encode())) == 503
+        finally:
+            for client in clients:
+                await client.close()
 
 
 async def test_half_sent_requests_and_handshakes_get_408(server_factory: ServerFactory) -> None:
