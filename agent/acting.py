@@ -23,11 +23,9 @@ import orjson
 from agent.approval import approve_calls
 from agent.bounded import bounded
 from agent.context import RECALL_DETAILS, recall
-from agent.control import PendingQuestion
-from agent.elicitation import make_ask
+from agent.elicitation import make_ask, put_question
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import (
-    InputRequested,
     InputTimedOut,
     ToolCompleted,
     ToolFailed,
@@ -251,10 +249,7 @@ async def _ask(
             )
         )
         return
-    timeout = ctx.limits.request_input_timeout_s
-    pending = PendingQuestion(question.strip(), call.id, step, ctx.now_ms() + int(timeout * 1000))
-    await ctx.sink.emit(InputRequested(step, pending.question, call.id, pending.expires_at))
-    answer = await ctx.control.ask(pending, timeout)
+    answer = await put_question(ctx, step, call.id, question.strip())
     if answer is None:
         await rec.add(
             Message.tool_result(

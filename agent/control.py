@@ -81,6 +81,7 @@ class RunControl:
         self.stop_requested = asyncio.Event()
         self.stop_reason: StopReason | None = None
         self.pending: PendingQuestion | None = None
+        self.asking = asyncio.Lock()  # held while a question is open: one at a time
         self._answers: asyncio.Queue[str] = asyncio.Queue(maxsize=1)
         self._task: asyncio.Task[object] | None = None
         self.pending_approval: PendingApproval | None = None

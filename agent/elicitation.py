@@ -1,6 +1,11 @@
 """A tool asking the person mid-call (MCP elicitation) goes through the `request_input` pause:
 the same `agent_request_input` event (with the call's id), the same `agent_user_input` answer,
-the same timeout, the same stop. The call's own time limit is suspended while it waits."""
+the same timeout, the same stop. The call's own time limit is suspended while it waits.
+
+A run asks one question at a time (`put_question`): calls that run concurrently and ask at
+once (two frontend tools of one turn, two MCP tools eliciting) take turns, each question
+published and timed only once the one before it is answered, so an answer always reaches the
+question it was given for."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from agent.events import InputRequested, InputTimedOut
 from agent.messages import ToolCall
 from agent.run import RunContext
 
-__all__ = ["make_ask"]
+__all__ = ["make_ask", "put_question"]
 
 
 def make_ask(
@@ -28,10 +33,7 @@ def make_ask(
         when = deadline.when()
         remaining = None if when is None else when - loop.time()
         deadline.reschedule(None)  # the person's time does not count against the tool
-        timeout = ctx.limits.request_input_timeout_s
-        pending = PendingQuestion(question, call.id, step, ctx.now_ms() + int(timeout * 1000))
-        await ctx.sink.emit(InputRequested(step, question, call.id, pending.expires_at))
-        answer = await ctx.control.ask(pending, timeout)
+        answer = await put_question(ctx, step, call.id, question)
         if answer is None:
             await ctx.sink.emit(InputTimedOut(step))
             ctx.control.request_stop("input_timeout")  # ends the run as an unanswered question
@@ -41,3 +43,13 @@ def make_ask(
         return answer
 
     return ask
+
+
+async def put_question(ctx: RunContext, step: int, call_id: str, question: str) -> str | None:
+    """Publish `question` for the call `call_id` once no other question of the run is open,
+    and wait for its answer; None when `agent.request_input_timeout_s` passes first."""
+    async with ctx.control.asking:
+        timeout = ctx.limits.request_input_timeout_s
+        pending = PendingQuestion(question, call_id, step, ctx.now_ms() + int(timeout * 1000))
+        await ctx.sink.emit(InputRequested(step, question, call_id, pending.expires_at))
+        return await ctx.control.ask(pending, timeout)

@@ -406,6 +406,35 @@ async def test_a_question_a_tool_puts_is_escaped_and_cut_like_its_result(harness
     assert [e.result for e in harness.record.of(ToolCompleted)] == ["Yes."]
 
 
+async def _asks_its_kind(args: _BlobArgs, context: ToolContext) -> Any:
+    return f"{args.kind} got: " + str(await context.extra["ask"](f"Which {args.kind}?"))
+
+
+async def test_calls_that_ask_at_once_ask_in_turn_and_get_their_own_answers(harness: Harness):
+    # Two calls of one turn run concurrently and both ask the person (two frontend tools, two
+    # MCP tools eliciting): the second question is published only once the first is answered,
+    # and each answer reaches the question it was given for.
+    harness.tools.append(Tool("asking", "Ask the person.", _BlobArgs, _asks_its_kind))
+    calls = [FakeToolCall("asking", {"kind": "colour"}), FakeToolCall("asking", {"kind": "size"})]
+    harness.model.script("act", act(*calls))
+    harness.model.script("observe", observe("Asked both.", final="Done."))
+    task = harness.start("ask twice")
+    for call, answer in zip(calls, ("red", "large"), strict=True):
+        await harness.record.wait_for(
+            lambda c=call: (
+                harness.control.pending is not None and harness.control.pending.tool_call_id == c.id
+            )
+        )
+        asked = [e.call_id for e in harness.record.of(InputRequested)]
+        assert asked[-1] == call.id and asked.count(call.id) == 1
+        assert len(asked) == calls.index(call) + 1  # the other question is not out yet
+        assert harness.control.answer(answer)
+    async with asyncio.timeout(5):
+        await task
+    results = {e.call_id: e.result for e in harness.record.of(ToolCompleted)}
+    assert results == {calls[0].id: "colour got: red", calls[1].id: "size got: large"}
+
+
 async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harness: Harness):
     # A model in a loop on a server without an output limit: the events that carry the whole
     # reply would pass the 1 MiB a client takes. The call is closed at the limit.
