@@ -124,11 +124,16 @@ class RunControl:
         self._answers.put_nowait(content)
         return True
 
-    async def ask(self, question: PendingQuestion, timeout_s: float) -> str | None:
-        """Publish `question` and wait for its answer; None when the timeout passes first."""
+    def pose(self, question: PendingQuestion) -> None:
+        """Make `question` the open one, answerable from now on: before it is announced, so
+        an answer that comes the moment the announcement is out is taken (`await_answer`)."""
         while not self._answers.empty():  # an answer to an earlier question must not leak
             self._answers.get_nowait()
         self.pending = question
+
+    async def await_answer(self, timeout_s: float) -> str | None:
+        """Wait for the answer to the question `pose` opened; None when the timeout passes
+        first."""
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._answers.get()

@@ -51,5 +51,10 @@ async def put_question(ctx: RunContext, step: int, call_id: str, question: str) 
     async with ctx.control.asking:
         timeout = ctx.limits.request_input_timeout_s
         pending = PendingQuestion(question, call_id, step, ctx.now_ms() + int(timeout * 1000))
-        await ctx.sink.emit(InputRequested(step, question, call_id, pending.expires_at))
-        return await ctx.control.ask(pending, timeout)
+        ctx.control.pose(pending)
+        try:
+            await ctx.sink.emit(InputRequested(step, question, call_id, pending.expires_at))
+        except BaseException:
+            ctx.control.pending = None
+            raise
+        return await ctx.control.await_answer(timeout)

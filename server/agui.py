@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent, TextPart, ToolMessage, UserMessage
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    TextPart,
+    ToolMessage,
+    UserMessage,
+)
 from ag_ui.encoder import EventEncoder
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
@@ -36,6 +44,10 @@ __all__ = ["agui_endpoint", "preflight", "stop_endpoint"]
 
 _SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI-compatible servers accept
+_ABANDON_WAIT_S = 10.0  # how long a new message waits for the paused run it replaces to end
+# Server-sent events through a proxy: nginx buffers responses unless told not to.
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _STATUS = {
     "invalid_message": 400,
     "session_not_found": 404,
@@ -160,14 +172,15 @@ def _check_counts(data: object) -> None:
             )
 
 
-def _may_create(run_input: RunAgentInput) -> bool:
+def _may_create(services: Services, scope: Scope, run_input: RunAgentInput) -> bool:
     """Whether the request may make its thread: only one that starts a run, checked first
     (a refused request must not leave an empty conversation behind). An answer or a tool
     result is for a thread that exists."""
     last = run_input.messages[-1] if run_input.messages else None
     if run_input.resume or isinstance(last, ToolMessage):
         return False
-    _chat_frame(run_input)  # refuses what _begin would refuse, before anything is stored
+    # Refuses what _begin would refuse, before anything is stored.
+    services.hub.check_run(scope, _chat_frame(run_input), _client_tools(run_input))
     return True
 
 
@@ -223,26 +236,63 @@ def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
 
 
 def _client_tools(run_input: RunAgentInput) -> list[ToolSpec]:
-    empty = {"type": "object", "properties": {}}
-    return [
-        ToolSpec(t.name, t.description, t.parameters if isinstance(t.parameters, dict) else empty)
-        for t in run_input.tools or ()
-    ]
+    """The frontend tools, as the model will see them: each name once, one the model's server
+    takes, parameters a JSON Schema object (none: no parameters)."""
+    specs: dict[str, ToolSpec] = {}
+    for n, tool in enumerate(run_input.tools or ()):
+        if not _TOOL_NAME.fullmatch(tool.name):
+            raise _Refused(400, "invalid_message", f"tools.{n}.name: 1-64 of A-Z a-z 0-9 _ -.")
+        if tool.name in specs:
+            raise _Refused(400, "invalid_message", f"tools.{n}.name: {tool.name} is listed twice.")
+        parameters = tool.parameters
+        if parameters is None:
+            parameters = {"type": "object", "properties": {}}
+        elif not isinstance(parameters, dict):
+            raise _Refused(400, "invalid_message", f"tools.{n}.parameters: not a JSON Schema.")
+        specs[tool.name] = ToolSpec(tool.name, tool.description, parameters)
+    return list(specs.values())
 
 
-async def _tool_result(services: Services, live: LiveSession, message: ToolMessage) -> None:
-    """The client's result of a frontend tool call the paused run waits for."""
+def _results(run_input: RunAgentInput) -> dict[str, str]:
+    """The frontend tool results the request brings: its trailing `tool` messages, by call."""
+    results: dict[str, str] = {}
+    for message in reversed(run_input.messages):
+        if not isinstance(message, ToolMessage):
+            break
+        content = message.content
+        if not isinstance(content, str):
+            content = "\n".join(part.text for part in content if isinstance(part, TextPart))
+        results.setdefault(
+            message.tool_call_id, f"Error: {message.error}" if message.error else content
+        )
+    return dict(reversed(results.items()))
+
+
+def _client_calls(run_input: RunAgentInput) -> tuple[str, ...]:
+    """The calls of frontend tools in the client's messages (earlier streams showed them)."""
+    names = {tool.name for tool in run_input.tools or ()}
+    return tuple(
+        call.id
+        for message in run_input.messages
+        if isinstance(message, AssistantMessage)
+        for call in message.tool_calls or ()
+        if call.function.name in names
+    )
+
+
+async def _tool_result(services: Services, live: LiveSession, results: dict[str, str]) -> None:
+    """Answer the frontend tool call the paused run waits for, from the request's results
+    (the others are answered as their calls ask: see `_events`)."""
     pending = live.pending_input
-    if live.run is None or pending is None or pending["tool_call_id"] != message.tool_call_id:
+    if live.run is None or pending is None:
         raise _Refused(
             409, "not_awaiting_input", "No call of an application tool waits for this result."
         )
-    content = message.content
-    if not isinstance(content, str):
-        content = "\n".join(part.text for part in content if isinstance(part, TextPart))
-    if message.error:
-        content = f"Error: {message.error}"
-    await services.hub.answer(live, content, message.tool_call_id)
+    call_id = pending["tool_call_id"]
+    if call_id not in results:
+        message = f"messages: the run waits for the result of the call {call_id!r}."
+        raise _Refused(409, "not_awaiting_input", message)
+    await services.hub.answer(live, results.pop(call_id), call_id)
 
 
 async def _resume(services: Services, live: LiveSession, run_input: RunAgentInput) -> None:
@@ -258,9 +308,7 @@ async def _resume(services: Services, live: LiveSession, run_input: RunAgentInpu
     hub = services.hub
     payload = entry.payload
     if live.pending_approval is not None:
-        approve = entry.status == "resolved" and (
-            payload is True or (isinstance(payload, dict) and payload.get("approve") is True)
-        )
+        approve = entry.status == "resolved" and _approves(payload)
         reason = payload.get("reason") if isinstance(payload, dict) else None
         await hub.decide(live, wanted, approve, reason if isinstance(reason, str) else None)
     elif entry.status == "cancelled":
@@ -272,6 +320,22 @@ async def _resume(services: Services, live: LiveSession, run_input: RunAgentInpu
         await hub.answer(live, text, wanted)
 
 
+def _approves(payload: Any) -> bool:
+    """A resolved approval's payload: `true`, `{"approve": bool}` or the `{"approved": bool}`
+    AG-UI's own examples use; anything else is refused rather than read as a no."""
+    if isinstance(payload, bool):
+        return payload
+    if isinstance(payload, dict):
+        for key in ("approve", "approved"):
+            if isinstance(payload.get(key), bool):
+                return bool(payload[key])
+    raise _Refused(
+        400,
+        "invalid_message",
+        'resume.payload: {"approve": true|false, "reason"?: "..."} (or true / false).',
+    )
+
+
 async def agui_endpoint(request: Request) -> Response:
     services: Services = request.app.state.services
     live: LiveSession | None = None
@@ -279,11 +343,13 @@ async def agui_endpoint(request: Request) -> Response:
     try:
         scope = _caller(request, services)
         run_input = await _read_input(request, services.settings.server.max_message_bytes)
-        live = await _open(services, scope, run_input.thread_id, _may_create(run_input))
+        create = _may_create(services, scope, run_input)
+        live = await _open(services, scope, run_input.thread_id, create)
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
         live.subscribers.add(stream)
-        run_id, step = await _begin(services, live, run_input)
+        results = _results(run_input)
+        run_id, step = await _begin(services, live, run_input, results)
     except (_Refused, ProtocolError, StorageError) as exc:
         if live is not None:
             if stream is not None:
@@ -295,30 +361,48 @@ async def agui_endpoint(request: Request) -> Response:
             exc = _Refused(503, "storage_error", "The change could not be saved.")
         return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
     names = frozenset(t.name for t in run_input.tools or ())
-    translator = Translator(live.session_id, run_id, names)
-    body = _events(services, live, stream, translator, step)
-    return _cors(request, StreamingResponse(body, media_type=EventEncoder().get_content_type()))
+    translator = Translator(
+        live.session_id,
+        run_id,
+        names,
+        client_calls=_client_calls(run_input),
+        answered=frozenset(
+            m.tool_call_id for m in run_input.messages if isinstance(m, ToolMessage)
+        ),
+    )
+    body = _events(services, live, stream, translator, step, results)
+    response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
+    response.headers.update(_SSE_HEADERS)
+    return _cors(request, response)
 
 
 async def _begin(
-    services: Services, live: LiveSession, run_input: RunAgentInput
+    services: Services, live: LiveSession, run_input: RunAgentInput, results: dict[str, str]
 ) -> tuple[str, int]:
-    """Start the run, or continue the paused one; return (run_id, the step it is in)."""
+    """Start the run, or continue the paused one; return (run_id, the step it is in).
+    `results` loses the frontend tool result it delivers now."""
     last = run_input.messages[-1] if run_input.messages else None
     entries = run_input.resume or []
     pending = live.pending_approval or live.pending_input or {}
-    # Cancelling an interrupt that is no longer open (it expired) with a new user message is
-    # how an AG-UI client moves on: that is an ordinary new run.
-    stale = (
-        bool(entries)
-        and all(e.status == "cancelled" for e in entries)
-        and pending.get("tool_call_id") not in {e.interrupt_id for e in entries}
-        and isinstance(last, UserMessage)
-    )
-    if (entries and not stale) or isinstance(last, ToolMessage):
+    paused_on = pending.get("tool_call_id")
+    # A new user message after cancelling the open interrupts, or instead of the result of a
+    # frontend tool (whose AG-UI run ended in success): the paused run is given up, and the
+    # message starts a new one. (Cancelling an interrupt no longer open is the same.)
+    moves_on = isinstance(last, UserMessage) and all(e.status == "cancelled" for e in entries)
+    if moves_on:
+        if (
+            live.run is not None
+            and paused_on is not None
+            and (
+                paused_on in {e.interrupt_id for e in entries}
+                or (not entries and paused_on in _client_calls(run_input))
+            )
+        ):
+            await _abandon(services, live)
+    elif entries or isinstance(last, ToolMessage):
         step = int(pending.get("step") or 0)
         if isinstance(last, ToolMessage) and not entries:
-            await _tool_result(services, live, last)
+            await _tool_result(services, live, results)
         else:
             await _resume(services, live, run_input)
         if live.run is None:
@@ -327,6 +411,16 @@ async def _begin(
     frame = _chat_frame(run_input)
     check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
     return await services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
+
+
+async def _abandon(services: Services, live: LiveSession) -> None:
+    """Stop the paused run and wait (bounded) until it has ended, so a new one may start."""
+    run = live.run
+    if run is None:
+        return
+    await services.hub.stop(live)
+    if run.task is not None:
+        await asyncio.wait({run.task}, timeout=_ABANDON_WAIT_S)
 
 
 def _cors(request: Request, response: Response) -> Response:
@@ -355,8 +449,15 @@ async def preflight(request: Request) -> Response:
 
 
 async def _events(
-    services: Services, live: LiveSession, stream: _Stream, translator: Translator, step: int
+    services: Services,
+    live: LiveSession,
+    stream: _Stream,
+    translator: Translator,
+    step: int,
+    results: dict[str, str],
 ) -> AsyncIterator[str]:
+    """The run's frames as AG-UI events. A frontend tool call that asks for its result while
+    the request brought it (several calls of one turn, answered together) is answered here."""
     encoder = EventEncoder()
 
     def encode(events: list[BaseEvent]) -> str:
@@ -371,10 +472,18 @@ async def _events(
                 yield encode([RunErrorEvent(message=message, code="stream_closed")])
                 return
             frame = orjson.loads(text)
-            if frame.get("run_id") == translator.run_id:
-                out = translator.translate(frame)
-                if out:
-                    yield encode(out)
+            if frame.get("run_id") != translator.run_id:
+                continue
+            call_id = frame.get("tool_call_id")
+            if frame.get("update_type") == "agent_request_input" and call_id in results:
+                try:
+                    await services.hub.answer(live, results.pop(call_id), call_id)
+                except ProtocolError as exc:  # answered meanwhile from elsewhere, or ended
+                    yield encode([RunErrorEvent(message=exc.message, code=exc.code)])
+                    return
+            out = translator.translate(frame)
+            if out:
+                yield encode(out)
     finally:
         live.subscribers.discard(stream)
         stream.closed()

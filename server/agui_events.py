@@ -9,11 +9,14 @@
 | agent_reasoning_delta (model thinking)   | the same, one message per step and phase          |
 | agent_answer_delta                       | TEXT_MESSAGE_START (assistant), _CONTENT          |
 | chat_delta / chat_response               | TEXT_MESSAGE_START / _CONTENT / _END              |
-| tool_start                               | TOOL_CALL_START, TOOL_CALL_ARGS (JSON), _END      |
-| tool_complete / tool_error               | TOOL_CALL_RESULT (tool_error: "Error: ...")       |
+| tool_start                               | TEXT_MESSAGE_END of the text before it; TOOL_CALL_|
+|                                          | START (parentMessageId that text), _ARGS, _END    |
+| tool_complete / tool_error               | TOOL_CALL_RESULT (tool_error: "Error: ..."); none |
+|                                          | for a client tool's result (the client sent it)   |
 | agent_request_input / agent_tool_approval| CUSTOM, STEP_FINISHED, RUN_FINISHED "interrupt"   |
 | agent_request_input of a client tool call| CUSTOM, STEP_FINISHED, RUN_FINISHED "success" with|
-|                                          | pendingToolCallIds [the call] (frontend tools)    |
+|                                          | pendingToolCallIds: every client call without a   |
+|                                          | result (CUSTOM alone when the request has it)     |
 | agent_verify (done: false)               | TEXT_MESSAGE_END (draft discarded), CUSTOM        |
 | agent_completion                         | TEXT_MESSAGE_END, CUSTOM "agent_completion"       |
 | agent_stopped                            | CUSTOM; then RUN_FINISHED "cancelled"             |
@@ -22,6 +25,8 @@
 | anything else (plans, usage, context...) | CUSTOM, name = update_type (or type), value frame |
 
 Every event carries the frame it came from as `rawEvent` (so `seq` and every field survive).
+A message's id ends with the `seq` of the frame that opened it: unique in the thread, also
+across the streams of one run paused and resumed (a client merges messages of one id).
 Reason and Observe are reasoning messages, not text messages: AG-UI clients (CopilotKit's
 chat among them) show reasoning apart from, and folded under, the assistant's reply, so only
 the final answer reads as the reply, as in our own UI.
@@ -86,17 +91,28 @@ class Translator:
     cleanly. Call `start` first; the stream is over once `done` is True."""
 
     def __init__(
-        self, thread_id: str, run_id: str, client_tools: frozenset[str] = frozenset()
+        self,
+        thread_id: str,
+        run_id: str,
+        client_tools: frozenset[str] = frozenset(),
+        *,
+        client_calls: tuple[str, ...] = (),
+        answered: frozenset[str] = frozenset(),
     ) -> None:
+        """`client_calls`: calls of client tools made before this stream (the client's
+        messages have them); `answered`: calls whose results this request brought."""
         self.thread_id = thread_id
         self.run_id = run_id
         self._client_tools = client_tools
-        self._client_calls: set[str] = set()  # calls of client tools, which the client runs
+        # Calls of client tools, which the client runs, in order (a dict: an ordered set).
+        self._client_calls: dict[str, None] = dict.fromkeys(client_calls)
+        self._answered = answered
+        self._resolved: set[str] = set()  # calls whose result or error this stream showed
         self.done = False
         self._step: int | None = None
-        self._reasoning: str | None = None  # the open reasoning message's id
+        self._reasoning: tuple[str, str] | None = None  # the open reasoning: (key, id)
         self._answer: str | None = None  # the open assistant text message's id
-        self._answers = 0
+        self._opened = 0  # messages opened by frames without a seq (tests)
         self._was_stopped = False
         self._result: dict[str, Any] | None = None
 
@@ -128,25 +144,36 @@ class Translator:
         name = frame.get("update_type") or frame.get("type") or "unknown"
         return [CustomEvent(name=str(name), value=frame)]
 
+    def _message_id(self, kind: str, frame: dict[str, Any]) -> str:
+        """A new message's id, unique in the thread: the seq of the frame that opens it."""
+        seq = frame.get("seq")
+        if not isinstance(seq, int):
+            self._opened += 1
+            seq = f"n{self._opened}"
+        return f"{self.run_id}-{kind}-{seq}"
+
     def _close_reasoning(self) -> list[BaseEvent]:
         if self._reasoning is None:
             return []
-        message_id, self._reasoning = self._reasoning, None
+        _, message_id = self._reasoning
+        self._reasoning = None
         return [
             ReasoningMessageEndEvent(message_id=message_id),
             ReasoningEndEvent(message_id=message_id),
         ]
 
-    def _open_reasoning(self, message_id: str) -> list[BaseEvent]:
-        if self._reasoning == message_id:
-            return []
+    def _open_reasoning(self, key: str, frame: dict[str, Any]) -> tuple[str, list[BaseEvent]]:
+        """The id of the reasoning message `key` names (a step's phase), opened if need be."""
+        if self._reasoning is not None and self._reasoning[0] == key:
+            return self._reasoning[1], []
         events = self._close_reasoning()
-        self._reasoning = message_id
+        message_id = self._message_id(key, frame)
+        self._reasoning = (key, message_id)
         events += [
             ReasoningStartEvent(message_id=message_id),
             ReasoningMessageStartEvent(message_id=message_id),
         ]
-        return events
+        return message_id, events
 
     def _close_answer(self) -> list[BaseEvent]:
         if self._answer is None:
@@ -154,11 +181,10 @@ class Translator:
         message_id, self._answer = self._answer, None
         return [TextMessageEndEvent(message_id=message_id)]
 
-    def _append_answer(self, delta: str) -> list[BaseEvent]:
+    def _append_answer(self, delta: str, frame: dict[str, Any]) -> list[BaseEvent]:
         events: list[BaseEvent] = []
         if self._answer is None:
-            self._answers += 1
-            self._answer = f"{self.run_id}-answer-{self._answers}"
+            self._answer = self._message_id("answer", frame)
             events.append(TextMessageStartEvent(message_id=self._answer, role="assistant"))
         events.append(TextMessageContentEvent(message_id=self._answer, delta=delta))
         return events
@@ -189,40 +215,45 @@ class Translator:
         return events
 
     def _reasoning_text(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        phase = _REASONING[frame["update_type"]]
-        message_id = f"{self.run_id}-{frame.get('step', 0)}-{phase}"
+        key = f"{frame.get('step', 0)}-{_REASONING[frame['update_type']]}"
+        is_open = self._reasoning is not None and self._reasoning[0] == key
         if frame["update_type"].endswith("_delta"):
-            events = self._open_reasoning(message_id)
+            message_id, events = self._open_reasoning(key, frame)
             events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
             return events
         events = []
-        if self._reasoning != message_id and frame.get("content"):  # nothing was streamed
-            events = self._open_reasoning(message_id)
+        if not is_open and frame.get("content"):  # nothing was streamed
+            message_id, events = self._open_reasoning(key, frame)
             events.append(
                 ReasoningMessageContentEvent(message_id=message_id, delta=frame["content"])
             )
-        return events + (self._close_reasoning() if self._reasoning == message_id else [])
+            is_open = True
+        return events + (self._close_reasoning() if is_open else [])
 
     def _thinking(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        message_id = f"{self.run_id}-{frame.get('step', 0)}-thinking-{frame.get('phase', '')}"
-        events = self._open_reasoning(message_id)
+        key = f"{frame.get('step', 0)}-thinking-{frame.get('phase', '')}"
+        message_id, events = self._open_reasoning(key, frame)
         events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
         return events
 
     def _answer_delta(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        return self._append_answer(str(frame["delta"]))
+        return self._append_answer(str(frame["delta"]), frame)
 
     def _chat_response(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        events = [] if self._answer is not None else self._append_answer(str(frame["content"]))
-        return events + self._close_answer()
+        return self._close_answer()  # its content is its deltas', all sent as they came
 
     def _tool_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        """The text before a call is its assistant message (chat mode): it ends here, and the
+        call names it as its parent, as the client's own message list has it."""
         call_id = frame["tool_call_id"]
         if frame["tool_name"] in self._client_tools:
-            self._client_calls.add(call_id)
-        events = self._close_reasoning()
+            self._client_calls[call_id] = None
+        parent = self._answer
+        events = self._close_reasoning() + self._close_answer()
         events += [
-            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=frame["tool_name"]),
+            ToolCallStartEvent(
+                tool_call_id=call_id, tool_call_name=frame["tool_name"], parent_message_id=parent
+            ),
             ToolCallArgsEvent(
                 tool_call_id=call_id, delta=orjson.dumps(frame["arguments"]).decode()
             ),
@@ -231,12 +262,15 @@ class Translator:
         return events
 
     def _tool_result(self, frame: dict[str, Any]) -> list[BaseEvent]:
+        call_id = frame["tool_call_id"]
+        self._resolved.add(call_id)
+        if call_id in self._client_calls and frame["type"] == "tool_complete":
+            return []  # the client's own result: its messages have it already
         if frame["type"] == "tool_error":
             content = f"Error: {frame['error']}"
         else:
             result = frame.get("result")
             content = result if isinstance(result, str) else orjson.dumps(result).decode()
-        call_id = frame["tool_call_id"]
         return [
             ToolCallResultEvent(
                 message_id=f"{call_id}-result", tool_call_id=call_id, content=content, role="tool"
@@ -246,7 +280,10 @@ class Translator:
     def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
         step = frame.get("step")
         if frame["tool_call_id"] in self._client_calls:  # AG-UI's frontend-tool flow
-            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=[frame["tool_call_id"]])
+            if frame["tool_call_id"] in self._answered:
+                return self._custom(frame)  # its result came with the request: no pause
+            pending = [c for c in self._client_calls if c not in self._resolved | self._answered]
+            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending)
             return self._custom(frame) + self._finish(outcome)
         if frame["update_type"] == "agent_request_input":
             interrupt = Interrupt(
@@ -286,7 +323,7 @@ class Translator:
         }
         events = self._close_reasoning()
         if self._answer is None and frame.get("final_answer"):
-            events += self._append_answer(str(frame["final_answer"]))
+            events += self._append_answer(str(frame["final_answer"]), frame)
         return events + self._close_answer() + self._custom(frame)
 
     def _stopped(self, frame: dict[str, Any]) -> list[BaseEvent]:

@@ -40,7 +40,7 @@ from server.run_recovery import Repairs
 from server.run_request import Origin, RunRequest, read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
-from server.storage.base import PartlyStored, Store, UnfinishedRun
+from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
 from server.tenant_metrics import TenantMetrics
 
 __all__ = ["RunDriver"]
@@ -111,6 +111,10 @@ class RunDriver:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
+
+    def check_run(self, scope: Scope, frame: ChatFrame, client_tools: Sequence[ToolSpec]) -> None:
+        """Refuse `frame` as `start_run` would for what it asks (not for the session's state)."""
+        read_request(frame, self._settings, self._tools_for(scope.tenant_id), "chat", client_tools)
 
     async def _take_slot(self, live: LiveSession, run: ActiveRun) -> None:
         """Settle the session's last run if its end never reached the store, then take the

@@ -178,6 +178,11 @@ class SessionHub:
         self._refuse_if_deleting(live)
         return await self._runs.start_run(live, frame, origin, client_tools)
 
+    def check_run(self, scope: Scope, frame: ChatFrame, client_tools: Sequence[ToolSpec]) -> None:
+        """Raise the ProtocolError `start_run` would raise for `frame` itself (its tools, its
+        step cap), before anything is stored for it; see RunDriver.check_run."""
+        self._runs.check_run(scope, frame, client_tools)
+
     async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
         """`retry` or `continue` the session's last run; see RunDriver.rerun."""
         self._refuse_if_deleting(live)

@@ -1,0 +1,227 @@
+"""AG-UI flows a front end meets beyond one question: several frontend tool calls in one
+turn, text around tool calls, a new message instead of a result, refusals that store nothing.
+Each event is validated by the SDK's models (`post`) and the lifecycle rules (`check_sequence`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from ag_ui.core import EventType
+
+from tests.agui.test_agui import check_sequence, post, run_input
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
+
+_SHOW = {
+    "name": "show_color",
+    "description": "Show a colour in the page.",
+    "parameters": {"type": "object", "properties": {"color": {"type": "string"}}},
+}
+
+
+def _assistant_calls(*calls: FakeToolCall) -> dict[str, Any]:
+    """The assistant message an AG-UI client keeps for the calls it was shown."""
+    return {
+        "id": uuid.uuid4().hex,
+        "role": "assistant",
+        "toolCalls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in calls
+        ],
+    }
+
+
+def _result(call: FakeToolCall, content: str) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, "role": "tool", "toolCallId": call.id, "content": content}
+
+
+async def _post_status(address: str, body: dict[str, Any]) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.post(f"http://{address}/agui", json=body)
+
+
+async def test_two_frontend_calls_of_one_turn_are_pending_together_and_answered_together(
+    server, fake_llm: FakeLLM
+):
+    red = FakeToolCall("show_color", {"color": "red"})
+    blue = FakeToolCall("show_color", {"color": "blue"})
+    fake_llm.script("reason", reason("I will show both colours."))
+    fake_llm.script("act", act(red, blue))
+    fake_llm.script("observe", observe("Both shown.", final="Shown red and blue."))
+    body = run_input(uuid.uuid4().hex, "Show red and blue")
+    body["tools"] = [_SHOW]
+
+    first = await post(server.address, body)
+    check_sequence(first)
+    assert first[-1].outcome.type == "success"
+    assert first[-1].outcome.pending_tool_call_ids == [red.id, blue.id]
+
+    body["messages"] += [
+        _assistant_calls(red, blue),
+        _result(red, "red is on"),
+        _result(blue, "blue is on"),
+    ]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[-1].outcome.type == "success" and not second[-1].outcome.pending_tool_call_ids
+    assert second[-1].result["final_answer"] == "Shown red and blue."
+    assert not any(e.type == EventType.TOOL_CALL_RESULT for e in second)
+    observe_call = fake_llm.requests[-1].body["messages"]
+    results = {m["tool_call_id"]: m["content"] for m in observe_call if m["role"] == "tool"}
+    assert results == {red.id: "red is on", blue.id: "blue is on"}
+
+
+async def test_text_around_a_tool_call_is_two_messages_the_call_in_the_first(
+    server, fake_llm: FakeLLM
+):
+    # Chat mode: the model writes, calls a tool, then writes again. The client's message list
+    # must read as the conversation does: the text with its call, the result, the new text.
+    call = FakeToolCall("get_current_time", {"timezone": "Asia/Tokyo"})
+    fake_llm.script("chat", Reply(chunks=["Let me check ", "the clock."], tool_calls=[call]))
+    fake_llm.script("chat", text("It is ", "4am in Tokyo."))
+    body = run_input(uuid.uuid4().hex, "Time in Tokyo?", forwarded_props={"agent_mode": False})
+    events = await post(server.address, body)
+    check_sequence(events)
+
+    starts = [e for e in events if e.type == EventType.TEXT_MESSAGE_START]
+    assert len(starts) == 2 and starts[0].message_id != starts[1].message_id
+    by_id = {s.message_id: "" for s in starts}
+    for e in events:
+        if e.type == EventType.TEXT_MESSAGE_CONTENT:
+            by_id[e.message_id] += e.delta
+    assert list(by_id.values()) == ["Let me check the clock.", "It is 4am in Tokyo."]
+    kinds = [e.type for e in events]
+    call_start = next(e for e in events if e.type == EventType.TOOL_CALL_START)
+    assert call_start.parent_message_id == starts[0].message_id
+    ends = [i for i, k in enumerate(kinds) if k == EventType.TEXT_MESSAGE_END]
+    assert ends[0] < kinds.index(EventType.TOOL_CALL_START)
+
+
+async def test_a_resumed_stream_never_reuses_a_message_id(server, fake_llm: FakeLLM):
+    # A client merges what arrives under one id: the reply after a frontend tool's result
+    # must not be glued onto the text before the call.
+    red = FakeToolCall("show_color", {"color": "red"})
+    fake_llm.script("chat", Reply(chunks=["Let me show it."], tool_calls=[red]))
+    fake_llm.script("chat", text("Done, shown."))
+    body = run_input(uuid.uuid4().hex, "Show red", forwarded_props={"agent_mode": False})
+    body["tools"] = [_SHOW]
+    first = await post(server.address, body)
+    assert first[-1].outcome.pending_tool_call_ids == [red.id]
+    body["messages"] += [_assistant_calls(red), _result(red, "shown")]
+    second = await post(server.address, body)
+    check_sequence(second)
+    ids = [e.message_id for e in first + second if e.type == EventType.TEXT_MESSAGE_START]
+    assert len(ids) == 2 and len(set(ids)) == 2
+
+
+async def test_a_new_message_instead_of_a_frontend_result_moves_on(server, fake_llm: FakeLLM):
+    # The AG-UI run ended in success: the user may ignore the tool's UI and write again.
+    red = FakeToolCall("show_color", {"color": "red"})
+    fake_llm.script("reason", reason("I will show red."))
+    fake_llm.script("act", act(red))
+    thread = uuid.uuid4().hex
+    body = run_input(thread, "Show red")
+    body["tools"] = [_SHOW]
+    first = await post(server.address, body)
+    assert first[-1].outcome.pending_tool_call_ids == [red.id]
+
+    fake_llm.script("reason", reason("A plain question.", finish=True))
+    fake_llm.script("observe", observe("Easy.", final="Four."))
+    body["messages"] += [
+        _assistant_calls(red),
+        {"id": uuid.uuid4().hex, "role": "user", "content": "Never mind: what is 2+2?"},
+    ]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[0].run_id != first[0].run_id
+    assert second[-1].outcome.type == "success"
+    assert second[-1].result["final_answer"] == "Four."
+
+
+async def test_cancelling_an_open_question_with_a_new_message_runs_the_message(
+    server, fake_llm: FakeLLM
+):
+    ask = FakeToolCall("request_input", {"question": "Which table?"})
+    fake_llm.script("reason", reason("I need the table."))
+    fake_llm.script("act", act(ask))
+    thread = uuid.uuid4().hex
+    first = await post(server.address, run_input(thread, "Book a table"))
+    (interrupt,) = first[-1].outcome.interrupts
+
+    fake_llm.script("reason", reason("Just the time.", finish=True))
+    fake_llm.script("observe", observe("Known.", final="Noon."))
+    body = run_input(thread, "Never mind, what time is it?")
+    body["resume"] = [{"interruptId": interrupt.id, "status": "cancelled"}]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[-1].outcome.type == "success" and second[-1].result["final_answer"] == "Noon."
+    async with httpx.AsyncClient() as http:
+        stored = await http.get(f"http://{server.address}/api/sessions/{thread}/messages")
+    users = [m["content"] for m in stored.json()["messages"] if m["role"] == "user"]
+    assert users == ["Book a table", "Never mind, what time is it?"]
+
+
+async def test_an_approval_takes_the_approved_key_and_refuses_a_payload_it_cannot_read(
+    server_factory, fake_llm: FakeLLM
+):
+    call = FakeToolCall("get_current_time", {"timezone": "UTC"})
+    fake_llm.script("reason", reason("I'll check the clock."))
+    fake_llm.script("act", act(call))
+    fake_llm.script("observe", observe("Checked.", final="Done."))
+    async with server_factory(tools={"approval": ["get_current_time"]}) as running:
+        thread = uuid.uuid4().hex
+        first = await post(running.address, run_input(thread, "Time?"))
+        (interrupt,) = first[-1].outcome.interrupts
+        body = run_input(thread, "Time?")
+        body["resume"] = [{"interruptId": interrupt.id, "status": "resolved", "payload": {}}]
+        unreadable = await _post_status(running.address, body)
+        assert unreadable.status_code == 400 and "approve" in unreadable.json()["message"]
+        body["resume"][0]["payload"] = {"approved": True}
+        second = await post(running.address, body)
+    check_sequence(second)
+    result = next(e for e in second if e.type == EventType.TOOL_CALL_RESULT)
+    assert not result.content.startswith("Error") and '"UTC"' in result.content
+
+
+async def test_refused_requests_store_nothing_and_bad_frontend_tools_are_named(
+    server, fake_llm: FakeLLM
+):
+    def with_tools(thread: str, *tools: Any, **props: Any) -> dict[str, Any]:
+        body = run_input(thread, "hi", forwarded_props=props or None)
+        body["tools"] = list(tools)
+        return body
+
+    refusals = {
+        "server tool's name": with_tools(
+            "refused-1", {"name": "get_current_time", "description": "", "parameters": {}}
+        ),
+        "at most": with_tools("refused-2", agent_max_steps=999),
+        "1-64 of": with_tools("refused-3", {**_SHOW, "name": "bad name!"}),
+        "listed twice": with_tools("refused-4", _SHOW, _SHOW),
+        "not a JSON Schema": with_tools("refused-5", {**_SHOW, "parameters": "a string"}),
+    }
+    async with httpx.AsyncClient(timeout=10) as http:
+        for expected, body in refusals.items():
+            answer = await http.post(f"http://{server.address}/agui", json=body)
+            assert answer.status_code == 400, (expected, answer.text)
+            assert expected in answer.json()["message"]
+            stored = await http.get(f"http://{server.address}/api/sessions/{body['threadId']}")
+            assert stored.status_code == 404, expected
+    assert not fake_llm.requests
+
+
+async def test_the_event_stream_tells_proxies_not_to_buffer_it(server, fake_llm: FakeLLM):
+    fake_llm.script("chat", text("Hi."))
+    body = run_input(uuid.uuid4().hex, "hi", forwarded_props={"agent_mode": False})
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", f"http://{server.address}/agui", json=body) as answer:
+            await answer.aread()
+    assert answer.headers["cache-control"] == "no-cache"
+    assert answer.headers["x-accel-buffering"] == "no"
