@@ -26,10 +26,8 @@ from agent.context import RECALL_DETAILS, recall
 from agent.elicitation import make_ask, put_question
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import (
-    InputTimedOut,
     ToolCompleted,
     ToolFailed,
-    UserAnswered,
 )
 from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
@@ -260,11 +258,8 @@ async def _ask(
                 run_id=ctx.run_id,
             )
         )
-        await ctx.sink.emit(InputTimedOut(step))
         raise RunInterrupted("input_timeout")
     rec.ledger.record(step, call.name, args, True, "the person answered")
-    answer = bounded(answer, ctx.limits.tool_result_max_bytes)
-    await ctx.sink.emit(UserAnswered(step, call.id, answer))
     await rec.add(Message.tool_result(call, answer, status="ok", run_id=ctx.run_id))
 
 

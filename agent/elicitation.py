@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from agent.bounded import bounded
 from agent.control import PendingQuestion
-from agent.events import InputRequested, InputTimedOut
+from agent.events import InputRequested, InputTimedOut, UserAnswered
 from agent.messages import ToolCall
 from agent.run import RunContext
 
@@ -35,7 +35,6 @@ def make_ask(
         deadline.reschedule(None)  # the person's time does not count against the tool
         answer = await put_question(ctx, step, call.id, question)
         if answer is None:
-            await ctx.sink.emit(InputTimedOut(step))
             ctx.control.request_stop("input_timeout")  # ends the run as an unanswered question
             return None
         if remaining is not None:
@@ -47,7 +46,8 @@ def make_ask(
 
 async def put_question(ctx: RunContext, step: int, call_id: str, question: str) -> str | None:
     """Publish `question` for the call `call_id` once no other question of the run is open,
-    and wait for its answer; None when `agent.request_input_timeout_s` passes first."""
+    and wait for its answer (shown as `agent_user_answer`, cut like a result); None when
+    `agent.request_input_timeout_s` passes first (shown as its timeout)."""
     async with ctx.control.asking:
         timeout = ctx.limits.request_input_timeout_s
         pending = PendingQuestion(question, call_id, step, ctx.now_ms() + int(timeout * 1000))
@@ -57,4 +57,10 @@ async def put_question(ctx: RunContext, step: int, call_id: str, question: str) 
         except BaseException:
             ctx.control.pending = None
             raise
-        return await ctx.control.await_answer(timeout)
+        answer = await ctx.control.await_answer(timeout)
+        if answer is None:
+            await ctx.sink.emit(InputTimedOut(step))
+            return None
+        shown = str(bounded(answer, ctx.limits.tool_result_max_bytes))  # text stays text
+        await ctx.sink.emit(UserAnswered(step, call_id, shown))
+        return shown

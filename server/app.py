@@ -110,6 +110,13 @@ def _tools(
         taken.add(made.name)
     servers = [McpServer(name, server) for name, server in config.mcp.items()]
     prefixes = tuple(f"{name}__" for name in config.mcp)
+    for name in sorted(taken):
+        if name.startswith(prefixes):
+            raise ConfigError(
+                f"tools: tool {name!r} ({sources.get(name, 'built-in')}) is named like the "
+                f"tools of the MCP server {name.split('__', 1)[0]!r} (<server>__<tool>); "
+                "rename it with @tool(name=...)"
+            )
     for name in config.approval:
         if name not in taken and name not in available and not name.startswith(prefixes):
             raise ConfigError(

@@ -7,7 +7,8 @@ closed, or a failing periodic `tools/list`) and reconnects with exponential back
 server is down its tools are gone from new runs and a call to it is a ToolError at once.
 
 Tools are offered to the model as `<server>__<tool>`: server names may not contain `__`, so
-the split is unambiguous; characters a model API refuses in a name become `_`.
+the split is unambiguous; characters a model API refuses in a name become `_`, and a name
+that is then another tool's gets a number (`_2`, logged).
 
 Results: text blocks and `structuredContent` become the result; images, audio and resources
 are described (type, size, URI) instead of dropped; `isError` results raise ToolError.
@@ -189,6 +190,9 @@ class McpServer:
                 args=list(config.args),
                 env=dict(config.env) or None,
                 cwd=config.cwd,
+                # A line that is not UTF-8 (a stray log line) is read with U+FFFD, not left
+                # to end the reader and wedge every later call.
+                encoding_error_handler="replace",
             )
         return Client(server, elicitation_callback=self._elicit, cache=None)
 
@@ -216,7 +220,7 @@ class McpServer:
         for _ in range(100):
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             for tool in page.tools:
-                exposed = exposed_name(self.name, tool.name)
+                exposed = self._unique_name(tool.name, tools)
                 spec = ToolSpec(
                     exposed, tool.description or tool.title or tool.name, dict(tool.input_schema)
                 )
@@ -226,6 +230,25 @@ class McpServer:
             if cursor is None:
                 break
         return tools
+
+    def _unique_name(self, tool: str, taken: dict[str, McpTool]) -> str:
+        """`exposed_name`, numbered when it is taken already (`a.b` and `a_b` both give
+        `a_b`; two long names can share their first 64 characters)."""
+        exposed = base = exposed_name(self.name, tool)
+        number = 1
+        while exposed in taken:
+            number += 1
+            suffix = f"_{number}"
+            exposed = base[: 64 - len(suffix)] + suffix
+        if exposed != base and exposed not in self.seen:
+            log.warning(
+                "MCP server %s: tool %r is offered as %r (%r is another of its tools)",
+                self.name,
+                tool,
+                exposed,
+                base,
+            )
+        return exposed
 
     def _down(self, error: str) -> None:
         self.state, self.error, self.tools, self._client = "down", error, {}, None
@@ -304,7 +327,7 @@ def _closed_stream(exc: BaseException) -> bool:
 def _describe_failure(exc: BaseException) -> str:
     from mcp import MCPError  # not at the top: the SDK loads only with a server (_new_client)
 
-    if isinstance(exc, BaseExceptionGroup):
+    while isinstance(exc, BaseExceptionGroup):  # task groups nest: the first cause inside
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         return "did not start in time"

@@ -259,6 +259,9 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
         await c.send({"type": "agent_user_input", "content": "Ada Lovelace"})
         frames = await c.until("tool_complete", timeout=10)
         assert "Name: Ada Lovelace" in json.dumps(frames[-1]["result"])
+        # Every tab sees the answer taken, as for the model's own request_input.
+        (answered,) = [f for f in frames if kind(f) == "agent_user_answer"]
+        assert answered["content"] == "Ada Lovelace" and answered["tool_call_id"] == first.id
         await c.until("response_complete")
 
         await c.send({"type": "chat", "content": "again"})

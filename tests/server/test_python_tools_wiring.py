@@ -66,6 +66,27 @@ def test_a_module_tool_may_not_take_a_built_in_name(tmp_path: Path, module_dir: 
         create_app(settings)
 
 
+def test_a_module_tool_may_not_take_an_mcp_servers_names(tmp_path: Path, module_dir: Path):
+    # `raw__echo` would shadow (and be offered twice beside) the tool `echo` of server `raw`.
+    (module_dir / "shadow_tools.py").write_text(
+        "from agent.tools.python import tool\n\n@tool(name='raw__echo')\n"
+        "def echo(text: str) -> str:\n    '''Not the server one.'''\n    return text\n"
+    )
+    settings = load_settings(
+        None,
+        {
+            "tools": {
+                "modules": ["shadow_tools"],
+                "modules_dir": str(module_dir),
+                "mcp": {"raw": {"command": "true"}},
+            },
+            "storage": {"sqlite_path": str(tmp_path / "a.db")},
+        },
+    )
+    with pytest.raises(ConfigError, match="'raw__echo' .* MCP server 'raw'"):
+        create_app(settings)
+
+
 ODD_NAMES = '''
 import os
 

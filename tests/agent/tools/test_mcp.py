@@ -3,13 +3,16 @@ can read; errors are ToolErrors; names and elicitation answers are mapped as doc
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent.errors import ToolError
 from agent.tools.catalog import _missing
 from agent.tools.config import McpServerConfig
-from agent.tools.mcp import McpServer, exposed_name
+from agent.tools.mcp import McpServer, _describe_failure, exposed_name
 from agent.tools.mcp_content import fill_form
+from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.mcp_servers import npm_server
 
 
@@ -69,3 +72,40 @@ def test_names_and_elicitation_answers():
     assert fill_form(schema, '{"name": "Ada", "check": true}') == {"name": "Ada", "check": True}
     assert fill_form({"properties": {"ok": {"type": "boolean"}}}, "yes") == {"ok": True}
     assert fill_form({}, "whatever") == {}
+
+
+async def test_a_line_that_is_not_utf8_does_not_wedge_the_server():
+    # A stray log line in Latin-1 on stdout ended the SDK's reader: every later call hung
+    # until its timeout while the server still showed as up.
+    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
+    server.start()
+    try:
+        await server.wait_started()
+        assert server.state == "up", server.error
+        noisy, echo = server.tools["raw__noisy"], server.tools["raw__echo"]
+        async with asyncio.timeout(10):
+            assert await server.call(noisy, {"text": "one"}, None) == "noisy: one"
+            assert await server.call(echo, {"text": "two"}, None) == "echo: two"
+        assert server.state == "up"
+    finally:
+        await server.stop()
+
+
+async def test_names_that_collide_once_made_safe_are_numbered(caplog: pytest.LogCaptureFixture):
+    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
+    server.start()
+    try:
+        await server.wait_started()
+        tools = server.tools
+        assert tools["raw__a_b"].name == "a.b" and tools["raw__a_b_2"].name == "a_b"
+        async with asyncio.timeout(10):
+            assert await server.call(tools["raw__a_b_2"], {"text": "x"}, None) == "a_b: x"
+        assert "'a_b' is offered as 'raw__a_b_2'" in caplog.text
+    finally:
+        await server.stop()
+
+
+def test_a_failure_inside_nested_task_groups_is_described_by_its_cause():
+    cause = ConnectionRefusedError("connection refused")
+    nested = BaseExceptionGroup("outer", [ExceptionGroup("inner", [cause])])
+    assert _describe_failure(nested) == "ConnectionRefusedError: connection refused"

@@ -1,0 +1,62 @@
+"""A hand-written MCP stdio server (newline-delimited JSON-RPC) for what the reference
+servers never do: a stray line that is not UTF-8 on stdout, tool names that collide once made
+model-safe. Run as `python -m tests.fakes.mcp_raw`; `mcp_raw_server()` is its config."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
+TOOLS = [
+    {"name": "echo", "description": "Echo a text.", "inputSchema": _SCHEMA},
+    {
+        "name": "noisy",
+        "description": "Log a Latin-1 line to stdout, then echo.",
+        "inputSchema": _SCHEMA,
+    },
+    {"name": "a.b", "description": "Dotted.", "inputSchema": _SCHEMA},
+    {"name": "a_b", "description": "Underscored.", "inputSchema": _SCHEMA},
+]
+
+
+def mcp_raw_server() -> dict[str, Any]:
+    """`[tools.mcp.<name>]` for this server."""
+    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_raw"]}
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
+    method, params = request.get("method"), request.get("params") or {}
+    if method == "initialize":
+        result: dict[str, Any] = {
+            "protocolVersion": params.get("protocolVersion", "2025-06-18"),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "raw", "version": "1"},
+        }
+    elif method == "tools/list":
+        result = {"tools": TOOLS}
+    elif method == "tools/call":
+        name, text = params["name"], params.get("arguments", {}).get("text", "")
+        if name == "noisy":
+            sys.stdout.buffer.write(b"caf\xe9: a log line that is not UTF-8\n")
+        result = {"content": [{"type": "text", "text": f"{name}: {text}"}]}
+    elif method == "ping":
+        result = {}
+    else:  # a method of a newer revision (the SDK probes for one): not known here
+        error = {"code": -32601, "message": f"Method not found: {method}"}
+        return {"jsonrpc": "2.0", "id": request["id"], "error": error}
+    return {"jsonrpc": "2.0", "id": request["id"], "result": result}
+
+
+def main() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        answer = _answer(request) if "id" in request else None
+        if answer is not None:
+            sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
+            sys.stdout.buffer.flush()
+
+
+if __name__ == "__main__":
+    main()
