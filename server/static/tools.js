@@ -100,7 +100,7 @@ export class ApprovalPrompt {
     this.denyButton = make("button", { id: "approve-no", type: "button", text: "Deny" });
     this.expiry = make("p", { class: "ask-expiry" });
     this.root = make("section", { id: "approve", class: "ask approve", hidden: true,
-      "aria-labelledby": "approve-label" },
+      "aria-labelledby": "approve-label", tabindex: "-1" },
       make("h2", { id: "approve-label", class: "ask-label", text: "Approve this tool call?" }),
       this.call, this.args,
       make("div", { class: "approve-buttons" }, this.reason, this.approveButton, this.denyButton),
@@ -137,7 +137,10 @@ export class ApprovalPrompt {
     this.reason.value = "";
     this.root.hidden = false;
     document.body.classList.add("awaiting");
-    this.approveButton.focus();
+    // Never onto Approve: a space or Enter typed for something else would run the call.
+    // Someone typing keeps their place; otherwise the banner itself takes the focus, and
+    // Tab reaches its buttons.
+    if (!isTyping(document.activeElement)) this.root.focus();
     this.announce(`The agent wants to run ${pending.tool_name}: approve or deny.`);
     this.stopTimers();
     let on = false;
@@ -177,4 +180,9 @@ export class ApprovalPrompt {
     if (!approve && reason) frame.reason = reason;
     if (this.send(frame)) this.hide();
   }
+}
+
+function isTyping(element) {
+  return element instanceof HTMLTextAreaElement || element instanceof HTMLInputElement ||
+    Boolean(element?.isContentEditable);
 }

@@ -78,3 +78,29 @@ async def test_pick_tools_then_approve_and_deny_calls(
         "get_current_time",
         "request_input",
     ]
+
+
+async def test_an_approval_banner_never_takes_a_keystroke_meant_elsewhere(
+    ui_server_factory, page: Any, fake_llm: FakeLLM
+):
+    # The banner used to move the focus onto Approve: a space typed for the message box ran
+    # the call. Someone typing keeps the focus; the banner asks for a deliberate choice.
+    fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
+    fake_llm.script("observe", observe("Denied.", final="No time, then."))
+    sent: list[dict[str, Any]] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda p: sent.append(json.loads(p))))
+    tools = {"enabled": ["get_current_time"], "approval": ["get_current_time"]}
+    async with ui_server_factory(tools=tools) as server:
+        await page.goto(server.url)
+        await expect(page.locator("#conn")).to_have_attribute("data-state", "connected")
+        box = page.locator("#message")
+        await box.fill("What time is it?")
+        await box.press("Enter")
+        await expect(page.locator("#approve")).to_be_visible()
+        await expect(box).to_be_focused()
+        await page.keyboard.type("and then ")
+        await expect(box).to_have_value("and then ")
+        await page.locator("#approve-no").click()
+        await expect(page.locator("#conversation")).to_contain_text("No time, then.")
+    decisions = [f for f in sent if f["type"] == "agent_tool_decision"]
+    assert [d["approve"] for d in decisions] == [False]
