@@ -245,7 +245,12 @@ function flushQueue() {
 function sendAnswer() {
   const content = ui.message.value;
   const pending = banner.current;
-  if (!pending || !content.trim()) return;
+  if (!pending) return;
+  if (!content.trim()) {
+    note("Type your answer in the box first, or stop the run.", "info");
+    ui.message.focus();
+    return;
+  }
   // Naming the question: a late answer is refused rather than taken for the next question.
   const frame = { type: "agent_user_input", content };
   if (pending.tool_call_id) frame.tool_call_id = pending.tool_call_id;
@@ -384,6 +389,7 @@ function resetPage() {
 }
 
 $("new-chat").addEventListener("click", startNewChat);
+$("ask-stop").addEventListener("click", stopRun);
 $("new-chat-top").addEventListener("click", startNewChat);
 
 /** After a reload: show what this tab had seen (up to its last seq), then resume after it. */

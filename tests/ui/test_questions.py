@@ -71,3 +71,32 @@ async def test_the_message_box_answers_and_other_tabs_see_the_answer(
     await expect(other.locator("#send")).to_have_text("Stop")
     await context.close()
     await snap("question-answered")
+
+
+async def test_a_run_waiting_for_an_answer_can_be_stopped_without_a_keyboard(
+    ui_server: Any, page: Any, viewport: str
+) -> None:
+    # While a question is open the button says Answer and Esc in the box is no stop: a phone
+    # user had no way to stop but to wait for the timeout.
+    fake = await PageSocket().install(page)
+    await open_page(page, ui_server.url)
+    await send(page, "Book a table")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_user_message", content="Book a table", agent_mode=True)
+    fake.emit("agent_turn_start", step=1)
+    expires = int(time.time() * 1000) + 300_000
+    fake.emit(
+        "agent_request_input",
+        question="For how many?",
+        tool_call_id="q1",
+        step=1,
+        expires_at=expires,
+    )
+    await expect(page.locator("#ask")).to_be_visible()
+    await page.locator("#send").click()  # Answer with nothing typed: say what to do
+    await expect(page.locator("#composer-note")).to_have_text(re.compile("Type your answer"))
+    await page.locator("#ask-stop").click()
+    stop = await fake.wait_sent(lambda f: f["type"] == "agent_control")
+    assert stop["action"] == "stop"
+    assert not [f for f in fake.sent if f["type"] == "agent_user_input"]
