@@ -151,7 +151,10 @@ function onClientError(frame) {
     ? view.rejectPending() : null;
   if (rejected != null) {
     if (!ui.message.value.trim()) ui.message.value = rejected; // the text stays to send again
-    if (frame.code !== "run_in_progress") setRunning(false);
+    if (frame.code !== "run_in_progress") {
+      setRunning(false);
+      refreshActions(); // the last run's buttons come back: nothing replaced it
+    }
   } else if (state.controlSent) {
     state.controlSent = false;
     if (frame.code === "invalid_message" || frame.code === "unknown_type") {

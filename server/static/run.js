@@ -111,7 +111,7 @@ export class Run {
         this.setUserText(f.content);
         break;
       case "agent_start":
-        this.body.prepend(el("p", "run-meta", `Agent run · up to ${f.max_steps} steps`));
+        this.body.prepend(el("p", "run-meta", `Agent run · up to ${plural(f.max_steps, "step")}`));
         break;
       case "agent_turn_start":
         this.step(f.step).phase("thinking");
@@ -233,6 +233,7 @@ export class Run {
   end() {
     this.setBusy(false);
     this.clearRetry();
+    if (this.answerNode?.classList.contains("streaming")) this.settleCutAnswer();
     for (const [n, step] of this.steps) {
       if (step.empty) {
         // opened by agent_turn_start, then the run failed or stopped before it showed anything
@@ -256,7 +257,29 @@ export class Run {
     if (stepCount) parts.push(plural(stepCount, "step"));
     if (this.tools.size) parts.push(plural(this.tools.size, "tool"));
     this.work.querySelector(".work-summary").textContent = parts.join(" · ");
-    if (this.answerNode) this.work.open = false;
+    // A run that ended without its answer (stopped, failed) keeps its steps in view.
+    if (this.answerNode && this.outcome !== "stopped" && this.outcome !== "error") {
+      this.work.open = false;
+    }
+  }
+
+  /** The answer's text, without the note that says it was cut. */
+  get answerText() {
+    const node = this.answerNode;
+    const cut = node?.querySelector(":scope > .answer-cut");
+    const text = node?.textContent ?? "";
+    return cut ? text.slice(0, -cut.textContent.length) : text;
+  }
+
+  /** The answer stopped streaming before it was complete (a stop, a failure): render what
+   * came, marked as partial, and let screen readers read it. */
+  settleCutAnswer() {
+    const node = this.answerNode;
+    node.className = "answer markdown partial";
+    node.removeAttribute("aria-busy");
+    node.replaceChildren(renderMarkdown(node.textContent));
+    decorateCode(node);
+    node.append(el("p", "answer-cut", "(The answer was cut off here.)"));
   }
 }
 

@@ -135,7 +135,7 @@ export class Conversation {
       }
       bar.append(button("action", "Edit message", () => handlers.edit(text)));
     }
-    if (run.answerNode) bar.append(copyButton(() => run.answerNode.textContent, "Copy answer"));
+    if (run.answerNode) bar.append(copyButton(() => run.answerText, "Copy answer"));
     if (bar.childElementCount) this.append(bar);
   }
 

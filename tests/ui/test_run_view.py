@@ -131,3 +131,50 @@ async def test_a_run_with_no_answer_keeps_its_steps_open(
     await expect(summary).to_have_text(re.compile(r"^Worked for \d+ s · 1 step$"))
     await expect(run.locator("details.work")).to_have_attribute("open", "")
     await expect(run.locator(".reason")).to_be_visible()
+
+
+async def test_an_answer_cut_short_is_rendered_marked_and_keeps_the_steps_open(
+    ui_server: Any, page: Any, fake_llm: FakeLLM
+) -> None:
+    # A stop in the middle of the answer left it as raw Markdown, `aria-busy` for good, and
+    # folded the steps as if the run had finished.
+    fake = await PageSocket().install(page)
+    await open_page(page, ui_server.url)
+    await send(page, "Write it up")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_start", max_steps=1)
+    fake.emit("agent_turn_start", step=1)
+    fake.emit("agent_reason", step=1, content="I know this.")
+    fake.emit("agent_answer_delta", step=1, delta="# A long answer\n\nIt has **bold** ")
+    fake.emit("agent_stopped", step=1, reason="user")
+    fake.emit("response_complete")
+
+    run = page.locator("article.run")
+    await expect(run).to_have_class(re.compile(r"\bcomplete\b"))
+    await expect(run.locator(".run-meta").first).to_have_text("Agent run · up to 1 step")
+    answer = run.locator(".answer")
+    await expect(answer.locator("h3")).to_have_text("A long answer")  # demoted two levels
+    await expect(answer.locator("strong")).to_have_text("bold")
+    await expect(answer).not_to_have_attribute("aria-busy", "true")
+    await expect(answer.locator(".answer-cut")).to_be_visible()
+    await expect(run.locator("details.work")).to_have_attribute("open", "")
+
+
+async def test_a_refused_message_leaves_the_last_runs_buttons(ui_server: Any, page: Any) -> None:
+    fake = await PageSocket().install(page)
+    await open_page(page, ui_server.url)
+    await send(page, "First")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_user_message", content="First", agent_mode=False)
+    fake.emit("chat_delta", delta="Done.")
+    fake.emit("chat_response", content="Done.")
+    fake.emit("response_complete")
+    actions = page.locator("#conversation .run-actions")
+    await expect(actions).to_be_visible()
+    await send(page, "Second")
+    await fake.wait_sent(lambda f: f["type"] == "chat" and f["content"] == "Second")
+    fake.send({"type": "error", "code": "invalid_message", "message": "Too long."})
+    await expect(page.locator("#composer-note")).to_be_visible()
+    await expect(actions).to_be_visible()
