@@ -42,6 +42,7 @@ export class Run {
     this.steps = new Map();
     this.tools = new Map();
     this.answerNode = null;
+    this.approving = null; // the agent_tool_approval frame of a call waiting for the user
     this.work = null; // <details> holding the steps, created with the first one
     this.retryLine = null;
     this.userText = null;
@@ -106,6 +107,7 @@ export class Run {
     }
     const kind = f.update_type ?? f.type;
     if (kind !== "agent_llm_retry") this.clearRetry();
+    if (this.approving && kind !== "agent_tool_approval") this.approvalDecided(f);
     switch (kind) {
       case "agent_user_message":
         this.setUserText(f.content);
@@ -143,6 +145,11 @@ export class Run {
         if (answers.has(f.tool_call_id)) step.answer(f.tool_call_id, answers.get(f.tool_call_id));
         break;
       }
+      case "agent_tool_approval":
+        this.step(f.step).phase("waiting for your approval");
+        this.tool(f).awaitApproval();
+        this.approving = f;
+        break;
       case "agent_user_answer":
         this.step(f.step).answer(f.tool_call_id, f.content).phase("acting");
         break;
@@ -199,6 +206,15 @@ export class Run {
       default:
         break; // an event this page does not know yet: ignore it, as the protocol may grow
     }
+  }
+
+  /** The call that waited for approval goes on (approved) or ends (denied, timed out): the
+   * frame after it says which, and the card and the step follow. */
+  approvalDecided(f) {
+    const waited = this.approving;
+    this.approving = null;
+    this.tools.get(waited.tool_call_id)?.resume(f.ts);
+    this.step(waited.step).phase("acting");
   }
 
   retrying(attempt, max) {

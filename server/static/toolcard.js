@@ -52,6 +52,22 @@ export class ToolCard {
     this.status.textContent = `running ${Math.round(elapsed / 1000)} s…`;
   }
 
+  /** Not running: the call waits for the user's approval (`resume` when it goes on). */
+  awaitApproval() {
+    clearInterval(this.ticker);
+    this.waiting = true;
+    this.status.textContent = "waiting for your approval";
+  }
+
+  /** Approved: it runs from `ts` on. */
+  resume(ts) {
+    if (!this.waiting) return;
+    this.waiting = false;
+    this.started = typeof ts === "number" ? ts : Date.now();
+    this.status.textContent = "running…";
+    this.ticker = setInterval(() => this.tick(), 1000);
+  }
+
   section(title, text, className = "") {
     const pre = el("pre", className, text);
     this.body.append(el("h4", null, title), pre);
@@ -60,6 +76,7 @@ export class ToolCard {
 
   complete(result, ms) {
     clearInterval(this.ticker);
+    this.waiting = false;
     this.card.className = "tool ok";
     this.status.textContent = `✓ ${ms == null ? "done" : seconds(ms)}`;
     const text = display(result);
@@ -94,6 +111,7 @@ export class ToolCard {
 
   fail(error) {
     clearInterval(this.ticker);
+    this.waiting = false;
     this.card.className = "tool failed";
     this.card.open = true;
     this.status.textContent = "✗ error";

@@ -98,6 +98,10 @@ async def test_an_approval_banner_never_takes_a_keystroke_meant_elsewhere(
         await box.press("Enter")
         await expect(page.locator("#approve")).to_be_visible()
         await expect(box).to_be_focused()
+        # Not "running": the call waits, and so does its step.
+        card = page.locator("article.run details.tool")
+        await expect(card.locator(".tool-status")).to_have_text("waiting for your approval")
+        await expect(page.locator("article.run .phase")).to_have_text("waiting for your approval")
         await page.keyboard.type("and then ")
         await expect(box).to_have_value("and then ")
         await page.locator("#approve-no").click()
