@@ -186,7 +186,7 @@ export class Run {
         break;
       case "agent_answer_delta":
       case "chat_delta":
-        this.answerStream().append(f.delta);
+        this.appendAnswer(f.delta);
         break;
       case "agent_completion":
         this.outcome = f.stop_reason in COMPLETION ? f.stop_reason : "finished";
@@ -227,12 +227,25 @@ export class Run {
     this.retryLine = null;
   }
 
-  answerStream() {
+  /** The answer grows as Markdown while it streams, rendered again at most once a frame (less
+   * often when rendering it takes long: a long answer must not make the page stutter). */
+  appendAnswer(delta) {
     if (!this.answerNode) {
-      this.answerNode = this.body.appendChild(el("div", "answer streaming"));
+      this.answerNode = this.body.appendChild(el("div", "answer markdown streaming"));
       this.answerNode.setAttribute("aria-busy", "true");
+      this.streamed = "";
     }
-    return this.answerNode;
+    this.streamed += delta;
+    if (this.renderTimer) return;
+    const wait = Math.min(1000, (this.renderCost ?? 0) * 4);
+    this.renderTimer = setTimeout(() => requestAnimationFrame(() => {
+      this.renderTimer = null;
+      const node = this.answerNode;
+      if (!node?.classList.contains("streaming")) return; // the whole answer came meanwhile
+      const started = performance.now();
+      node.replaceChildren(renderMarkdown(this.streamed));
+      this.renderCost = performance.now() - started;
+    }), wait);
   }
 
   answer(markdown, meta) {
@@ -293,7 +306,7 @@ export class Run {
     const node = this.answerNode;
     node.className = "answer markdown partial";
     node.removeAttribute("aria-busy");
-    node.replaceChildren(renderMarkdown(node.textContent));
+    node.replaceChildren(renderMarkdown(this.streamed));
     decorateCode(node);
     node.append(el("p", "answer-cut", "(The answer was cut off here.)"));
   }

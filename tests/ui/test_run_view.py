@@ -178,3 +178,21 @@ async def test_a_refused_message_leaves_the_last_runs_buttons(ui_server: Any, pa
     fake.send({"type": "error", "code": "invalid_message", "message": "Too long."})
     await expect(page.locator("#composer-note")).to_be_visible()
     await expect(actions).to_be_visible()
+
+
+async def test_the_answer_reads_as_markdown_while_it_streams(ui_server: Any, page: Any) -> None:
+    # Raw `##` and table pipes until the end, then a jump: the answer is rendered as it grows.
+    fake = await PageSocket().install(page)
+    await open_page(page, ui_server.url)
+    await send(page, "Compare them")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_start", max_steps=3)
+    fake.emit("agent_turn_start", step=1)
+    fake.emit("agent_answer_delta", step=1, delta="## Compared\n\n| a | b |\n")
+    fake.emit("agent_answer_delta", step=1, delta="| - | - |\n| 1 | 2 |\n\nStill **writing")
+    answer = page.locator("article.run .answer")
+    await expect(answer.locator("h4")).to_have_text("Compared")
+    await expect(answer.locator("table td").first).to_have_text("1")
+    await expect(answer).to_have_attribute("aria-busy", "true")
+    await expect(answer).not_to_contain_text("|")
