@@ -1,8 +1,9 @@
 // A tiny Markdown renderer that builds DOM nodes. It never parses HTML: every piece of text
 // becomes a text node, so model or tool output cannot inject markup or script. Links are
 // kept only for http(s) and mailto URLs. Supported: paragraphs (newline = line break),
-// headings, fenced code, block quotes, lists, tables, rules, `code`, **bold**, *italic*,
-// ~~strike~~, [links](https://…) and bare https:// URLs.
+// headings, fenced code, block quotes, lists (nested by indenting), tables, rules, `code`,
+// **bold**, *italic*, ~~strike~~, [links](https://…), <https://…>, bare https:// URLs, and
+// images, which are shown as links (a page never loads what a model points it to).
 
 const el = (tag, text) => {
   const node = document.createElement(tag);
@@ -72,19 +73,28 @@ function wrap(tag, child) {
 function list(lines, i, out) {
   const first = lines[i].match(ITEM);
   const ordered = /\d/.test(first[2]);
+  const indent = first[1].length;
   const items = [];
   for (; i < lines.length; i++) {
     const line = lines[i];
     const m = line.match(ITEM);
-    if (m && /\d/.test(m[2]) === ordered) items.push([m[3]]);
-    else if (line.trim() && /^\s/.test(line)) items.at(-1).push(line.trim()); // continuation
-    else if (!line.trim() && ITEM.test(lines[i + 1] ?? "")) continue;
+    const depth = line.length - line.trimStart().length;
+    if (m && depth <= indent && /\d/.test(m[2]) === ordered) items.push([m[3]]);
+    else if (line.trim() && depth > indent) {
+      items.at(-1).push(line.slice(Math.min(depth, indent + 2))); // its text, or a sub-list
+    } else if (!line.trim() && /^\s*([-*+]|\d{1,9}[.)])\s/.test(lines[i + 1] ?? "")) continue;
     else break;
   }
   const node = el(ordered ? "ol" : "ul");
   const start = parseInt(first[2], 10);
   if (ordered && start !== 1) node.start = start;
-  for (const item of items) node.append(inline(el("li"), item.join("\n")));
+  for (const [text, ...rest] of items) {
+    const nested = rest.findIndex((line) => ITEM.test(line));
+    const li = inline(el("li"), [text, ...rest.slice(0, nested < 0 ? undefined : nested)]
+      .map((line) => line.trim()).join("\n"));
+    if (nested >= 0) li.append(renderMarkdown(rest.slice(nested).join("\n"))); // a sub-list
+    node.append(li);
+  }
   out.append(node);
   return i;
 }
@@ -120,6 +130,9 @@ const INLINE = new RegExp([
   /(?<!\w)_(?=[^\s_])([\s\S]*?[^\s\\_])_(?!\w)/.source,                         // 8: italic
   /~~(?=\S)([\s\S]*?\S)~~/.source,                                            // 9: strike
   /(https?:\/\/[^\s<>"'`]*[^\s<>"'`.,;:!?)\]])/.source,                       // 10: bare URL
+  /<((?:https?:\/\/|mailto:)[^\s<>]+)>/.source,                                // 11: <URL>
+  /!\[([^\]\n]*)\]\(\s*<?([^\s<>()]*(?:\([^\s()]*\)[^\s<>()]*)*)>?(?:\s+"[^"\n]*")?\s*\)/
+    .source,                                                                 // 12, 13: image
 ].join("|"));
 
 /** Append `text` to `parent` with inline formatting; return `parent`. */
@@ -139,8 +152,10 @@ export function inline(parent, text) {
       parent.append(inline(el("em"), m[7] ?? m[8]));
     } else if (m[9]) {
       parent.append(inline(el("del"), m[9]));
+    } else if (m[10] || m[11]) {
+      parent.append(link(m[10] ?? m[11], null));
     } else {
-      parent.append(link(m[10], null));
+      parent.append(link(m[13], `Image: ${m[12] || m[13]}`));
     }
     rest = rest.slice(m.index + m[0].length);
   }

@@ -412,6 +412,21 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
             '<p>see <a href="https://example.com/a_b" '
             'rel="noopener noreferrer nofollow" target="_blank">https://example.com/a_b</a>.</p>'
         ),
+        "- top\n  - nested\n  - again\n- next": (
+            "<ul><li>top<ul><li>nested</li><li>again</li></ul></li><li>next</li></ul>"
+        ),
+        "1. one\n    - deep\n2. two": (
+            "<ol><li>one<ul><li>deep</li></ul></li><li>two</li></ol>"
+        ),
+        "at <https://example.org>": (
+            '<p>at <a href="https://example.org/" '
+            'rel="noopener noreferrer nofollow" target="_blank">https://example.org</a></p>'
+        ),
+        "![a chart](https://example.org/c.png)": (
+            '<p><a href="https://example.org/c.png" '
+            'rel="noopener noreferrer nofollow" target="_blank">Image: a chart</a></p>'
+        ),
+        "![x](javascript:alert(1))": "<p>Image: x (javascript:alert(1))</p>",
     }
     hostile = [
         "<script>alert(1)</script>",
