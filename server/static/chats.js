@@ -83,7 +83,7 @@ export class ChatList {
     if (session.title) {
       li.append(
         button("session-rename", "✎", () => this.rename(li, session), `Rename “${title}”`),
-        button("session-delete", "✕", () => this.remove(session), `Delete “${title}”`),
+        button("session-delete", "✕", () => this.confirmRemove(li, session), `Delete “${title}”`),
       );
     }
     return li;
@@ -102,6 +102,7 @@ export class ChatList {
       if (done) return;
       done = true;
       const title = input.value.trim();
+      if (save && !title) this.say("A chat's name cannot be empty; it keeps its name.");
       if (save && title && title !== session.title) {
         try {
           const path = `api/sessions/${encodeURIComponent(session.session_id)}`;
@@ -126,8 +127,27 @@ export class ChatList {
     input.addEventListener("blur", () => finish(true));
   }
 
+  /** Ask in the list itself (not the browser's dialog); Cancel has the focus, Esc cancels. */
+  confirmRemove(li, session) {
+    const cancel = () => {
+      this.render();
+      this.list.querySelector(`[data-session-id="${session.session_id}"] .session`)?.focus();
+    };
+    const yes = button("confirm-delete", "Delete", () => this.remove(session),
+      `Yes, delete “${session.title}”`);
+    const no = button("confirm-cancel", "Cancel", cancel, "Cancel, keep the chat");
+    li.classList.add("confirming");
+    li.replaceChildren(el("span", "confirm-text", "Delete this chat? It cannot be undone."), yes, no);
+    li.addEventListener("keydown", (event) => {
+      if (event.key !== "Escape") return;
+      event.preventDefault();
+      event.stopPropagation(); // cancels the delete only
+      cancel();
+    });
+    no.focus();
+  }
+
   async remove(session) {
-    if (!confirm(`Delete “${session.title}”? This cannot be undone.`)) return;
     const path = `api/sessions/${encodeURIComponent(session.session_id)}`;
     const wasCurrent = session.session_id === this.current();
     this.willDelete(session.session_id);
@@ -138,6 +158,7 @@ export class ChatList {
       this.say(error.code === "run_in_progress"
         ? "This chat is still running. Stop it first, then delete it."
         : "The chat could not be deleted. Try again.");
+      this.render(); // the chat as it was, not the question
       return;
     }
     this.say(`Deleted “${session.title}”.`);

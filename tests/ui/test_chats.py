@@ -38,6 +38,14 @@ async def test_rename_search_and_delete_chats(
     await rome.get_by_role("button", name=re.compile("^Rename")).click()
     rename = page.locator(".rename-input")
     await expect(rename).to_be_focused()
+    await rename.fill("   ")  # a blank name is refused, and said so
+    await rename.press("Enter")
+    await expect(page.locator("#sessions-status")).to_have_text(
+        "A chat's name cannot be empty; it keeps its name."
+    )
+    await expect(items.filter(has_text="Plan a trip to Rome")).to_have_count(1)
+    await rome.hover()
+    await rome.get_by_role("button", name=re.compile("^Rename")).click()
     await rename.fill("Rome, May 2027")
     await rename.press("Enter")
     await expect(items.filter(has_text="Rome, May 2027")).to_have_count(1)
@@ -56,13 +64,21 @@ async def test_rename_search_and_delete_chats(
     await snap("chats-renamed")
 
     # delete the open chat: the page moves to a new one without a warning
-    page.once("dialog", lambda dialog: dialog.accept())
     sourdough = items.filter(has_text="Explain sourdough starters")
     await sourdough.locator(".session").focus()  # the keyboard way: focus shows the buttons
     await page.keyboard.press("Tab")
     await page.keyboard.press("Tab")
     await expect(sourdough.get_by_role("button", name=re.compile("^Delete"))).to_be_focused()
     await page.keyboard.press("Enter")
+    # Asked in the list, Cancel first: Esc keeps the chat, Enter would too.
+    await expect(page.get_by_role("button", name="Cancel, keep the chat")).to_be_focused()
+    await page.keyboard.press("Escape")
+    await expect(items.filter(has_text="sourdough")).to_have_count(1)
+    await expect(sourdough.locator(".session")).to_be_focused()
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Enter")
+    await page.get_by_role("button", name=re.compile("^Yes, delete")).click()
     await expect(page.locator("#sessions-status")).to_have_text(
         "Deleted “Explain sourdough starters”."
     )
@@ -94,13 +110,14 @@ async def test_a_long_running_title_keeps_its_marker_and_delete_waits_for_the_ru
     assert await title.evaluate("(n) => n.scrollWidth > n.clientWidth")  # cut with an ellipsis
     await snap("running-marker")
 
-    page.once("dialog", lambda dialog: dialog.accept())
     await item.hover()
     await item.get_by_role("button", name=re.compile("^Delete")).click()
+    await page.get_by_role("button", name=re.compile("^Yes, delete")).click()
     await expect(page.locator("#sessions-status")).to_have_text(
         "This chat is still running. Stop it first, then delete it."
     )
     await expect(item).to_have_count(1)
+    await expect(item.locator(".session-title")).to_be_visible()  # not left asking
 
 
 async def test_welcome_state_with_the_model_and_example_prompts(
