@@ -204,8 +204,11 @@ class OpenAIChatModel:
             if too_long is not None:
                 raise too_long from exc
             _log.warning("model call refused: HTTP %s%s", exc.status_code, _status_detail(exc))
+            # The server's own reason says what to fix ("model 'x' does not exist"), except
+            # for a refused key: its reason may quote part of the key.
+            shown = "" if exc.status_code in _AUTH_STATUSES else _status_detail(exc).rstrip(".")
             raise ModelError(
-                f"The language model answered with an error (HTTP {exc.status_code})."
+                f"The language model answered with an error (HTTP {exc.status_code}){shown}."
             ) from exc
         except Unreachable as exc:
             raise ModelError(f"The language model could not be reached ({exc.reason}).") from exc
@@ -347,6 +350,9 @@ def _context_overflow(exc: StatusError) -> ContextTooLong | None:
         + ".",
         window if isinstance(window, int) and not isinstance(window, bool) else None,
     )
+
+
+_AUTH_STATUSES = (401, 403, 407)
 
 
 def _status_detail(exc: StatusError) -> str:

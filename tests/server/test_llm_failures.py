@@ -50,12 +50,20 @@ async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm
 
 
 async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):
-    fake_llm.script("reason", Reply(status=400))
+    # The server's reason says what to fix, except a refused key's (it may quote the key).
+    missing = {"message": "The model `gpt-9` does not exist.", "type": "invalid_request_error"}
+    refused = {"message": "Incorrect API key provided: sk-abc***xyz.", "type": "auth"}
+    fake_llm.script("reason", Reply(status=404, error=missing), Reply(status=401, error=refused))
     async with await server.client() as c:
         await c.recv()
         frames = await c.run("hi")
-    assert frames[-2]["code"] == "llm_error"
-    assert fake_llm.phases() == ["reason"]
+        assert frames[-2]["code"] == "llm_error"
+        assert frames[-2]["message"] == (
+            "The language model answered with an error (HTTP 404): The model `gpt-9` does not exist."
+        )
+        frames = await c.run("again")
+    assert frames[-2]["message"] == "The language model answered with an error (HTTP 401)."
+    assert fake_llm.phases() == ["reason", "reason"]
 
 
 async def test_a_stream_cut_mid_reply_is_an_llm_error_not_a_retry(server, fake_llm: FakeLLM):
