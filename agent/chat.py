@@ -23,7 +23,7 @@ __all__ = ["run_chat"]
 
 async def run_chat(ctx: RunContext, history: Sequence[Message]) -> None:
     """Answer the last user message of `history`, streaming; ends with `chat_response`."""
-    recorder = RunRecorder(ctx, history)
+    recorder = RunRecorder(ctx, history, stepless=True)
     async with stop_recorded(ctx, recorder):
         await _rounds(ctx, recorder)
 

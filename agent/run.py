@@ -63,10 +63,13 @@ _STOP_NOTES: dict[StopReason, str] = {
 }
 
 
-def stop_note(reason: StopReason, step: int, run_id: str) -> Message:
-    """The note that tells the model, on the next run, how this one ended."""
+def stop_note(reason: StopReason, step: int, run_id: str, *, stepless: bool = False) -> Message:
+    """The note that tells the model, on the next run, how this one ended. A `stepless` run
+    (chat mode: a reply, maybe with tools) has begun even at step 0."""
     text = _STOP_NOTES[reason].format(step=step)
-    if not step:  # stopped before the loop began
+    if stepless:
+        text = text.replace(" at step 0,", "").replace(" at step 0", "")
+    elif not step:  # stopped before the loop began
         text = text.replace("at step 0, before it finished", "before it began")
         text = text.replace("at step 0", "before it began")
     return Message("system", text, phase="stop", run_id=run_id)
@@ -153,8 +156,11 @@ class RunRecorder:
     was shown, a call started or ended, a model call was counted) and reads the rest back.
     """
 
-    def __init__(self, ctx: RunContext, history: Sequence[Message]) -> None:
+    def __init__(
+        self, ctx: RunContext, history: Sequence[Message], *, stepless: bool = False
+    ) -> None:
         self._ctx = ctx
+        self._stepless = stepless  # a chat-mode run: its stop is never "before it began"
         self._ledger = CallLedger()  # every tool call of the run and how it went
         self._conversation: list[Message] = list(history)
         self._usage = Usage()
@@ -397,7 +403,7 @@ class RunRecorder:
         ]
         self._open_calls.clear()
         self._held.clear()
-        messages.append(stop_note(reason, self._step, ctx.run_id))
+        messages.append(stop_note(reason, self._step, ctx.run_id, stepless=self._stepless))
         events.append(RunStopped(self._step, reason, self.usage_report()))
         for message in messages:
             self._track(message)

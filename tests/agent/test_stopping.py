@@ -16,7 +16,7 @@ from agent.run import RunInterrupted
 from agent.stopping import close_interrupted, stop_recorded
 from agent.tokens import EstimatedCounter, message_tokens
 from agent.tools.base import Tool
-from tests.fakes.openai_server import FakeToolCall, act
+from tests.fakes.openai_server import FakeToolCall, Reply, act
 from tests.fakes.scripted_model import Harness
 from tests.fakes.tools import Gate
 
@@ -167,3 +167,17 @@ async def test_a_stop_shows_a_call_that_ended_behind_a_slower_one_with_its_resul
     assert results[calls[1].id].status == "ok" and "noon" in results[calls[1].id].content
     assert results[calls[0].id].status == "stopped"
     assert slow.cancelled.is_set()
+
+
+async def test_a_chat_reply_stopped_midway_is_not_said_to_have_never_begun(harness: Harness):
+    # Chat-mode runs have no steps: "before it began" told the next run's model that the
+    # reply it had half written was never started.
+    harness.model.script("chat", Reply(chunks=["Five words streamed ", "so far"], hang_after=1))
+    task = harness.start("talk", agent=False)
+    async with asyncio.timeout(5):
+        await harness.model.hanging.wait()
+    assert harness.control.request_stop("user")
+    async with asyncio.timeout(5):
+        await task
+    (note,) = [m for m in harness.record.messages if m.phase == "stop"]
+    assert note.content == "The user stopped the previous run before it finished."

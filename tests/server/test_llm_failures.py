@@ -59,7 +59,8 @@ async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):
         frames = await c.run("hi")
         assert frames[-2]["code"] == "llm_error"
         assert frames[-2]["message"] == (
-            "The language model answered with an error (HTTP 404): The model `gpt-9` does not exist."
+            "The language model answered with an error (HTTP 404): "
+            "The model `gpt-9` does not exist."
         )
         frames = await c.run("again")
     assert frames[-2]["message"] == "The language model answered with an error (HTTP 401)."
