@@ -415,9 +415,7 @@ async def test_the_markdown_renderer_builds_only_safe_nodes(ui_server: Any, page
         "- top\n  - nested\n  - again\n- next": (
             "<ul><li>top<ul><li>nested</li><li>again</li></ul></li><li>next</li></ul>"
         ),
-        "1. one\n    - deep\n2. two": (
-            "<ol><li>one<ul><li>deep</li></ul></li><li>two</li></ol>"
-        ),
+        "1. one\n    - deep\n2. two": ("<ol><li>one<ul><li>deep</li></ul></li><li>two</li></ol>"),
         "at <https://example.org>": (
             '<p>at <a href="https://example.org/" '
             'rel="noopener noreferrer nofollow" target="_blank">https://example.org</a></p>'
