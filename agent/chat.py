@@ -1,7 +1,9 @@
 """run_chat: plain streaming chat (agent_mode false), with the enabled tools still usable.
 
 The model may call tools for up to `chat_tool_rounds` rounds; their events carry step 0. Every
-streamed text delta goes out as `chat_delta`; `chat_response` carries their concatenation.
+streamed text delta goes out as `chat_delta`; `chat_response` carries their concatenation. A
+round whose reply begins like a tool call written as text is held back until it is read
+(textcalls.CallTextHold): a call is never shown as the reply.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from agent.messages import Message
 from agent.ports import ModelTurn, ToolSpec
 from agent.run import RunContext, RunRecorder
 from agent.stopping import stop_recorded
-from agent.textcalls import read_text_tool_calls
+from agent.textcalls import CallTextHold, read_text_tool_calls
 
 __all__ = ["run_chat"]
 
@@ -34,10 +36,14 @@ async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
     shown: list[str] = []
     for round_no in range(ctx.limits.chat_tool_rounds + 1):
         last_round = round_no == ctx.limits.chat_tool_rounds
-        turn = await _stream_round(ctx, rec, system, tools, shown, last_round=last_round)
+        reads_calls = bool(tools) and not last_round  # may a call be written as text?
+        hold = CallTextHold([t.name for t in tools]) if reads_calls else None
+        turn = await _stream_round(ctx, rec, system, tools, shown, hold, last_round=last_round)
         calls, content = turn.tool_calls, turn.content
-        if not calls and tools and not last_round:
+        if not calls and reads_calls:
             calls, content = read_text_tool_calls(content, {t.name for t in tools})
+        if hold is not None:
+            await _show(ctx, rec, shown, hold.settle(content if calls else None))
         await rec.commit_stream(
             Message("assistant", content, tool_calls=calls, phase="chat", run_id=ctx.run_id)
         )
@@ -53,6 +59,7 @@ async def _stream_round(
     system: str,
     tools: Sequence[ToolSpec],
     shown: list[str],
+    hold: CallTextHold | None,
     *,
     last_round: bool,
 ) -> ModelTurn:
@@ -60,9 +67,7 @@ async def _stream_round(
     rec.begin_stream("chat")
 
     async def show(piece: str) -> None:
-        rec.add_streamed(piece)
-        shown.append(piece)
-        await ctx.sink.emit(ChatDelta(piece))
+        await _show(ctx, rec, shown, hold.feed(piece) if hold is not None else piece)
 
     return await call_model(
         ctx,
@@ -74,3 +79,10 @@ async def _stream_round(
         tool_choice="none" if last_round else "auto",
         on_text=show,
     )
+
+
+async def _show(ctx: RunContext, rec: RunRecorder, shown: list[str], piece: str) -> None:
+    if piece:
+        rec.add_streamed(piece)
+        shown.append(piece)
+        await ctx.sink.emit(ChatDelta(piece))

@@ -24,7 +24,7 @@ from typing import Any
 from agent.messages import ToolCall
 from agent.parsing import completed_json_object, json_object_end
 
-__all__ = ["read_text_tool_calls"]
+__all__ = ["CallTextHold", "read_text_tool_calls"]
 
 _NAME_KEYS = ("name", "tool", "tool_name", "plan")  # "plan": Reason's block repeated in Act
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
@@ -179,3 +179,45 @@ def _call(item: Any, offered: Collection[str]) -> ToolCall | None:
         return None
     raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
     return ToolCall(f"call_{uuid.uuid4().hex[:24]}", name, raw)
+
+
+class CallTextHold:
+    """Streamed text held back while it may be a tool call written as text, so that a reply
+    which is a call is never shown as the reply (chat mode streams its text as it comes).
+
+    The reply is held while what it begins with could still become a call's beginning (`{`,
+    `[`, `<tool_call>`, a ```json fence, an offered tool's name); text that begins any other
+    way is passed on at once, and from then on every piece. What is held is settled once the
+    reply is read: `settle` gets the text left once its calls are taken out."""
+
+    def __init__(self, offered: Collection[str]) -> None:
+        names = [n for n in offered if n]
+        self._starts = ("{", "[", _OPEN_TAG, "```json", "```\n{", "```\n[", *names)
+        self._held: list[str] = []
+        self._open = False  # the reply began as prose: nothing is held any more
+        self.holding = False  # the reply begins like a call: everything waits for `settle`
+
+    def feed(self, piece: str) -> str:
+        """What of `piece` (and of what was held) to show now."""
+        if self._open:
+            return piece
+        self._held.append(piece)
+        if self.holding:
+            return ""
+        start = "".join(self._held).lstrip()
+        if not start or any(s.startswith(start) for s in self._starts):
+            return ""  # too little to tell yet
+        if start.startswith(self._starts):
+            self.holding = True
+            return ""
+        self._open = True
+        shown, self._held = "".join(self._held), []
+        return shown
+
+    def settle(self, without_calls: str | None) -> str:
+        """What to show at the end of the reply: the text left once its calls were taken
+        out (`without_calls`), or, when it had none (None), all that was held."""
+        if self._open:
+            return ""  # all of it was shown as it came
+        held, self._held = "".join(self._held), []
+        return held if without_calls is None else without_calls

@@ -505,6 +505,38 @@ async def test_chat_mode_streams_deltas_and_may_call_tools(harness: Harness):
     assert record.kinds()[-1] == "chat_done"
 
 
+async def test_chat_mode_never_shows_a_call_written_as_text_as_the_reply(harness: Harness):
+    # Small models (Qwen2.5-0.5B) write the call as text: it was streamed as the reply, then
+    # run as a call, so the user read JSON as the answer.
+    written = ['{"name": "echo", ', '"arguments": {"text": ', '"hello"}}']
+    harness.model.script("chat", text(*written), text("Echoed: ", "hello"))
+    record = await harness.run("say hello", agent=False)
+    assert [e.result for e in record.of(ToolCompleted)] == [{"echo": "hello"}]
+    shown = [e.delta for e in record.of(ChatDelta)]
+    assert shown == ["Echoed: ", "hello"]
+    assert record.of(ChatDone)[-1].content == "Echoed: hello"
+
+
+async def test_chat_mode_streams_prose_and_code_as_they_come(harness: Harness):
+    # Only a reply that begins like a call waits: prose, a code fence and a JSON object that
+    # is no call (once read) are shown, the first two piece by piece.
+    harness.model.script("chat", text("Sure", ", here:\n", "```python\n", "x = 1\n```"))
+    record = await harness.run("code please", agent=False)
+    assert [e.delta for e in record.of(ChatDelta)] == [
+        "Sure",
+        ", here:\n",
+        "```python\n",
+        "x = 1\n```",
+    ]
+    harness.model.script("chat", text("```", "py\n", "y = 2\n```"))
+    record = await harness.run("more", agent=False)
+    assert [e.delta for e in record.of(ChatDelta)][-2:] == ["```py\n", "y = 2\n```"]
+    harness.model.script("chat", text('{"colour": ', '"red"}'))
+    record = await harness.run("as json", agent=False)
+    assert record.of(ChatDone)[-1].content == '{"colour": "red"}'
+    assert [e.delta for e in record.of(ChatDelta)][-1] == '{"colour": "red"}'  # held, then shown
+
+
 async def test_a_rejected_draft_answer_is_not_taken_for_the_final_one(harness: Harness):
     # Step 1 streams a draft answer; the check says not done; the budget then ends the run,
     # whose answer must still arrive as deltas, although a draft already streamed.

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agent.adapters.openai_chat import ThinkSplitter
-from agent.textcalls import read_text_tool_calls
+from agent.textcalls import CallTextHold, read_text_tool_calls
 
 OFFERED = {"get_current_time"}
 
@@ -103,3 +103,18 @@ def test_an_oversized_reply_is_not_scanned():
     huge = "{ " * 60_000 + call  # unbalanced braces: a scan would be quadratic
     assert read_text_tool_calls(huge, OFFERED) == ((), huge)
     assert read_text_tool_calls(call, OFFERED)[0]  # a normal reply still is read
+
+
+def test_a_reply_is_held_only_while_it_may_become_a_call():
+    hold = CallTextHold(["get_current_time"])
+    assert hold.feed(" \n") == "" and hold.feed("get_curr") == ""  # a tool's name, so far
+    assert hold.feed("ent_time(") == "" and hold.holding
+    assert hold.feed('timezone="UTC")') == ""
+    assert hold.settle("") == ""  # it was a call: nothing of it is shown
+    prose = CallTextHold(["get_current_time"])
+    assert prose.feed("  ") == "" and prose.feed("ge") == ""
+    assert prose.feed("ntly, ") == "  gently, "  # no call begins so: out at once
+    assert prose.feed("then more") == "then more" and prose.settle(None) == ""
+    fence = CallTextHold([])
+    assert fence.feed("``") == "" and fence.feed("`json\n{") == ""
+    assert fence.settle(None) == "```json\n{"  # no call after all: shown whole
