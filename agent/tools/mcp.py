@@ -80,6 +80,8 @@ class McpServer:
         self._up = asyncio.Event()
         self._dead = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._changed = asyncio.Event()  # the server said its tools changed
+        self._listing = asyncio.Event()  # set (and replaced) each time the tools are listed
         self._task: asyncio.Task[None] | None = None
         self._asks: dict[int, Ask] = {}  # in-flight calls that can ask the person
         self._next_call = 0
@@ -112,6 +114,10 @@ class McpServer:
     async def wait_started(self) -> None:
         """Return once the first connection attempt succeeded or failed."""
         await self._attempted.wait()
+
+    async def next_listing(self) -> None:
+        """Return once the tools were listed again (a health check, a change notice)."""
+        await self._listing.wait()
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         self._stopping.set()
@@ -194,13 +200,28 @@ class McpServer:
                 # to end the reader and wedge every later call.
                 encoding_error_handler="replace",
             )
-        return Client(server, elicitation_callback=self._elicit, cache=None)
+        return Client(
+            server,
+            elicitation_callback=self._elicit,
+            message_handler=self._on_message,
+            cache=None,
+        )
+
+    async def _on_message(self, message: object) -> None:
+        """`notifications/tools/list_changed`: list the tools again now, not at the next
+        health check (`_watch`)."""
+        import mcp_types as types
+
+        if isinstance(message, types.ToolListChangedNotification):
+            self._changed.set()
 
     async def _watch(self, client: Client) -> None:
-        """Return when the connection dies or the server is stopped."""
+        """Return when the connection dies or the server is stopped. List the tools again
+        every `health_interval_s`, and at once when the server says they changed."""
         interval = self.config.health_interval_s
+        events = (self._stopping, self._dead, self._changed)
         while not self._stopping.is_set() and not self._dead.is_set():
-            waits = [asyncio.ensure_future(e.wait()) for e in (self._stopping, self._dead)]
+            waits = [asyncio.ensure_future(e.wait()) for e in events]
             try:
                 await asyncio.wait(waits, timeout=interval, return_when="FIRST_COMPLETED")
             finally:
@@ -208,9 +229,13 @@ class McpServer:
                     waiter.cancel()
             if self._stopping.is_set() or self._dead.is_set():
                 return
+            self._changed.clear()
             try:
                 async with asyncio.timeout(min(interval, self.config.start_timeout_s)):
                     self.tools = await self._list_tools(client)
+                self.seen.update(self.tools)
+                listed, self._listing = self._listing, asyncio.Event()
+                listed.set()
             except Exception as exc:  # noqa: BLE001 - any failure means the server is gone
                 self._mark_dead(f"health check failed: {_describe_failure(exc)}")
 

@@ -1,6 +1,7 @@
 """A hand-written MCP stdio server (newline-delimited JSON-RPC) for what the reference
 servers never do: a stray line that is not UTF-8 on stdout, tool names that collide once made
-model-safe. Run as `python -m tests.fakes.mcp_raw`; `mcp_raw_server()` is its config."""
+model-safe, a tool list that changes. Run as `python -m tests.fakes.mcp_raw`;
+`mcp_raw_server()` is its config."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ TOOLS = [
     },
     {"name": "a.b", "description": "Dotted.", "inputSchema": _SCHEMA},
     {"name": "a_b", "description": "Underscored.", "inputSchema": _SCHEMA},
+    {"name": "grow", "description": "Add the tool `added`, and say so.", "inputSchema": _SCHEMA},
 ]
+_ADDED = {"name": "added", "description": "Added by grow.", "inputSchema": _SCHEMA}
+_CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 
 def mcp_raw_server() -> dict[str, Any]:
@@ -31,7 +35,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
     if method == "initialize":
         result: dict[str, Any] = {
             "protocolVersion": params.get("protocolVersion", "2025-06-18"),
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {"listChanged": True}},
             "serverInfo": {"name": "raw", "version": "1"},
         }
     elif method == "tools/list":
@@ -40,6 +44,9 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
         name, text = params["name"], params.get("arguments", {}).get("text", "")
         if name == "noisy":
             sys.stdout.buffer.write(b"caf\xe9: a log line that is not UTF-8\n")
+        if name == "grow" and _ADDED not in TOOLS:
+            TOOLS.append(_ADDED)
+            _write(_CHANGED)
         result = {"content": [{"type": "text", "text": f"{name}: {text}"}]}
     elif method == "ping":
         result = {}
@@ -54,8 +61,12 @@ def main() -> None:
         request = json.loads(line)
         answer = _answer(request) if "id" in request else None
         if answer is not None:
-            sys.stdout.buffer.write(json.dumps(answer).encode() + b"\n")
-            sys.stdout.buffer.flush()
+            _write(answer)
+
+
+def _write(message: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(json.dumps(message).encode() + b"\n")
+    sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":

@@ -109,3 +109,21 @@ def test_a_failure_inside_nested_task_groups_is_described_by_its_cause():
     cause = ConnectionRefusedError("connection refused")
     nested = BaseExceptionGroup("outer", [ExceptionGroup("inner", [cause])])
     assert _describe_failure(nested) == "ConnectionRefusedError: connection refused"
+
+
+async def test_a_changed_tool_list_is_read_again_at_once():
+    # notifications/tools/list_changed: the new tool is offered now, not at the next
+    # periodic check (a minute away here).
+    config = McpServerConfig(**mcp_raw_server(), health_interval_s=60)
+    server = McpServer("raw", config)
+    server.start()
+    try:
+        await server.wait_started()
+        assert "raw__added" not in server.tools
+        async with asyncio.timeout(10):
+            assert await server.call(server.tools["raw__grow"], {}, None) == "grow: "
+            while "raw__added" not in server.tools:  # the refresh the notice starts
+                await server.next_listing()
+        assert server.tools["raw__added"].name == "added" and "raw__added" in server.seen
+    finally:
+        await server.stop()
