@@ -32,10 +32,14 @@ function modelError(text) {
   const status = Number(text.match(/HTTP (\d{3})/)?.[1]);
   let why = "the model service had a problem";
   if (status === 429) why = "the model service is overloaded right now";
+  else if ([502, 503, 504].includes(status)) why = "the model service is unavailable right now";
   else if (status === 401 || status === 403) why = "the model service refused the server's key";
   else if (/could not be reached/.test(text)) why = "the model service could not be reached";
   else if (/broke off|could not be read/.test(text)) why = "its reply broke off";
-  return `The model could not answer: ${why}.`;
+  // The model server's own reason, when the server passed it on ("model x does not exist").
+  const reason = text.match(/\(HTTP \d{3}\): (.+)$/)?.[1];
+  const said = reason ? ` It said: “${sentence(reason).replace(/”/g, "\"")}”` : "";
+  return `The model could not answer: ${why}.${said}`;
 }
 
 function sentence(text) {

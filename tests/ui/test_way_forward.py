@@ -42,7 +42,7 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
 
     run = page.locator("article.run")
     await expect(run.locator(".notice.error")).to_have_text(
-        "The model could not answer: the model service had a problem."
+        "The model could not answer: the model service is unavailable right now."
     )
     notice = await run.locator(".notice.error").inner_text()
     assert not ERROR_CODES.search(notice), notice
@@ -230,6 +230,8 @@ async def test_every_server_error_reads_as_plain_words(ui_server: Any, page: Any
         ("unknown_type", "type: expected one of chat, agent_control, agent_user_input."),
         ("invalid_json", "The frame is not a JSON object."),
         ("llm_error", "The language model answered with an error (HTTP 429)."),
+        ("llm_error", "The language model answered with an error (HTTP 503): Overloaded."),
+        ("llm_error", "The language model answered with an error (HTTP 404): No model x."),
         ("llm_error", "The language model could not be reached (ConnectError)."),
         ("llm_error", "The language model's reply broke off or could not be read (ReadError)."),
         ("storage_error", "SQLite write failed: disk I/O error"),
@@ -245,8 +247,15 @@ async def test_every_server_error_reads_as_plain_words(ui_server: Any, page: Any
         cases,
     )
     for (code, _), text in zip(cases, texts, strict=True):
-        assert text and text[0].isupper() and text.endswith((".", "…")), (code, text)
+        assert text and text[0].isupper() and text.endswith((".", "…", ".”")), (code, text)
         assert not ERROR_CODES.search(text), (code, text)
         assert "_" not in text and "SQLite" not in text and "Error" not in text, (code, text)
     assert texts[9] == "The model could not answer: the model service is overloaded right now."
+    assert texts[10] == (
+        "The model could not answer: the model service is unavailable right now. "
+        "It said: “Overloaded.”"
+    )
+    assert texts[11] == (
+        "The model could not answer: the model service had a problem. It said: “No model x.”"
+    )
     assert texts[-1] == "Something new went wrong."
