@@ -21,6 +21,9 @@ const COMPLETION = {
   budget: (n) => `Budget ran out after ${plural(n, "step")}`,
 };
 
+// The phase a step shows for the model call of each of the loop's phases.
+const PHASES = { reason: "thinking", act: "acting", observe: "observing" };
+
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 export function duration(ms) {
@@ -129,6 +132,7 @@ export class Run {
         break;
       case "agent_llm_retry":
         this.retrying(f.attempt, f.max_attempts);
+        if (f.step && PHASES[f.phase]) this.step(f.step).phase(PHASES[f.phase]); // its call
         break;
       case "tool_start":
         this.tool(f);

@@ -81,6 +81,18 @@ async def test_retry_after_an_error_shows_the_model_being_retried(
     await snap("retrying")
     fake.emit("agent_reason_delta", step=1, delta="Looking outside.")
     await expect(second.locator(".retrying")).to_have_count(0)
+    fake.emit("agent_reason", step=1, content="Looking outside.")
+    await expect(second.locator(".step .phase")).to_have_text("acting")
+    fake.emit(
+        "agent_llm_retry",
+        step=1,
+        phase="observe",
+        attempt=2,
+        max_attempts=3,
+        reason="HTTP 503",
+        delay_ms=500,
+    )  # the step says which call is retried
+    await expect(second.locator(".step .phase")).to_have_text("observing")
 
 
 async def test_continue_after_the_step_limit_and_edit_or_regenerate(
