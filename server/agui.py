@@ -227,7 +227,12 @@ def _chat_frame(run_input: RunAgentInput) -> ChatFrame:
     fields = {k: props[k] for k in ("agent_mode", "agent_max_steps", "tools") if k in props}
     content = _user_text(run_input)
     if not content.strip():  # as for a `chat` on /ws
-        raise _Refused(400, "invalid_message", "messages: the user's message is empty.")
+        parts = run_input.messages[-1].content
+        if isinstance(parts, list) and any(not isinstance(p, TextPart) for p in parts):
+            message = "messages: only text parts are read, and this message has none."
+        else:
+            message = "messages: the user's message is empty."
+        raise _Refused(400, "invalid_message", message)
     try:
         return ChatFrame.model_validate({"type": "chat", "content": content, **fields})
     except ValidationError as exc:

@@ -225,3 +225,14 @@ async def test_the_event_stream_tells_proxies_not_to_buffer_it(server, fake_llm:
             await answer.aread()
     assert answer.headers["cache-control"] == "no-cache"
     assert answer.headers["x-accel-buffering"] == "no"
+
+
+async def test_a_message_with_no_text_part_says_only_text_is_read(server, fake_llm: FakeLLM):
+    body = run_input(uuid.uuid4().hex)
+    picture = {"type": "image", "source": {"type": "url", "value": "https://example.org/a.png"}}
+    body["messages"][-1]["content"] = [picture]
+    answer = await _post_status(server.address, body)
+    assert answer.status_code == 400
+    assert answer.json()["message"] == (
+        "messages: only text parts are read, and this message has none."
+    )
