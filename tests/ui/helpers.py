@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.page_socket import PageSocket
 from tests.ui.conftest import CHROMIUM
 
 pw = pytest.importorskip(
@@ -31,6 +32,16 @@ async def open_page(page: Any, url: str) -> None:
 async def send(page: Any, message: str) -> None:
     await page.locator("#message").fill(message)
     await page.locator("#message").press("Enter")
+
+
+async def start_run(page: Any, fake: PageSocket, text: str, *, max_steps: int = 10) -> None:
+    """Send `text` from the page and start its agent run on the page's fake socket, at step 1."""
+    await send(page, text)
+    await fake.wait_sent(lambda f: f["type"] == "chat" and f["content"] == text)
+    fake.new_run()
+    fake.emit("agent_user_message", content=text, agent_mode=True)
+    fake.emit("agent_start", max_steps=max_steps)
+    fake.emit("agent_turn_start", step=1)
 
 
 async def open_chats(page: Any, viewport: str) -> None:

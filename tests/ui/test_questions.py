@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.fakes.page_socket import PageSocket
 from tests.ui.conftest import VIEWPORTS
-from tests.ui.helpers import expect, open_page, send
+from tests.ui.helpers import expect, open_page, send, start_run
 
 QUESTION = ("Which city should I use for the weather report? " * 8).strip()
 
@@ -80,11 +80,7 @@ async def test_a_run_waiting_for_an_answer_can_be_stopped_without_a_keyboard(
     # user had no way to stop but to wait for the timeout.
     fake = await PageSocket().install(page)
     await open_page(page, ui_server.url)
-    await send(page, "Book a table")
-    await fake.wait_sent(lambda f: f["type"] == "chat")
-    fake.new_run()
-    fake.emit("agent_user_message", content="Book a table", agent_mode=True)
-    fake.emit("agent_turn_start", step=1)
+    await start_run(page, fake, "Book a table")
     expires = int(time.time() * 1000) + 300_000
     fake.emit(
         "agent_request_input",

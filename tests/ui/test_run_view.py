@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.fakes.openai_server import FakeLLM
 from tests.fakes.page_socket import PageSocket
-from tests.ui.helpers import allow_clipboard, clipboard, expect, open_page, send
+from tests.ui.helpers import allow_clipboard, clipboard, expect, open_page, send, start_run
 
 LOG = "\n".join(f"2026-11-23 10:{i:02d}:00 worker-{i % 3} handled job {i}" for i in range(60))
 
@@ -140,11 +140,7 @@ async def test_an_answer_cut_short_is_rendered_marked_and_keeps_the_steps_open(
     # folded the steps as if the run had finished.
     fake = await PageSocket().install(page)
     await open_page(page, ui_server.url)
-    await send(page, "Write it up")
-    await fake.wait_sent(lambda f: f["type"] == "chat")
-    fake.new_run()
-    fake.emit("agent_start", max_steps=1)
-    fake.emit("agent_turn_start", step=1)
+    await start_run(page, fake, "Write it up", max_steps=1)
     fake.emit("agent_reason", step=1, content="I know this.")
     fake.emit("agent_answer_delta", step=1, delta="# A long answer\n\nIt has **bold** ")
     fake.emit("agent_stopped", step=1, reason="user")
@@ -184,11 +180,7 @@ async def test_the_answer_reads_as_markdown_while_it_streams(ui_server: Any, pag
     # Raw `##` and table pipes until the end, then a jump: the answer is rendered as it grows.
     fake = await PageSocket().install(page)
     await open_page(page, ui_server.url)
-    await send(page, "Compare them")
-    await fake.wait_sent(lambda f: f["type"] == "chat")
-    fake.new_run()
-    fake.emit("agent_start", max_steps=3)
-    fake.emit("agent_turn_start", step=1)
+    await start_run(page, fake, "Compare them")
     fake.emit("agent_answer_delta", step=1, delta="## Compared\n\n| a | b |\n")
     fake.emit("agent_answer_delta", step=1, delta="| - | - |\n| 1 | 2 |\n\nStill **writing")
     answer = page.locator("article.run .answer")

@@ -13,20 +13,11 @@ from typing import Any
 
 from tests.fakes.openai_server import FakeLLM, Reply
 from tests.fakes.page_socket import PageSocket
-from tests.ui.helpers import expect, open_page, send
+from tests.ui.helpers import expect, open_page, send, start_run
 
 ERROR_CODES = re.compile(
     r"llm_error|run_in_progress|invalid_message|agent_max_steps|HTTP|\(\w+_\w+\)"
 )
-
-
-async def start_run(page: Any, fake: PageSocket, text: str) -> None:
-    await send(page, text)
-    await fake.wait_sent(lambda f: f["type"] == "chat" and f["content"] == text)
-    fake.new_run()
-    fake.emit("agent_user_message", content=text, agent_mode=True)
-    fake.emit("agent_start", max_steps=10)
-    fake.emit("agent_turn_start", step=1)
 
 
 async def test_retry_after_an_error_shows_the_model_being_retried(
