@@ -37,8 +37,13 @@ async def approve_calls(
 async def _ask(ctx: RunContext, step: int, call: ToolCall, args: dict[str, Any]) -> str | None:
     timeout = ctx.limits.approval_timeout_s
     pending = PendingApproval(call.name, args, call.id, step, ctx.now_ms() + int(timeout * 1000))
-    await ctx.sink.emit(ApprovalRequested(step, call.id, call.name, args, pending.expires_at))
-    decision = await ctx.control.await_decision(pending, timeout)
+    ctx.control.pose_approval(pending)  # decidable from the moment it is announced
+    try:
+        await ctx.sink.emit(ApprovalRequested(step, call.id, call.name, args, pending.expires_at))
+    except BaseException:
+        ctx.control.withdraw_approval()
+        raise
+    decision = await ctx.control.await_decision(timeout)
     if decision is None:
         await ctx.sink.emit(ApprovalTimedOut(step, call.id))
         raise RunInterrupted("input_timeout")

@@ -156,15 +156,26 @@ class RunControl:
         self.pending_approval = None
         self._decision.set_result(decision)
 
-    async def await_decision(self, pending: PendingApproval, timeout_s: float) -> Decision | None:
-        """Publish `pending` and wait for the decision; None when the timeout passes first."""
+    def pose_approval(self, pending: PendingApproval) -> None:
+        """Make `pending` the call waiting for a decision, before it is announced: a decision
+        that comes the moment the announcement is out is taken (`await_decision`)."""
         self._decision = asyncio.get_running_loop().create_future()
         self.pending_approval = pending
+
+    def withdraw_approval(self) -> None:
+        """The approval posed could not be announced: nothing waits for a decision."""
+        self.pending_approval = None
+        self._decision = None
+
+    async def await_decision(self, timeout_s: float) -> Decision | None:
+        """Wait for the decision on the call `pose_approval` set out; None when the timeout
+        passes first."""
+        decision = self._decision
+        assert decision is not None, "pose_approval first"
         try:
             async with asyncio.timeout(timeout_s):
-                return await self._decision
+                return await decision
         except TimeoutError:
             return None
         finally:
-            self.pending_approval = None
-            self._decision = None
+            self.withdraw_approval()

@@ -17,9 +17,11 @@ import pytest
 from pydantic import BaseModel
 
 from agent.budget import Budget
+from agent.control import Decision
 from agent.errors import ToolError
 from agent.events import (
     AnswerDelta,
+    ApprovalRequested,
     ChatDelta,
     ChatDone,
     FinishVerified,
@@ -33,7 +35,10 @@ from agent.events import (
     ToolCompleted,
     ToolFailed,
     ToolStarted,
+    UserAnswered,
 )
+from agent.loop import run_agent
+from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ToolContext
 from agent.tools.base import Tool
@@ -549,3 +554,31 @@ async def test_a_rejected_draft_answer_is_not_taken_for_the_final_one(harness: H
     assert completed.stop_reason == "budget"
     deltas = [e.delta for e in record.of(AnswerDelta)]
     assert deltas[0] == "Draft." and deltas[-1] == completed.final_answer
+
+
+async def test_an_answer_or_decision_given_as_soon_as_it_is_announced_is_taken(
+    harness: Harness,
+):
+    # A client may answer the moment it reads the question (AG-UI answers a frontend tool's
+    # call from the request that brought its result): the question is open before it is out.
+    record_emit = harness.record.emit
+
+    async def emit_and_reply(event: Any) -> None:
+        await record_emit(event)
+        if isinstance(event, ApprovalRequested):
+            harness.control.decide(event.call_id, Decision(True))
+        elif isinstance(event, InputRequested):
+            assert harness.control.answer("Lisbon")
+
+    harness.record.emit = emit_and_reply  # type: ignore[method-assign]
+    echo = FakeToolCall("echo", {"text": "hi"})
+    ask = FakeToolCall("request_input", {"question": "Which city?"})
+    harness.model.script("act", act(echo, ask))
+    harness.model.script("observe", observe("Both done.", final="Done."))
+    ctx = harness.context()
+    ctx.needs_approval = lambda name: name == "echo"
+    harness.record.messages.append(Message("user", "go", run_id=ctx.run_id))
+    async with asyncio.timeout(5):
+        await run_agent(ctx, list(harness.record.messages))
+    assert [e.result for e in harness.record.of(ToolCompleted)] == [{"echo": "hi"}]
+    assert [e.content for e in harness.record.of(UserAnswered)] == ["Lisbon"]
