@@ -74,6 +74,10 @@ RECALL_DETAILS_SPEC = ToolSpec(
 )
 
 
+# Why a call may name a tool the run did not offer: the model knows it from earlier turns.
+_NOT_OFFERED = "it was not chosen for this conversation, or its MCP server is not running."
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     ok: bool
@@ -193,7 +197,7 @@ async def _run_tool(
     if ctx.tool_names is not None and call.name not in ctx.tool_names:
         # Not offered for this run (`chat.tools`, the tenant's tools): a model repeating a
         # call it saw earlier in the conversation must not reach a tool the client left out.
-        return _Outcome(False, f"{call.name} is not available in this conversation.", 0)
+        return _Outcome(False, f"{call.name} is not available now: {_NOT_OFFERED}", 0)
     try:
         async with asyncio.timeout(ctx.limits.tool_timeout_s) as deadline:
             ask = make_ask(ctx, rec.step, call, deadline)  # a tool may ask the person (MCP)
