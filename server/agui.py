@@ -393,7 +393,13 @@ async def _begin(
     # A new user message after cancelling the open interrupts, or instead of the result of a
     # frontend tool (whose AG-UI run ended in success): the paused run is given up, and the
     # message starts a new one. (Cancelling an interrupt no longer open is the same.)
-    moves_on = isinstance(last, UserMessage) and all(e.status == "cancelled" for e in entries)
+    # A client that sends its whole history sends, with a bare cancel, the message that
+    # started the paused run as its last: that one is no new message.
+    moves_on = (
+        isinstance(last, UserMessage)
+        and all(e.status == "cancelled" for e in entries)
+        and not (live.run is not None and live.run.content == _user_text(run_input))
+    )
     if moves_on:
         if (
             live.run is not None

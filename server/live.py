@@ -100,6 +100,7 @@ class ActiveRun:
     control: RunControl
     task: asyncio.Task[None] | None = None
     applied: set[str] = field(default_factory=set)  # keys of the store controls taken
+    content: str = ""  # the user's message that started it ("" for a recovered run)
 
 
 async def shielded(work: Awaitable[T]) -> T:

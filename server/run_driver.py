@@ -98,7 +98,7 @@ class RunDriver:
         if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
-        run = ActiveRun(uuid.uuid4().hex, RunControl())
+        run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
         live.run = run  # claimed before any wait, so a second chat meanwhile is refused
         if self._store.shared:
             try:

@@ -236,3 +236,23 @@ async def test_a_message_with_no_text_part_says_only_text_is_read(server, fake_l
     assert answer.json()["message"] == (
         "messages: only text parts are read, and this message has none."
     )
+
+
+async def test_a_bare_cancel_with_the_same_history_stops_and_starts_nothing(
+    server, fake_llm: FakeLLM
+):
+    # A client sends its whole history: with a bare cancel, its last message is still the
+    # one that started the paused run, which must not be taken for a new request.
+    ask = FakeToolCall("request_input", {"question": "Which table?"})
+    fake_llm.script("reason", reason("I need the table."))
+    fake_llm.script("act", act(ask))
+    body = run_input(uuid.uuid4().hex, "Book a table")
+    first = await post(server.address, body)
+    (interrupt,) = first[-1].outcome.interrupts
+    calls = len(fake_llm.requests)
+    body["resume"] = [{"interruptId": interrupt.id, "status": "cancelled"}]
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[0].run_id == first[0].run_id
+    assert second[-1].outcome.type == "cancelled"
+    assert len(fake_llm.requests) == calls  # nothing was run again
