@@ -419,6 +419,13 @@ async def _begin(
         if live.run is None:
             raise _Refused(409, "not_awaiting_input", "The run has already ended.")
         return live.run.run_id, step
+    if live.run is not None and paused_on is not None:
+        raise _Refused(  # more precise than run_in_progress: the run waits for this client
+            409,
+            "run_in_progress",
+            f"The run is paused on the interrupt {paused_on!r}: resume it (an answer, or "
+            "status 'cancelled' with a new message) or POST /agui/{threadId}/stop first.",
+        )
     frame = _chat_frame(run_input)
     check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
     return await services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0

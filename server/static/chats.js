@@ -28,7 +28,10 @@ export class ChatList {
   constructor({ list, search, status, token, current, onOpen, willDelete, onDelete }) {
     Object.assign(this, { list, search, status, token, current, onOpen, willDelete, onDelete });
     this.sessions = [];
-    search.addEventListener("input", () => this.render());
+    search.addEventListener("input", () => {
+      this.say(""); // a line about an earlier action is stale once the list changes
+      this.render();
+    });
     search.addEventListener("keydown", (event) => {
       if (event.key === "Escape" && search.value) {
         event.stopPropagation(); // clears the search; does not stop a run or close the drawer
@@ -90,6 +93,7 @@ export class ChatList {
   }
 
   rename(li, session) {
+    this.say("");
     const input = el("input", "rename-input");
     input.value = session.title;
     input.maxLength = 200;
@@ -129,6 +133,7 @@ export class ChatList {
 
   /** Ask in the list itself (not the browser's dialog); Cancel has the focus, Esc cancels. */
   confirmRemove(li, session) {
+    this.say("");
     const cancel = () => {
       this.render();
       this.list.querySelector(`[data-session-id="${session.session_id}"] .session`)?.focus();

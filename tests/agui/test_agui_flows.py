@@ -256,3 +256,15 @@ async def test_a_bare_cancel_with_the_same_history_stops_and_starts_nothing(
     assert second[0].run_id == first[0].run_id
     assert second[-1].outcome.type == "cancelled"
     assert len(fake_llm.requests) == calls  # nothing was run again
+
+
+async def test_a_new_message_past_an_open_question_is_told_what_to_do(server, fake_llm: FakeLLM):
+    ask = FakeToolCall("request_input", {"question": "Which table?"})
+    fake_llm.script("reason", reason("I need the table."))
+    fake_llm.script("act", act(ask))
+    thread = uuid.uuid4().hex
+    first = await post(server.address, run_input(thread, "Book a table"))
+    (interrupt,) = first[-1].outcome.interrupts
+    answer = await _post_status(server.address, run_input(thread, "Something else"))
+    assert answer.status_code == 409 and answer.json()["code"] == "run_in_progress"
+    assert f"paused on the interrupt {interrupt.id!r}" in answer.json()["message"]
