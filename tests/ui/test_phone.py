@@ -26,6 +26,9 @@ async def test_the_chat_list_is_a_drawer_on_a_phone(
     await expect(drawer).not_to_be_in_viewport()
     await expect(menu).to_be_visible()
     await expect(menu).to_have_attribute("aria-expanded", "false")
+    for button in (menu, page.locator("#new-chat-top")):  # a finger's target on a phone
+        box = await button.bounding_box()
+        assert box["width"] >= 44 and box["height"] >= 44, box
     await send(page, "First chat on the phone")
     await expect(page.locator("article.run")).to_have_class(re.compile(r"\bcomplete\b"))
     await page.locator("#new-chat-top").click()  # New chat without opening the drawer
