@@ -15,12 +15,14 @@ a stop cuts short is counted the same way: the model server has worked on it, an
 A reply that goes on past `RunLimits.reply_max_chars` (a model in a loop, on a server with no
 output limit) is closed the same way, its text ending with a note that says it was cut: the
 events that carry a reply's whole text stay well under the 1 MiB a WebSocket client takes.
+A character that JSON escapes as six (a control character) counts six.
 Thinking counts toward the same limit: a model thinking without end is cut like one talking.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import orjson
@@ -131,15 +133,16 @@ class _Reader:
         self._enough = enough
         self._text: list[str] = []
         self._most = most
-        self._room = most  # characters the reply may still have
+        self._room = most  # characters the reply may still have (see `_size`)
 
     async def text(self, piece: str, *, cut: bool = False) -> bool:
         """Pass `piece` on; True when the caller has read enough of the reply, or the reply
         is too long, or `cut` says so (its text then ends with a note that says so)."""
-        too_long = cut or len(piece) > self._room
+        size = _size(piece)
+        too_long = cut or size > self._room
         if too_long:
-            piece = piece[: self._room] + _CUT_NOTE.format(self._most)
-        self._room -= len(piece)
+            piece = _within(piece, size, self._room) + _CUT_NOTE.format(self._most)
+        self._room -= size
         self._text.append(piece)
         if self._on_text is not None:
             await self._on_text(piece)
@@ -148,10 +151,11 @@ class _Reader:
     def thinking(self, piece: str) -> tuple[str, bool]:
         """What to show of a piece of thinking, and whether the reply is now too long (the
         caller then passes on the note that says so with `text("", cut=True)`)."""
-        if len(piece) < self._room:
-            self._room -= len(piece)
+        size = _size(piece)
+        if size < self._room:
+            self._room -= size
             return piece, False
-        piece, self._room = piece[: self._room], 0
+        piece, self._room = _within(piece, size, self._room), 0
         return piece, True
 
     @property
@@ -167,6 +171,22 @@ class _Reader:
             for t in tools
         )
         return ModelTurn(content, (), prompt, _ESTIMATE.count(content), "stop", estimated=True)
+
+
+# Characters JSON writes as a six-character escape (`\u0001`, a lone surrogate): a reply of
+# them is six times its length on the wire, so each counts six toward the limit.
+_ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
+
+
+def _size(piece: str) -> int:
+    """`piece`'s length as the limit counts it: as long as it is in a frame, near enough
+    (other characters take at most four bytes, or two for an escaped newline or quote)."""
+    return len(piece) + 5 * len(_ESCAPED.findall(piece))
+
+
+def _within(piece: str, size: int, room: int) -> str:
+    """The beginning of `piece` that fits in `room` (exactly for plain text, else safely)."""
+    return piece[:room] if size == len(piece) else piece[: max(0, room // 6)]
 
 
 async def _close(stream: AsyncIterator[object]) -> None:

@@ -39,7 +39,7 @@ async def _rounds(ctx: RunContext, rec: RunRecorder) -> None:
         reads_calls = bool(tools) and not last_round  # may a call be written as text?
         hold = CallTextHold([t.name for t in tools]) if reads_calls else None
         turn = await _stream_round(ctx, rec, system, tools, shown, hold, last_round=last_round)
-        calls, content = turn.tool_calls, turn.content
+        calls, content = rec.own_call_ids(turn.tool_calls), turn.content
         if not calls and reads_calls:
             calls, content = read_text_tool_calls(content, {t.name for t in tools})
         if hold is not None:

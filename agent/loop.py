@@ -186,7 +186,7 @@ async def _act(
         lambda: rec.messages(step, "act", system, [instruction]),
         tools=tools,
     )
-    calls, content = turn.tool_calls, turn.content
+    calls, content = rec.own_call_ids(turn.tool_calls), turn.content
     if not calls:
         calls, content = read_text_tool_calls(content, {t.name for t in tools})
         ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)

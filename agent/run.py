@@ -8,8 +8,9 @@ note tells the model later that the run was stopped. agent/stopping.py decides w
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agent.budget import Budget
@@ -410,6 +411,19 @@ class RunRecorder:
         self._conversation.extend(messages)
         await ctx.sink.emit_all(events)
         await ctx.transcript.append(messages)
+
+    def own_call_ids(self, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+        """`calls` with ids unique in the conversation: a model server that numbers its calls
+        (`call_0` in every reply) or repeats an id in one reply would otherwise have two
+        calls share one result, one approval and one question."""
+        taken = {c.id for m in self._conversation for c in m.tool_calls}
+        owned: list[ToolCall] = []
+        for call in calls:
+            if not call.id or call.id in taken:
+                call = replace(call, id=f"call_{uuid.uuid4().hex[:24]}")
+            taken.add(call.id)
+            owned.append(call)
+        return tuple(owned)
 
     def _track(self, message: Message) -> None:
         if message.role == "tool" and message.tool_call_id:

@@ -12,6 +12,7 @@ this module (with the AG-UI SDK) on the first request.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -36,18 +37,22 @@ from agent.ports import ToolSpec
 from agent.validation import describe_errors
 from server.agui_events import Translator
 from server.live import LiveSession
-from server.protocol import ChatFrame, ProtocolError, check_echo_fits
+from server.protocol import MAX_REASON_CHARS, ChatFrame, ProtocolError, check_echo_fits
 from server.services import Services
 from server.storage.base import Scope
 
 __all__ = ["agui_endpoint", "preflight", "stop_endpoint"]
 
+log = logging.getLogger(__name__)
 _SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
 _THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI-compatible servers accept
 _ABANDON_WAIT_S = 10.0  # how long a new message waits for the paused run it replaces to end
-# Server-sent events through a proxy: nginx buffers responses unless told not to.
+# Server-sent events through a proxy: nginx buffers responses unless told not to, and closes
+# one that sends nothing for a while (60 s by default): a comment line keeps it open.
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_KEEPALIVE_S = 15.0
+_KEEPALIVE = ": keepalive\n\n"
 _STATUS = {
     "invalid_message": 400,
     "session_not_found": 404,
@@ -286,10 +291,10 @@ def _client_calls(run_input: RunAgentInput) -> tuple[str, ...]:
 
 
 async def _tool_result(services: Services, live: LiveSession, results: dict[str, str]) -> None:
-    """Answer the frontend tool call the paused run waits for, from the request's results
-    (the others are answered as their calls ask: see `_events`)."""
-    pending = live.pending_input
-    if live.run is None or pending is None:
+    """Answer the frontend tool call the paused run waits for, from the request's results;
+    the others are answered as their calls ask (`_ResultsToCome`)."""
+    run, pending = live.run, live.pending_input
+    if run is None or pending is None:
         raise _Refused(
             409, "not_awaiting_input", "No call of an application tool waits for this result."
         )
@@ -297,7 +302,59 @@ async def _tool_result(services: Services, live: LiveSession, results: dict[str,
     if call_id not in results:
         message = f"messages: the run waits for the result of the call {call_id!r}."
         raise _Refused(409, "not_awaiting_input", message)
-    await services.hub.answer(live, results.pop(call_id), call_id)
+    content = results.pop(call_id)
+    if results:  # in place before the run goes on: its next question may come at once
+        _ResultsToCome(services, live, run.run_id, dict(results))
+    await services.hub.answer(live, content, call_id)
+
+
+class _ResultsToCome:
+    """Frontend tool results a request brought for calls that ask after the one the run
+    waits for: a session subscriber of its own, which answers each call as it asks. It
+    outlives the request (a client may close the response once it has sent them) and ends
+    with the run, or once every result is given."""
+
+    def __init__(
+        self, services: Services, live: LiveSession, run_id: str, results: dict[str, str]
+    ) -> None:
+        self._services, self._live, self._run_id = services, live, run_id
+        self._results = results
+        self._answering: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+        live.subscribers.add(self)
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        if "agent_request_input" not in text and "response_complete" not in text:
+            return  # most frames: not parsed
+        frame = orjson.loads(text)
+        if frame.get("run_id") != self._run_id:
+            return
+        if frame.get("type") == "response_complete":
+            self.finish(0)
+            return
+        call_id = frame.get("tool_call_id")
+        if frame.get("update_type") == "agent_request_input" and call_id in self._results:
+            task = asyncio.create_task(self._answer(call_id, self._results.pop(call_id)))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+            if not self._results:
+                self.finish(0)
+
+    async def _answer(self, call_id: str, content: str) -> None:
+        try:
+            await self._services.hub.answer(self._live, content, call_id)
+        except (ProtocolError, StorageError) as exc:  # answered from elsewhere, or ended
+            log.info("AG-UI: the result for %s was not taken: %s", call_id, exc)
+
+    def finish(self, code: int) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._live.subscribers.discard(self)
+        self._services.hub.release(self._live)
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
 
 
 async def _resume(services: Services, live: LiveSession, run_input: RunAgentInput) -> None:
@@ -315,6 +372,13 @@ async def _resume(services: Services, live: LiveSession, run_input: RunAgentInpu
     if live.pending_approval is not None:
         approve = entry.status == "resolved" and _approves(payload)
         reason = payload.get("reason") if isinstance(payload, dict) else None
+        if isinstance(reason, str) and len(reason) > MAX_REASON_CHARS:
+            raise _Refused(
+                400,
+                "invalid_message",
+                f"resume.payload.reason: at most {MAX_REASON_CHARS} characters "
+                f"(got {len(reason)}), as on /ws.",
+            )
         await hub.decide(live, wanted, approve, reason if isinstance(reason, str) else None)
     elif entry.status == "cancelled":
         await hub.stop(live)
@@ -354,6 +418,7 @@ async def agui_endpoint(request: Request) -> Response:
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
         live.subscribers.add(stream)
         results = _results(run_input)
+        brought = frozenset(results)
         run_id, step = await _begin(services, live, run_input, results)
     except (_Refused, ProtocolError, StorageError) as exc:
         if live is not None:
@@ -371,11 +436,12 @@ async def agui_endpoint(request: Request) -> Response:
         run_id,
         names,
         client_calls=_client_calls(run_input),
-        answered=frozenset(
+        resolved=frozenset(
             m.tool_call_id for m in run_input.messages if isinstance(m, ToolMessage)
         ),
+        brought=brought,
     )
-    body = _events(services, live, stream, translator, step, results)
+    body = _events(services, live, stream, translator, step)
     response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
     response.headers.update(_SSE_HEADERS)
     return _cors(request, response)
@@ -398,7 +464,7 @@ async def _begin(
     moves_on = (
         isinstance(last, UserMessage)
         and all(e.status == "cancelled" for e in entries)
-        and not (live.run is not None and live.run.content == _user_text(run_input))
+        and not _started_the_run(live, run_input)
     )
     if moves_on:
         if (
@@ -428,7 +494,21 @@ async def _begin(
         )
     frame = _chat_frame(run_input)
     check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
-    return await services.hub.start_run(live, frame, client_tools=_client_tools(run_input)), 0
+    run_id = await services.hub.start_run(live, frame, client_tools=_client_tools(run_input))
+    if live.run is not None and live.run.run_id == run_id and last is not None:
+        live.run.opened_by = last.id  # how a later request tells this message from a new one
+    return run_id, 0
+
+
+def _started_the_run(live: LiveSession, run_input: RunAgentInput) -> bool:
+    """Is the request's last message the one that started the session's run? By the
+    client's message id when the run came from AG-UI, else by its text."""
+    run, last = live.run, run_input.messages[-1]
+    if run is None:
+        return False
+    if run.opened_by is not None:
+        return last.id == run.opened_by
+    return run.content == _user_text(run_input)
 
 
 async def _abandon(services: Services, live: LiveSession) -> None:
@@ -467,15 +547,8 @@ async def preflight(request: Request) -> Response:
 
 
 async def _events(
-    services: Services,
-    live: LiveSession,
-    stream: _Stream,
-    translator: Translator,
-    step: int,
-    results: dict[str, str],
+    services: Services, live: LiveSession, stream: _Stream, translator: Translator, step: int
 ) -> AsyncIterator[str]:
-    """The run's frames as AG-UI events. A frontend tool call that asks for its result while
-    the request brought it (several calls of one turn, answered together) is answered here."""
     encoder = EventEncoder()
 
     def encode(events: list[BaseEvent]) -> str:
@@ -484,7 +557,12 @@ async def _events(
     try:
         yield encode(translator.start(step))
         while not translator.done:
-            text = await stream.next()
+            try:
+                async with asyncio.timeout(_KEEPALIVE_S):
+                    text = await stream.next()
+            except TimeoutError:
+                yield _KEEPALIVE  # a run thinking quietly, a question waiting, text held
+                continue
             if text is None:
                 message = f"The stream ended: {stream.why()}."
                 yield encode([RunErrorEvent(message=message, code="stream_closed")])
@@ -492,13 +570,6 @@ async def _events(
             frame = orjson.loads(text)
             if frame.get("run_id") != translator.run_id:
                 continue
-            call_id = frame.get("tool_call_id")
-            if frame.get("update_type") == "agent_request_input" and call_id in results:
-                try:
-                    await services.hub.answer(live, results.pop(call_id), call_id)
-                except ProtocolError as exc:  # answered meanwhile from elsewhere, or ended
-                    yield encode([RunErrorEvent(message=exc.message, code=exc.code)])
-                    return
             out = translator.translate(frame)
             if out:
                 yield encode(out)

@@ -64,6 +64,8 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from server.client_tools import client_tool_question_start
+
 __all__ = ["INPUT_REASON", "APPROVAL_REASON", "Translator", "step_name"]
 
 INPUT_REASON = "input_required"
@@ -74,6 +76,17 @@ _REASONING = {
     "agent_observe_delta": "observe",
     "agent_observe": "observe",
 }
+
+
+def _asks_the_client(frame: dict[str, Any], client_tools: frozenset[str]) -> bool:
+    """Is this question the pause of a call of a client tool (whose `tool_start` an earlier
+    stream showed, and the client's messages left out)?"""
+    question = frame.get("question")
+    return (
+        frame.get("update_type") == "agent_request_input"
+        and isinstance(question, str)
+        and any(question.startswith(client_tool_question_start(name)) for name in client_tools)
+    )
 
 
 def step_name(step: int) -> str:
@@ -97,17 +110,19 @@ class Translator:
         client_tools: frozenset[str] = frozenset(),
         *,
         client_calls: tuple[str, ...] = (),
-        answered: frozenset[str] = frozenset(),
+        resolved: frozenset[str] = frozenset(),
+        brought: frozenset[str] = frozenset(),
     ) -> None:
         """`client_calls`: calls of client tools made before this stream (the client's
-        messages have them); `answered`: calls whose results this request brought."""
+        messages have them); `resolved`: calls whose results the client's messages have;
+        `brought`: those this request brought (answered as their calls ask)."""
         self.thread_id = thread_id
         self.run_id = run_id
         self._client_tools = client_tools
         # Calls of client tools, which the client runs, in order (a dict: an ordered set).
         self._client_calls: dict[str, None] = dict.fromkeys(client_calls)
-        self._answered = answered
-        self._resolved: set[str] = set()  # calls whose result or error this stream showed
+        self._brought = brought
+        self._resolved = set(resolved)  # calls with a result: the client's, or shown here
         self.done = False
         self._step: int | None = None
         self._reasoning: tuple[str, str] | None = None  # the open reasoning: (key, id)
@@ -279,10 +294,14 @@ class Translator:
 
     def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
         step = frame.get("step")
-        if frame["tool_call_id"] in self._client_calls:  # AG-UI's frontend-tool flow
-            if frame["tool_call_id"] in self._answered:
+        call_id = frame["tool_call_id"]
+        if call_id in self._client_calls or _asks_the_client(frame, self._client_tools):
+            # AG-UI's frontend-tool flow: the run pauses until the client sends results.
+            if call_id in self._brought:
                 return self._custom(frame)  # its result came with the request: no pause
-            pending = [c for c in self._client_calls if c not in self._resolved | self._answered]
+            self._client_calls[call_id] = None
+            self._resolved.discard(call_id)  # a model server's id used again: this call waits
+            pending = [c for c in self._client_calls if c not in self._resolved]
             outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending)
             return self._custom(frame) + self._finish(outcome)
         if frame["update_type"] == "agent_request_input":

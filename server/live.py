@@ -101,6 +101,7 @@ class ActiveRun:
     task: asyncio.Task[None] | None = None
     applied: set[str] = field(default_factory=set)  # keys of the store controls taken
     content: str = ""  # the user's message that started it ("" for a recovered run)
+    opened_by: str | None = None  # that message's id in an AG-UI client's list
 
 
 async def shielded(work: Awaitable[T]) -> T:

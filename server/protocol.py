@@ -17,6 +17,7 @@ from agent.run import Style
 from agent.validation import describe_errors, quoted
 
 __all__ = [
+    "MAX_REASON_CHARS",
     "MAX_WHOLE_NUMBER",
     "AgentControlFrame",
     "ChatFrame",
@@ -86,6 +87,9 @@ class ProtocolError(Exception):
 FrameId = Annotated[StrictStr, Field(min_length=1, max_length=128)]
 
 
+MAX_REASON_CHARS = 2000  # of a denial's reason: the model, the store and every tab read it
+
+
 class _Frame(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
@@ -120,7 +124,7 @@ class ToolDecisionFrame(_Frame):
     type: Literal["agent_tool_decision"]
     tool_call_id: Annotated[StrictStr, Field(min_length=1)]
     approve: StrictBool
-    reason: Annotated[StrictStr, Field(max_length=2000)] | None = None
+    reason: Annotated[StrictStr, Field(max_length=MAX_REASON_CHARS)] | None = None
 
 
 ClientFrame = ChatFrame | AgentControlFrame | UserInputFrame | ToolDecisionFrame

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent.acting import REQUEST_INPUT
+from agent.context import RECALL_DETAILS
 from agent.ports import ToolSpec
 from agent.run import Style
 from agent.validation import quoted
@@ -57,7 +59,7 @@ def read_request(
             "invalid_message",
             f"tools: unknown tool{'s' if len(unknown) > 1 else ''} {names} (enabled: {enabled}).",
         )
-    taken = {*available, "request_input"}
+    taken = {*available, REQUEST_INPUT, RECALL_DETAILS}  # and the loop's own tools
     clash = ", ".join(quoted(t.name) for t in client_tools if t.name in taken)
     if clash:
         raise ProtocolError("invalid_message", f"tools: {clash} is a server tool's name.")

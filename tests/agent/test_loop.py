@@ -455,6 +455,17 @@ async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harne
     assert harness.metrics[Metric.REPLIES_CUT] == 1
 
 
+async def test_a_reply_of_escaped_characters_is_cut_by_its_size_on_the_wire(harness: Harness):
+    # A control character is six bytes in JSON (`\u0001`): 200,000 of them made a 1.2 MB
+    # frame, past what a client takes. Each counts six toward the limit.
+    harness.model.script("chat", text(*["\x01" * 500] * 10))
+    record = await harness.run("write", agent=False, reply_max_chars=2_000)
+    answer = record.of(ChatDone)[-1].content
+    assert answer.endswith("the rest was not read.]")
+    note = len("\n\n[Cut here: the reply went on past 2,000 characters; the rest was not read.]")
+    assert len(json.dumps(answer)) <= 2_000 + note + 10
+
+
 async def test_thinking_that_goes_on_too_long_is_closed_like_a_reply(harness: Harness):
     # A reasoning model thinking without end streams thinking events forever: the same limit
     # closes it, and the reply's text says why.
@@ -582,3 +593,20 @@ async def test_an_answer_or_decision_given_as_soon_as_it_is_announced_is_taken(
         await run_agent(ctx, list(harness.record.messages))
     assert [e.result for e in harness.record.of(ToolCompleted)] == [{"echo": "hi"}]
     assert [e.content for e in harness.record.of(UserAnswered)] == ["Lisbon"]
+
+
+async def test_call_ids_a_model_server_repeats_are_made_unique(harness: Harness):
+    # Some servers number calls per reply (`call_0` every time) or repeat one in a reply:
+    # two calls would share a result, an approval and a question.
+    first = FakeToolCall("echo", {"text": "one"}, id="call_0")
+    harness.model.script("act", act(first))
+    harness.model.script("observe", observe("One.", final="Done."))
+    await harness.run("first")
+    twins = [FakeToolCall("echo", {"text": t}, id="call_0") for t in ("two", "three")]
+    harness.model.script("act", act(*twins))
+    harness.model.script("observe", observe("Two.", final="Done."))
+    record = await harness.run("second")
+    ids = [e.call_id for e in record.of(ToolStarted)]
+    assert ids[0] == "call_0" and len(set(ids)) == 3
+    results = {e.call_id: e.result for e in record.of(ToolCompleted)}
+    assert sorted(r["echo"] for r in results.values()) == ["one", "three", "two"]

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from ag_ui.core import EventType
 
 from tests.agui.test_agui import check_sequence, post, run_input
@@ -183,6 +184,9 @@ async def test_an_approval_takes_the_approved_key_and_refuses_a_payload_it_canno
         body["resume"] = [{"interruptId": interrupt.id, "status": "resolved", "payload": {}}]
         unreadable = await _post_status(running.address, body)
         assert unreadable.status_code == 400 and "approve" in unreadable.json()["message"]
+        body["resume"][0]["payload"] = {"approve": False, "reason": "x" * 2001}
+        too_long = await _post_status(running.address, body)  # as /ws refuses it
+        assert too_long.status_code == 400 and "at most 2000" in too_long.json()["message"]
         body["resume"][0]["payload"] = {"approved": True}
         second = await post(running.address, body)
     check_sequence(second)
@@ -201,6 +205,9 @@ async def test_refused_requests_store_nothing_and_bad_frontend_tools_are_named(
     refusals = {
         "server tool's name": with_tools(
             "refused-1", {"name": "get_current_time", "description": "", "parameters": {}}
+        ),
+        "'recall_details' is a server tool's name": with_tools(
+            "refused-6", {"name": "recall_details", "description": "", "parameters": {}}
         ),
         "at most": with_tools("refused-2", agent_max_steps=999),
         "1-64 of": with_tools("refused-3", {**_SHOW, "name": "bad name!"}),
@@ -268,3 +275,68 @@ async def test_a_new_message_past_an_open_question_is_told_what_to_do(server, fa
     answer = await _post_status(server.address, run_input(thread, "Something else"))
     assert answer.status_code == 409 and answer.json()["code"] == "run_in_progress"
     assert f"paused on the interrupt {interrupt.id!r}" in answer.json()["message"]
+
+
+async def test_results_reach_the_run_when_the_client_leaves_right_after_sending_them(
+    server, fake_llm: FakeLLM
+):
+    # A page that posts its results and unloads: closing the request never stops the run,
+    # so every result it brought must still reach its call.
+    calls = [FakeToolCall("show_color", {"color": c}) for c in ("red", "green", "blue")]
+    fake_llm.script("reason", reason("I will show three colours."))
+    fake_llm.script("act", act(*calls))
+    fake_llm.script("observe", observe("All shown.", final="Shown three."))
+    thread = uuid.uuid4().hex
+    body = run_input(thread, "Show three colours")
+    body["tools"] = [_SHOW]
+    first = await post(server.address, body)
+    assert first[-1].outcome.pending_tool_call_ids == [c.id for c in calls]
+    body["messages"] += [_assistant_calls(*calls)] + [_result(c, f"{c.id} on") for c in calls]
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", f"http://{server.address}/agui", json=body) as answer:
+            assert answer.status_code == 200  # and gone, without reading a single event
+    async with await server.client(session_id=thread) as watcher:
+        hello = await watcher.recv()
+        if hello["status"] != "idle":
+            await watcher.until("response_complete", timeout=10)
+    observed = fake_llm.requests[-1].body["messages"]
+    results = {m["tool_call_id"]: m["content"] for m in observed if m["role"] == "tool"}
+    assert results == {c.id: f"{c.id} on" for c in calls}
+
+
+async def test_a_frontend_call_stays_the_clients_when_its_history_leaves_the_call_out(
+    server, fake_llm: FakeLLM
+):
+    # Only the `tools` say a call is the client's: a client that sends back its result
+    # without the assistant message holding the calls must still get `pendingToolCallIds`,
+    # never the server's own wording as a question to its user.
+    red = FakeToolCall("show_color", {"color": "red"})
+    blue = FakeToolCall("show_color", {"color": "blue"})
+    fake_llm.script("reason", reason("I will show both colours."))
+    fake_llm.script("act", act(red, blue))
+    fake_llm.script("observe", observe("Both shown.", final="Shown."))
+    body = run_input(uuid.uuid4().hex, "Show red and blue")
+    body["tools"] = [_SHOW]
+    await post(server.address, body)
+    body["messages"] += [_result(red, "red is on")]  # no assistant message with the calls
+    second = await post(server.address, body)
+    check_sequence(second)
+    assert second[-1].outcome.type == "success"
+    assert second[-1].outcome.pending_tool_call_ids == [blue.id]
+
+
+async def test_a_quiet_stream_sends_keepalive_comments(
+    server, fake_llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+):
+    # A proxy closes a response that sends nothing for a minute; a run may be quiet longer.
+    monkeypatch.setattr("server.agui._KEEPALIVE_S", 0.2)
+    fake_llm.script("chat", Reply(chunks=["Hel", "lo."], delay_s=0.5))
+    body = run_input(uuid.uuid4().hex, "hi", forwarded_props={"agent_mode": False})
+    lines = []
+    async with httpx.AsyncClient(timeout=10) as http:
+        async with http.stream("POST", f"http://{server.address}/agui", json=body) as answer:
+            async for line in answer.aiter_lines():
+                lines.append(line)
+    assert ": keepalive" in lines
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert events[-1]["type"] == "RUN_FINISHED"
