@@ -84,6 +84,7 @@ class McpServer:
         self._listing = asyncio.Event()  # set (and replaced) each time the tools are listed
         self._task: asyncio.Task[None] | None = None
         self._asks: dict[int, Ask] = {}  # in-flight calls that can ask the person
+        self._validators: dict[str, Any] = {}  # of the tools' argument schemas, by name
         self._next_call = 0
 
     def visible_to(self, tenant_id: str) -> bool:
@@ -301,6 +302,9 @@ class McpServer:
         import mcp_types as types
         from mcp import MCPError
 
+        problem = self._argument_problem(tool, arguments)
+        if problem is not None:  # said precisely now, not left to a server that may not check
+            raise ToolError(f"{tool.spec.name}: the arguments do not fit its schema: {problem}")
         token = mcp_ask.set(ask)
         call_id = self._next_call = self._next_call + 1
         if ask is not None:
@@ -328,6 +332,26 @@ class McpServer:
             text = value if isinstance(value, str) else str(value)
             raise ToolError(text or f"{tool.spec.name} reported an error.")
         return value
+
+    def _argument_problem(self, tool: McpTool, arguments: dict[str, Any]) -> str | None:
+        """What is wrong with `arguments` for the tool's JSON Schema (2020-12, MCP's
+        default), or None; a schema that is itself invalid checks nothing."""
+        from jsonschema import Draft202012Validator, SchemaError
+        from jsonschema.exceptions import best_match
+
+        schema = tool.spec.parameters
+        validator = self._validators.get(tool.spec.name)
+        if validator is None or validator.schema is not schema:  # new, or listed again
+            try:
+                Draft202012Validator.check_schema(schema)
+            except SchemaError:
+                return None
+            validator = self._validators[tool.spec.name] = Draft202012Validator(schema)
+        error = best_match(validator.iter_errors(arguments))
+        if error is None:
+            return None
+        where = ".".join(str(p) for p in error.absolute_path)
+        return f"{where}: {error.message}" if where else error.message
 
     async def _elicit(
         self, context: ClientRequestContext, params: types.ElicitRequestParams

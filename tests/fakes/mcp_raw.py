@@ -10,6 +10,12 @@ import sys
 from typing import Any
 
 _SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
+_STRICT = {  # this server checks nothing itself: what reaches it runs
+    "type": "object",
+    "properties": {"mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"type": "integer"}},
+    "required": ["mode"],
+    "additionalProperties": False,
+}
 TOOLS = [
     {"name": "echo", "description": "Echo a text.", "inputSchema": _SCHEMA},
     {
@@ -20,6 +26,7 @@ TOOLS = [
     {"name": "a.b", "description": "Dotted.", "inputSchema": _SCHEMA},
     {"name": "a_b", "description": "Underscored.", "inputSchema": _SCHEMA},
     {"name": "grow", "description": "Add the tool `added`, and say so.", "inputSchema": _SCHEMA},
+    {"name": "strict", "description": "Run in a mode.", "inputSchema": _STRICT},
 ]
 _ADDED = {"name": "added", "description": "Added by grow.", "inputSchema": _SCHEMA}
 _CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}

@@ -127,3 +127,25 @@ async def test_a_changed_tool_list_is_read_again_at_once():
         assert server.tools["raw__added"].name == "added" and "raw__added" in server.seen
     finally:
         await server.stop()
+
+
+async def test_arguments_that_do_not_fit_the_schema_never_reach_the_server():
+    # The spec leaves checking to the server; one that checks nothing would run them.
+    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
+    server.start()
+    try:
+        await server.wait_started()
+        strict = server.tools["raw__strict"]
+        async with asyncio.timeout(10):
+            assert await server.call(strict, {"mode": "fast", "n": 2}, None) == "strict: "
+            for arguments, said in (
+                ({}, "'mode' is a required property"),
+                ({"mode": "turbo"}, "mode: 'turbo' is not one of ['fast', 'slow']"),
+                ({"mode": "fast", "n": "3"}, "n: '3' is not of type 'integer'"),
+                ({"mode": "fast", "extra": 1}, "Additional properties are not allowed"),
+            ):
+                with pytest.raises(ToolError, match="do not fit its schema") as refused:
+                    await server.call(strict, arguments, None)
+                assert said in str(refused.value)
+    finally:
+        await server.stop()
