@@ -151,7 +151,10 @@ async def _main(args: argparse.Namespace) -> int:
             bench.results["profiles"] = await _profiles(bench, RESULTS)
     finally:
         await bench.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if failed:  # the failed benchmark's server logs are there: say where, keep them
+            print(f"[bench] logs kept in {workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
     report: dict[str, Any] = {
         "started_at": stamp,
         "duration_s": round(time.monotonic() - started, 1),
