@@ -48,16 +48,22 @@ async def _post_status(address: str, body: dict[str, Any]) -> httpx.Response:
         return await http.post(f"http://{address}/agui", json=body)
 
 
-async def test_two_frontend_calls_of_one_turn_are_pending_together_and_answered_together(
-    server, fake_llm: FakeLLM
-):
+def _two_colours(fake_llm: FakeLLM, final: str) -> tuple[FakeToolCall, FakeToolCall, dict]:
+    """A turn that calls the frontend tool twice, and the request that starts it."""
     red = FakeToolCall("show_color", {"color": "red"})
     blue = FakeToolCall("show_color", {"color": "blue"})
     fake_llm.script("reason", reason("I will show both colours."))
     fake_llm.script("act", act(red, blue))
-    fake_llm.script("observe", observe("Both shown.", final="Shown red and blue."))
+    fake_llm.script("observe", observe("Both shown.", final=final))
     body = run_input(uuid.uuid4().hex, "Show red and blue")
     body["tools"] = [_SHOW]
+    return red, blue, body
+
+
+async def test_two_frontend_calls_of_one_turn_are_pending_together_and_answered_together(
+    server, fake_llm: FakeLLM
+):
+    red, blue, body = _two_colours(fake_llm, "Shown red and blue.")
 
     first = await post(server.address, body)
     check_sequence(first)
@@ -310,13 +316,7 @@ async def test_a_frontend_call_stays_the_clients_when_its_history_leaves_the_cal
     # Only the `tools` say a call is the client's: a client that sends back its result
     # without the assistant message holding the calls must still get `pendingToolCallIds`,
     # never the server's own wording as a question to its user.
-    red = FakeToolCall("show_color", {"color": "red"})
-    blue = FakeToolCall("show_color", {"color": "blue"})
-    fake_llm.script("reason", reason("I will show both colours."))
-    fake_llm.script("act", act(red, blue))
-    fake_llm.script("observe", observe("Both shown.", final="Shown."))
-    body = run_input(uuid.uuid4().hex, "Show red and blue")
-    body["tools"] = [_SHOW]
+    red, blue, body = _two_colours(fake_llm, "Shown.")
     await post(server.address, body)
     body["messages"] += [_result(red, "red is on")]  # no assistant message with the calls
     second = await post(server.address, body)
