@@ -152,15 +152,20 @@ async def test_a_new_message_instead_of_a_frontend_result_moves_on(server, fake_
     assert second[-1].result["final_answer"] == "Four."
 
 
-async def test_cancelling_an_open_question_with_a_new_message_runs_the_message(
-    server, fake_llm: FakeLLM
-):
-    ask = FakeToolCall("request_input", {"question": "Which table?"})
+async def _ask_for_a_table(server: Any, fake_llm: FakeLLM) -> tuple[str, list[Any], Any]:
+    """A run on a new thread paused on a question: (thread, its events, the interrupt)."""
     fake_llm.script("reason", reason("I need the table."))
-    fake_llm.script("act", act(ask))
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which table?"})))
     thread = uuid.uuid4().hex
     first = await post(server.address, run_input(thread, "Book a table"))
     (interrupt,) = first[-1].outcome.interrupts
+    return thread, first, interrupt
+
+
+async def test_cancelling_an_open_question_with_a_new_message_runs_the_message(
+    server, fake_llm: FakeLLM
+):
+    thread, first, interrupt = await _ask_for_a_table(server, fake_llm)
 
     fake_llm.script("reason", reason("Just the time.", finish=True))
     fake_llm.script("observe", observe("Known.", final="Noon."))
@@ -272,12 +277,7 @@ async def test_a_bare_cancel_with_the_same_history_stops_and_starts_nothing(
 
 
 async def test_a_new_message_past_an_open_question_is_told_what_to_do(server, fake_llm: FakeLLM):
-    ask = FakeToolCall("request_input", {"question": "Which table?"})
-    fake_llm.script("reason", reason("I need the table."))
-    fake_llm.script("act", act(ask))
-    thread = uuid.uuid4().hex
-    first = await post(server.address, run_input(thread, "Book a table"))
-    (interrupt,) = first[-1].outcome.interrupts
+    thread, first, interrupt = await _ask_for_a_table(server, fake_llm)
     answer = await _post_status(server.address, run_input(thread, "Something else"))
     assert answer.status_code == 409 and answer.json()["code"] == "run_in_progress"
     assert f"paused on the interrupt {interrupt.id!r}" in answer.json()["message"]
