@@ -128,6 +128,18 @@ def _tools(
     )
 
 
+def run_starts_per_minute(settings: Settings) -> int:
+    """`agent.run_starts_per_minute_per_tenant` in force: as set, or (0) 600 when tenants are
+    told apart by tokens and none otherwise."""
+    configured = settings.agent.run_starts_per_minute_per_tenant
+    if configured:
+        return configured
+    return _DEFAULT_RUN_STARTS_PER_MINUTE if settings.auth.tokens else 0
+
+
+_DEFAULT_RUN_STARTS_PER_MINUTE = 600
+
+
 def _memory_store(settings: Settings) -> SQLiteMemoryStore | MongoMemoryStore | None:
     """The memory tools' store, beside the conversation store, when the tools are enabled.
 
@@ -267,6 +279,7 @@ def create_app(
         prompts=prompts or FilePromptProvider(),
         settings=settings.agent,
         model_name=settings.llm.model,
+        run_starts_per_minute=run_starts_per_minute(settings),
     )
     services = Services(
         settings=settings,

@@ -1,13 +1,15 @@
-"""RunQuota: how many runs each tenant may have working at once.
+"""RunQuota: how many runs each tenant may have working at once, and start a minute.
 
 This process counts its own runs per tenant. On a shared store a run also takes slots there
 (one per session, one of the tenant's limit), so the limit holds across processes; the run
-gives them back when it ends.
+gives them back when it ends. Starts are counted per process: a tenant that starts and stops
+runs in a loop would otherwise fill the store at the speed of the disk.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from typing import Literal
 
@@ -34,23 +36,48 @@ def _too_many_runs(active: int) -> ProtocolError:
     )
 
 
-class RunQuota:
-    """Count each tenant's working runs against `limit`, here and (shared store) in the store."""
+def _started_too_fast(per_minute: int) -> ProtocolError:
+    return ProtocolError(
+        "too_many_runs",
+        f"Your organization starts runs faster than {per_minute} a minute, the limit; "
+        "wait a few seconds.",
+    )
 
-    def __init__(self, store: Store, limit: int) -> None:
+
+class RunQuota:
+    """Count each tenant's working runs against `limit`, here and (shared store) in the store,
+    and its run starts against `starts_per_minute` (0: none), in bursts of a sixth of it."""
+
+    def __init__(self, store: Store, limit: int, starts_per_minute: int = 0) -> None:
         self._store = store
         self._limit = limit
         self._active: Counter[str] = Counter()
+        self._per_minute = starts_per_minute
+        self._burst = max(1, starts_per_minute // 6)
+        self._starts: dict[str, tuple[float, float]] = {}  # tenant -> (allowance, when)
 
     def active_runs(self, tenant: str | None = None) -> int:
         """Runs currently working, of one tenant or (None) across tenants."""
         return sum(self._active.values()) if tenant is None else self._active[tenant]
 
     def reserve(self, tenant: str) -> None:
-        """Count a run of `tenant`; raise ProtocolError("too_many_runs") at the limit."""
+        """Count a run of `tenant`; raise ProtocolError("too_many_runs") at the limit, or
+        when the tenant starts runs faster than allowed."""
         if self._active[tenant] >= self._limit:
             raise _too_many_runs(self._active[tenant])
+        if self._per_minute:
+            self._take_start(tenant)
         self._active[tenant] += 1
+
+    def _take_start(self, tenant: str) -> None:
+        """A token bucket per tenant: `_burst` starts at once, refilled at the set rate."""
+        now = time.monotonic()
+        allowance, when = self._starts.get(tenant, (float(self._burst), now))
+        allowance = min(self._burst, allowance + (now - when) * self._per_minute / 60)
+        if allowance < 1:
+            self._starts[tenant] = (allowance, now)
+            raise _started_too_fast(self._per_minute)
+        self._starts[tenant] = (allowance - 1, now)
 
     def release(self, tenant: str) -> None:
         """Stop counting a run `reserve` counted."""

@@ -62,6 +62,7 @@ class SessionHub:
         approval_timeout_s: float = 300.0,
         model_name: str = "",
         poll_interval_s: float = 0.05,
+        run_starts_per_minute: int = 0,
     ) -> None:
         self.session_defaults: dict[str, Any] = {  # in every `session` frame
             "model": model_name,
@@ -90,7 +91,9 @@ class SessionHub:
             else None
         )
         self._metrics = TenantMetrics()
-        self._quota = RunQuota(store, settings.max_concurrent_runs_per_tenant)
+        self._quota = RunQuota(
+            store, settings.max_concurrent_runs_per_tenant, run_starts_per_minute
+        )
         contexts = RunContexts(
             model=model,
             tools=tools,

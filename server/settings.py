@@ -97,6 +97,9 @@ class AgentSettings(_Section):
     max_steps_limit: int = Field(50, ge=1)
     request_input_timeout_s: float = Field(300.0, gt=0)
     max_concurrent_runs_per_tenant: int = Field(20, ge=1)
+    # Runs one tenant may start a minute (bursts of a sixth of it); 0: 600 when auth tokens
+    # are configured (one tenant cannot start and stop runs in a loop), else no limit.
+    run_starts_per_minute_per_tenant: int = Field(0, ge=0)
     tool_timeout_s: float = Field(30.0, gt=0)
     tool_result_max_bytes: int = Field(262_144, ge=1024)
     reply_max_chars: int = Field(200_000, ge=1000)

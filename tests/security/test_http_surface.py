@@ -16,7 +16,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.tools.ssrf import AddressGuard, Refused
+from server.app import run_starts_per_minute
 from server.redact import redact
+from server.settings import load_settings
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, Reply, observe, reason
@@ -335,3 +337,32 @@ async def test_one_tenant_cannot_hold_every_socket(server_factory: ServerFactory
         assert (await again.recv())["type"] == "session"
         for client in [*held, again]:
             await client.close()
+
+
+async def test_a_tenant_cannot_start_runs_in_a_loop(server_factory: ServerFactory) -> None:
+    """A `chat` then a stop, again and again, wrote tens of megabytes a second to the store.
+    With tokens, each tenant may start `agent.run_starts_per_minute_per_tenant` runs a minute
+    (600 unless set), in bursts of a sixth of it; other tenants are not held back."""
+    agent = {"run_starts_per_minute_per_tenant": 6}  # a burst of one start
+    async with server_factory(auth={"tokens": TOKENS}, agent=agent) as running:
+        async with await Client.connect(running.address, headers=bearer(TOKEN_A)) as alice:
+            await alice.recv()
+            first = await alice.run("hello")
+            assert first[-1]["type"] == "response_complete"
+            await alice.send({"type": "chat", "content": "again"})
+            refused = await alice.until("error")
+            assert refused[-1]["code"] == "too_many_runs"
+            assert "faster than 6 a minute" in refused[-1]["message"]
+        async with await Client.connect(running.address, headers=bearer(TOKEN_B)) as bob:
+            await bob.recv()
+            assert (await bob.run("hello"))[-1]["type"] == "response_complete"
+
+
+def test_run_starts_are_limited_by_default_only_between_tenants(tmp_path: Path) -> None:
+    storage = {"sqlite_path": str(tmp_path / "a.db")}
+    alone = load_settings(None, {"storage": storage})
+    tenants = load_settings(None, {"storage": storage, "auth": {"tokens": TOKENS}})
+    chosen = load_settings(
+        None, {"storage": storage, "agent": {"run_starts_per_minute_per_tenant": 30}}
+    )
+    assert [run_starts_per_minute(s) for s in (alone, tenants, chosen)] == [0, 600, 30]
