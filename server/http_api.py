@@ -132,6 +132,15 @@ async def list_tools(request: Request) -> Response:
 
 
 @_handler
+async def whoami(request: Request) -> Response:
+    """Whom the caller's token names: the page shows it, so that a sign-in link someone else
+    made (their token in `?token=`) cannot pass for the reader's own account."""
+    scope = _scope(request)
+    signed_in = bool(_services(request).settings.auth.tokens)
+    return _json({"tenant_id": scope.tenant_id, "user_id": scope.user_id, "auth": signed_in})
+
+
+@_handler
 async def list_sessions(request: Request) -> Response:
     scope = _scope(request)
     limit = _int_param(request, "limit", 50, 1, MAX_LIMIT)
@@ -316,6 +325,7 @@ async def metrics(request: Request) -> Response:
 routes = [
     Route("/healthz", healthz),
     Route("/api/tools", list_tools),
+    Route("/api/me", whoami),
     Route("/api/sessions", list_sessions),
     Route("/api/sessions/latest", latest_session),
     Route("/api/sessions/{session_id}", session_item, methods=["GET", "PATCH", "DELETE"]),

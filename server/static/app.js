@@ -18,6 +18,7 @@ const ui = {
   announcer: $("announcer"),
 };
 
+const fromLink = new URLSearchParams(location.search).has("token"); // read before takeToken
 const token = takeToken();
 const state = {
   online: false, // the socket is open and its `session` frame arrived
@@ -414,8 +415,35 @@ async function resume(saved) {
   conn.open(saved.sessionId, saved.lastSeq);
 }
 
+/** Whom this tab's token names, always in view; a sign-in link (`?token=`) says so at once:
+ * a link someone else made would otherwise put what you write into their account. */
+async function showIdentity() {
+  let me;
+  try {
+    me = await api("api/me", token);
+  } catch {
+    return; // unauthorized or offline: the connection line says so
+  }
+  if (!me.auth) return;
+  $("identity-name").textContent = `Signed in as ${me.user_id} (${me.tenant_id})`;
+  $("identity").hidden = false;
+  if (fromLink && !ui.message.value) {
+    note(
+      `You opened a sign-in link for ${me.user_id} (${me.tenant_id}): what you write here ` +
+        "is saved to that account. Not you? Sign out (bottom of the chat list).",
+      "info",
+    );
+  }
+}
+
+$("sign-out").addEventListener("click", () => {
+  sessionStorage.removeItem("agent-chat:token");
+  location.replace(location.pathname);
+});
+
 setRunning(false);
 updateWelcome();
+showIdentity();
 const saved = loadSaved();
 if (saved?.sessionId) resume(saved);
 else conn.open(null);

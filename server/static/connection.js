@@ -118,13 +118,27 @@ export class Connection {
     this.onFrame(frame);
   }
 
-  closed(code) {
+  async closed(code) {
     this.ws = null;
     if (code === 4404) return this.onState("gone");
-    if (code === 4401) return this.onState("unauthorized");
+    const generation = this.generation;
+    const refused = code === 4401 || (code === 1006 && (await this.refused()));
+    if (generation !== this.generation) return; // opened again meanwhile (another chat)
+    if (refused) return this.onState("unauthorized");
     const delay = BACKOFF_MS[Math.min(this.attempt++, BACKOFF_MS.length - 1)];
     this.onState("reconnecting");
     this.timer = setTimeout(() => this.connect("reconnecting"), delay);
+  }
+
+  /** A handshake the server refused shows only as 1006 in a browser: ask the HTTP API
+   * whether this token (or none) is let in, rather than reconnect forever. */
+  async refused() {
+    try {
+      await api("api/me", this.token);
+      return false;
+    } catch (error) {
+      return error instanceof HttpError && error.status === 401;
+    }
   }
 
   save() {

@@ -39,6 +39,12 @@ async def test_healthz_and_session_listing(server, fake_llm: FakeLLM):
             assert response.status_code == 400 and response.json()["code"] == "invalid_query"
 
 
+async def test_without_tokens_the_one_local_user_is_named(server):
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        me = (await http.get("/api/me")).json()
+    assert me == {"tenant_id": "local", "user_id": "local", "auth": False}
+
+
 async def test_latest_is_404_without_sessions(server_factory, tmp_path):
     async with server_factory() as s:
         async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
@@ -142,6 +148,10 @@ async def test_tokens_scope_everything_by_tenant(server_factory, fake_llm: FakeL
             assert (await http.get("/api/sessions/latest", headers=as_bob)).status_code == 404
             mine = (await http.get("/api/sessions", headers=as_alice)).json()["sessions"]
             assert [m["session_id"] for m in mine] == [session]
+            # Whom a token names: the page shows it (a sign-in link may be someone else's).
+            me = (await http.get("/api/me", headers=as_bob)).json()
+            assert me == {"tenant_id": "globex", "user_id": "bob", "auth": True}
+            assert (await http.get("/api/me")).status_code == 401
 
 
 def test_without_tokens_the_server_refuses_a_public_host():

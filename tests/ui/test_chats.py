@@ -263,3 +263,20 @@ async def test_date_groups(ui_server: Any, page: Any) -> None:
         "Previous 30 days",
         "Older",
     ]
+
+
+async def test_a_sign_in_link_says_whose_account_it_opens(
+    ui_server_factory: Any, page: Any
+) -> None:
+    # Login CSRF: a link made with someone else's token would save what you write into their
+    # account. The page names the account, says so when a link signed you in, and signs out.
+    tokens = {"link-token-0123456789": {"tenant": "acme", "user": "mallory"}}
+    async with ui_server_factory(auth={"tokens": tokens}) as server:
+        await page.goto(f"{server.url}?token=link-token-0123456789")
+        await expect(page.locator("#conn")).to_have_attribute("data-state", "connected")
+        await expect(page.locator("#identity-name")).to_have_text("Signed in as mallory (acme)")
+        await expect(page.locator("#composer-note")).to_contain_text("sign-in link for mallory")
+        assert "token" not in page.url
+        await page.locator("#sign-out").click()
+        await expect(page.locator("#conn")).to_have_attribute("data-state", "unauthorized")
+        assert await page.evaluate("sessionStorage.getItem('agent-chat:token')") is None
