@@ -48,10 +48,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_DEFAULT_ORIGINS = ("http://127.0.0.1:8765", "http://localhost:8765")
+
+
 class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
-    allowed_origins: tuple[str, ...] = ("http://127.0.0.1:8765", "http://localhost:8765")
+    # Unset: the page's own origins on `port` (127.0.0.1 and localhost), so that serving on
+    # another port does not refuse the bundled UI's WebSocket.
+    allowed_origins: tuple[str, ...] = _DEFAULT_ORIGINS
     max_message_bytes: int = Field(1_048_576, ge=1024)
     ping_interval_s: float = Field(20.0, gt=0)
     ping_timeout_s: float = Field(20.0, gt=0)
@@ -74,6 +79,13 @@ class ServerSettings(_Section):
     # past it gets `rate_limited` and is closed with 1008.
     max_messages_per_s: float = Field(20.0, gt=0)
     message_burst: int = Field(200, ge=1)
+
+    @model_validator(mode="after")
+    def _origins_follow_the_port(self) -> ServerSettings:
+        if self.allowed_origins == _DEFAULT_ORIGINS and self.port not in (8765, 0):
+            origins = (f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}")
+            return self.model_copy(update={"allowed_origins": origins})
+        return self
 
 
 class LLMSettings(_Section):

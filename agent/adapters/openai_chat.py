@@ -263,8 +263,17 @@ class OpenAIChatModel:
             for item in state.take():
                 yield item
         if failure is not None:
+            reason = _reason(failure)
+            if any(word in reason.lower() for word in _CONTEXT_WORDS):
+                # The prompt fit; the reply filled the rest of the window (no output limit).
+                raise ModelError(
+                    "The model server's context filled up while the model was writing its "
+                    f"reply ({reason}). Give it a larger context (llama.cpp: --ctx-size; "
+                    "Ollama: num_ctx), or set [llm] max_tokens and [context] window_tokens "
+                    "to fit the one it has."
+                ) from failure
             raise ModelError(
-                f"The language model's reply broke off or could not be read ({_reason(failure)})."
+                f"The language model's reply broke off or could not be read ({reason})."
             ) from failure
         yield state.turn()
 

@@ -218,3 +218,19 @@ def _children(pid: int) -> list[str]:
 
 def _alive(pid: str) -> bool:
     return Path(f"/proc/{pid}").exists()
+
+
+def test_the_default_origins_follow_the_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Serving on another port refused the bundled page's own WebSocket (403) until the
+    # origins were listed by hand.
+    monkeypatch.delenv("AGENT__SERVER__PORT", raising=False)
+    moved = load_settings(None, {"server": {"port": 9100}})
+    assert moved.server.allowed_origins == ("http://127.0.0.1:9100", "http://localhost:9100")
+    chosen = load_settings(
+        None, {"server": {"port": 9100, "allowed_origins": ["https://a.example"]}}
+    )
+    assert chosen.server.allowed_origins == ("https://a.example",)
+    assert load_settings(None, {}).server.allowed_origins == (
+        "http://127.0.0.1:8765",
+        "http://localhost:8765",
+    )

@@ -122,6 +122,18 @@ async def test_a_reply_that_breaks_off_yields_its_text_then_fails():
         await _stream([broken])
 
 
+async def test_a_context_that_fills_while_the_reply_is_written_says_what_to_change():
+    # llama.cpp without an output limit: the prompt fit, then the reply filled the window and
+    # the stream ends with this error event. The user needs the settings, not "broke off".
+    full = b'data: {"error": {"code": 500, "message": "Context size has been exceeded.", '
+    broken = _event({"content": "and so on and so on"}) + full + b'"type": "server_error"}}\n\n'
+    with pytest.raises(ModelError) as failed:
+        await _stream([broken])
+    message = str(failed.value)
+    assert "context filled up while the model was writing" in message
+    assert "--ctx-size" in message and "max_tokens" in message and "window_tokens" in message
+
+
 async def test_a_line_split_anywhere_across_reads_reads_the_same():
     whole = b"".join(_event({"content": f"w{i} "}) for i in range(6)) + b"data: [DONE]\n\n"
     for cut in range(1, len(whole)):
