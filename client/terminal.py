@@ -341,6 +341,7 @@ class TerminalChat:
         self.question_shown = False
         self.stopping = False
         self.input_ended = False
+        self.said_waiting = False  # "(input ended: waiting…)" was printed
 
     # -- the main loop ---------------------------------------------------------------------------
 
@@ -398,7 +399,9 @@ class TerminalChat:
                     return code
             if self.input_ended:
                 if self.status == "running":
-                    self.p.line(self.s.dim("(input ended: waiting for the run to finish)"))
+                    if not self.said_waiting:  # once: not after every frame that follows
+                        self.said_waiting = True
+                        self.p.line(self.s.dim("(input ended: waiting for the run to finish)"))
                     continue
                 if self.status in ("awaiting_input", "awaiting_approval"):
                     self.p.line(self.s.dim("(input ended: the question stays open)"))

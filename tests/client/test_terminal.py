@@ -344,3 +344,29 @@ async def test_a_call_that_needs_approval_is_asked_y_or_n(
         await term.expect(r"✗ error: The user declined: not Tokyo\.")
         await term.expect(r"answer:\nNo time for you\.\n\(finished in 2 steps\)\n")
         await term.expect(r"you> ")
+
+
+async def test_piped_input_waits_for_its_run_and_says_so_once(
+    server: Any, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    # `printf 'question\n' | agent-server chat`: input ends before the run does. The note
+    # that the client waits was printed again after every frame, splitting each token onto a
+    # line of its own.
+    fake_llm.script("reason", reason("I know this one.", finish=True, delay_s=0.02))
+    fake_llm.script("observe", observe("Easy.", final="It is noon.", delay_s=0.02))
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        *chat_command(),
+        "--url",
+        ws_url(server),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=env,
+    )
+    async with asyncio.timeout(20):
+        out, _ = await proc.communicate(b"What time is it?\n")
+    text = out.decode()
+    assert proc.returncode == 0, text
+    assert text.count("(input ended: waiting for the run to finish)") == 1, text
+    assert "It is noon." in text
