@@ -341,6 +341,16 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
 
 
 def _describe(exc: ValidationError, path: Path | None) -> str:
+    """Every problem, each naming the environment variable that set it when one did (a value
+    from the environment is not in the file the message would otherwise point at)."""
     where = f" in {path}" if path else ""
-    lines = describe_errors(exc, root="(top level)")
+    from_env: dict[str, str] = {}
+    for error in exc.errors():
+        variable = "AGENT__" + "__".join(str(part).upper() for part in error["loc"])
+        if variable in os.environ:
+            from_env[".".join(str(part) for part in error["loc"]) + ":"] = variable
+    lines = [
+        next((f"{line} (from {v})" for k, v in from_env.items() if line.startswith(k)), line)
+        for line in describe_errors(exc, root="(top level)")
+    ]
     return "\n  ".join([f"invalid configuration{where}:", *lines])

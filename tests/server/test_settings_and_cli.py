@@ -234,3 +234,16 @@ def test_the_default_origins_follow_the_port(monkeypatch: pytest.MonkeyPatch) ->
         "http://127.0.0.1:8765",
         "http://localhost:8765",
     )
+
+
+def test_a_wrong_value_from_the_environment_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The message pointed at the config file, which holds no such value.
+    config = tmp_path / "config.toml"
+    config.write_text("[server]\nhost = '127.0.0.1'\n")
+    monkeypatch.setenv("AGENT__SERVER__PORT", "abc")
+    with pytest.raises(ConfigError) as refused:
+        load_settings(config, {})
+    assert "server.port: " in str(refused.value)
+    assert str(refused.value).rstrip().endswith("(from AGENT__SERVER__PORT)")
