@@ -165,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--config", type=Path, default=None, help="config file (default: ./config.toml if present)"
     )
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--host", default=None, help="address to listen on (server.host)")
+    serve.add_argument("--port", type=int, default=None, help="port to listen on (server.port)")
     serve.add_argument(
         "--workers",
         type=int,
@@ -176,7 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=_serve)
     chat = commands.add_parser("chat", help="chat with a running server from the terminal")
-    chat.add_argument("--url", default="ws://127.0.0.1:8765/ws")
+    chat.add_argument(
+        "--url",
+        default="ws://127.0.0.1:8765/ws",
+        help="the server's WebSocket, or its http:// address (default: %(default)s)",
+    )
     chat.add_argument("--session", default=None, help="resume this session id")
     chat.add_argument("--token", default=None, help="bearer token, when the server needs one")
     chat.set_defaults(func=_chat)

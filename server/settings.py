@@ -314,6 +314,11 @@ def _mcp_servers(
 
 def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings:
     llm = settings.llm
+    if llm.api_key.get_secret_value():  # it would be replaced by the environment's, silently
+        raise ConfigError(
+            "llm.api_key: keys are read from the environment only: set the variable "
+            f"llm.api_key_env names ({llm.api_key_env}) and leave llm.api_key out"
+        )
     search = settings.tools.web_search
     sqlite_path = settings.storage.sqlite_path
     if not sqlite_path.is_absolute():

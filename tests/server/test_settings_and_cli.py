@@ -247,3 +247,11 @@ def test_a_wrong_value_from_the_environment_names_its_variable(
         load_settings(config, {})
     assert "server.port: " in str(refused.value)
     assert str(refused.value).rstrip().endswith("(from AGENT__SERVER__PORT)")
+
+
+def test_a_key_written_in_the_config_is_refused_without_being_echoed() -> None:
+    # It was silently replaced by the environment's (empty) key; the refusal must not print it.
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, {"llm": {"api_key": "sk-secret-value"}})
+    assert "environment only" in str(refused.value) and "OPENAI_API_KEY" in str(refused.value)
+    assert "sk-secret-value" not in str(refused.value)
