@@ -251,7 +251,7 @@ async def _ask(
             )
         )
         return
-    answer = await put_question(ctx, step, call.id, question.strip())
+    answer = await put_question(ctx, step, call, question.strip())
     if answer is None:
         await rec.add(
             Message.tool_result(

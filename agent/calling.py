@@ -181,6 +181,8 @@ _ESCAPED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff]")
 def _size(piece: str) -> int:
     """`piece`'s length as the limit counts it: as long as it is in a frame, near enough
     (other characters take at most four bytes, or two for an escaped newline or quote)."""
+    if _ESCAPED.search(piece) is None:  # nearly every piece: no list built
+        return len(piece)
     return len(piece) + 5 * len(_ESCAPED.findall(piece))
 
 

@@ -131,6 +131,10 @@ class RunControl:
             self._answers.get_nowait()
         self.pending = question
 
+    def withdraw(self) -> None:
+        """The question posed could not be announced: nothing waits for an answer."""
+        self.pending = None
+
     async def await_answer(self, timeout_s: float) -> str | None:
         """Wait for the answer to the question `pose` opened; None when the timeout passes
         first."""
@@ -140,7 +144,7 @@ class RunControl:
         except TimeoutError:
             return None
         finally:
-            self.pending = None
+            self.withdraw()
 
     def decide(self, tool_call_id: str, decision: Decision) -> None:
         """Deliver the decision on the pending approval; raise DecisionError when it cannot

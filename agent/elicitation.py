@@ -33,7 +33,7 @@ def make_ask(
         when = deadline.when()
         remaining = None if when is None else when - loop.time()
         deadline.reschedule(None)  # the person's time does not count against the tool
-        answer = await put_question(ctx, step, call.id, question)
+        answer = await put_question(ctx, step, call, question)
         if answer is None:
             ctx.control.request_stop("input_timeout")  # ends the run as an unanswered question
             return None
@@ -44,23 +44,24 @@ def make_ask(
     return ask
 
 
-async def put_question(ctx: RunContext, step: int, call_id: str, question: str) -> str | None:
-    """Publish `question` for the call `call_id` once no other question of the run is open,
+async def put_question(ctx: RunContext, step: int, call: ToolCall, question: str) -> str | None:
+    """Publish `question` for `call` once no other question of the run is open,
     and wait for its answer (shown as `agent_user_answer`, cut like a result); None when
     `agent.request_input_timeout_s` passes first (shown as its timeout)."""
     async with ctx.control.asking:
         timeout = ctx.limits.request_input_timeout_s
-        pending = PendingQuestion(question, call_id, step, ctx.now_ms() + int(timeout * 1000))
+        pending = PendingQuestion(question, call.id, step, ctx.now_ms() + int(timeout * 1000))
         ctx.control.pose(pending)
         try:
-            await ctx.sink.emit(InputRequested(step, question, call_id, pending.expires_at))
+            asked = InputRequested(step, question, call.id, pending.expires_at, call.name)
+            await ctx.sink.emit(asked)
         except BaseException:
-            ctx.control.pending = None
+            ctx.control.withdraw()
             raise
         answer = await ctx.control.await_answer(timeout)
         if answer is None:
             await ctx.sink.emit(InputTimedOut(step))
             return None
         shown = str(bounded(answer, ctx.limits.tool_result_max_bytes))  # text stays text
-        await ctx.sink.emit(UserAnswered(step, call_id, shown))
+        await ctx.sink.emit(UserAnswered(step, call.id, shown))
         return shown

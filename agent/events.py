@@ -105,6 +105,7 @@ class InputRequested:
     question: str
     call_id: str
     expires_at: int
+    tool_name: str = "request_input"  # the call that asks: the model's own question, or a tool
     kind: Literal["input_requested"] = "input_requested"
 
 

@@ -181,6 +181,7 @@ class RunRecorder:
         # the model's order): what showing it will emit and store. A stop shows these.
         self._held: dict[str, Callable[[], tuple[AgentEvent, Message]]] = {}
         self._unanswered: dict[str, ToolCall] = {}  # calls made, no tool message stored yet
+        self._call_ids = {c.id for m in self._conversation for c in m.tool_calls}  # see _track
         for message in self._conversation:  # a recovered run may have left calls open
             if message.run_id == ctx.run_id:
                 self._track(message)
@@ -416,12 +417,12 @@ class RunRecorder:
         """`calls` with ids unique in the conversation: a model server that numbers its calls
         (`call_0` in every reply) or repeats an id in one reply would otherwise have two
         calls share one result, one approval and one question."""
-        taken = {c.id for m in self._conversation for c in m.tool_calls}
+        this_turn: set[str] = set()
         owned: list[ToolCall] = []
         for call in calls:
-            if not call.id or call.id in taken:
+            if not call.id or call.id in self._call_ids or call.id in this_turn:
                 call = replace(call, id=f"call_{uuid.uuid4().hex[:24]}")
-            taken.add(call.id)
+            this_turn.add(call.id)
             owned.append(call)
         return tuple(owned)
 
@@ -430,3 +431,4 @@ class RunRecorder:
             self._unanswered.pop(message.tool_call_id, None)
         if message.tool_calls:
             self._unanswered.update({c.id: c for c in message.tool_calls})
+            self._call_ids.update(c.id for c in message.tool_calls)

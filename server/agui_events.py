@@ -64,8 +64,6 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
-from server.client_tools import client_tool_question_start
-
 __all__ = ["INPUT_REASON", "APPROVAL_REASON", "Translator", "step_name"]
 
 INPUT_REASON = "input_required"
@@ -76,17 +74,6 @@ _REASONING = {
     "agent_observe_delta": "observe",
     "agent_observe": "observe",
 }
-
-
-def _asks_the_client(frame: dict[str, Any], client_tools: frozenset[str]) -> bool:
-    """Is this question the pause of a call of a client tool (whose `tool_start` an earlier
-    stream showed, and the client's messages left out)?"""
-    question = frame.get("question")
-    return (
-        frame.get("update_type") == "agent_request_input"
-        and isinstance(question, str)
-        and any(question.startswith(client_tool_question_start(name)) for name in client_tools)
-    )
 
 
 def step_name(step: int) -> str:
@@ -295,7 +282,9 @@ class Translator:
     def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
         step = frame.get("step")
         call_id = frame["tool_call_id"]
-        if call_id in self._client_calls or _asks_the_client(frame, self._client_tools):
+        # Known as the client's from its `tool_start`, or (shown by an earlier stream the
+        # client's messages left out) from the tool that asks.
+        if call_id in self._client_calls or frame.get("tool_name") in self._client_tools:
             # AG-UI's frontend-tool flow: the run pauses until the client sends results.
             if call_id in self._brought:
                 return self._custom(frame)  # its result came with the request: no pause

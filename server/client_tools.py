@@ -13,17 +13,12 @@ import orjson
 from agent.errors import ToolError
 from agent.ports import Toolbox, ToolContext, ToolSpec
 
-__all__ = ["ClientToolbox", "client_tool_question", "client_tool_question_start"]
-
-
-def client_tool_question_start(name: str) -> str:
-    """How the question of a call of client tool `name` begins (AG-UI reads it)."""
-    return f"Run the application's tool {name} with "
+__all__ = ["ClientToolbox", "client_tool_question"]
 
 
 def client_tool_question(name: str, arguments: dict[str, Any]) -> str:
     args = orjson.dumps(arguments).decode()
-    return f"{client_tool_question_start(name)}{args} and reply with its result."
+    return f"Run the application's tool {name} with {args} and reply with its result."
 
 
 class ClientToolbox:

@@ -206,8 +206,10 @@ def guarded_protocol(
 
         def _arm(self) -> None:
             self._disarm()
-            timeout = min(request_timeout_s, HEALTH_HEAD_TIMEOUT_S) if self._health_only else None
-            self._deadline = self.loop.call_later(timeout or request_timeout_s, self._timed_out)
+            timeout = request_timeout_s
+            if self._health_only:
+                timeout = min(timeout, HEALTH_HEAD_TIMEOUT_S)
+            self._deadline = self.loop.call_later(timeout, self._timed_out)
 
         def _disarm(self) -> None:
             if self._deadline is not None:

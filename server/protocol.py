@@ -236,6 +236,7 @@ _SHAPES: dict[str, _Shape] = {
             ("step", "step"),
             ("question", "question"),
             ("tool_call_id", "call_id"),
+            ("tool_name", "tool_name"),
             ("expires_at", "expires_at"),
         ),
     ),
