@@ -247,7 +247,7 @@ async def test_elicitation_is_answered_through_agent_user_input_or_times_out(
         await c.send({"type": "chat", "content": "sign me up"})
         frames = await c.until("agent_request_input", timeout=10)
         asked = frames[-1]
-        assert asked["tool_call_id"] == first.id
+        assert asked["tool_call_id"] == first.id and asked["tool_name"] == first.name
         assert "Please provide inputs" in asked["question"] and "'name'" in asked["question"]
         async with await s.client(session_id=session) as other:
             hello = await other.recv()
