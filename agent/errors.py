@@ -26,7 +26,13 @@ class AgentError(Exception):
 
 
 class ModelError(AgentError):
-    """The LLM call failed for good (after retries, or a non-retryable status)."""
+    """The LLM call failed for good (after retries, or a non-retryable status).
+
+    `usage` is what the run had used when it failed (set as the error leaves the run, see
+    `agent.stopping.stop_recorded`): the calls before the failure were paid for.
+    """
+
+    usage: dict[str, float | int] | None = None
 
 
 class ContextTooLong(ModelError):

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from agent.acting import REQUEST_INPUT
+from agent.errors import ModelError
 from agent.events import RunStopped, StopReason
 from agent.messages import Message, Usage
 from agent.ports import ModelTurn
@@ -30,10 +31,15 @@ async def stop_recorded(
 
     With a `recorder`, it records what the run cut short; without one (the run had not begun)
     only `agent_stopped` at step 0. A cancellation without a stop reason is not ours (e.g. the
-    event loop is closing): it propagates untouched.
+    event loop is closing): it propagates untouched. A ModelError propagates with the run's
+    usage so far, which the run's `error` frame reports.
     """
     try:
         yield
+    except ModelError as failed:
+        if recorder is not None:
+            failed.usage = recorder.usage_report()
+        raise
     except asyncio.CancelledError:
         reason = ctx.control.stop_reason
         if reason is None:

@@ -286,8 +286,10 @@ async def session_usage(request: Request) -> Response:
                 continue
             frame = orjson.loads(raw)
             usage = frame.get("usage")
+            # Every frame that ends a run may carry its usage: a completion, a stop, a chat
+            # reply, or an `error` (the calls before a model failure were paid for).
             ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
-            if (ends_run or frame.get("type") == "chat_response") and usage:
+            if (ends_run or frame.get("type") in ("chat_response", "error")) and usage:
                 runs += 1
                 for key, value in usage.items():
                     totals[key] = totals.get(key, 0) + value

@@ -379,12 +379,13 @@ def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dic
     """The wire frame for an internal event (without its final `seq`).
 
     A run ended by the wall-clock limit has no `agent_stopped` reason in docs/wire-protocol.md;
-    it is reported as an `internal_error` that says so.
+    it is reported as an `internal_error` that says so, with the run's usage.
     """
     if isinstance(event, RunStopped) and event.reason == "run_timeout":
         return {
             **run_frame("error", session_id, run_id, ts),
             **error_frame("internal_error", RUN_TIMEOUT_MESSAGE),
+            "usage": event.usage,
         }
     shape = _SHAPES[event.kind]
     frame = run_frame(shape.type, session_id, run_id, ts, shape.update_type)

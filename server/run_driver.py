@@ -218,7 +218,7 @@ class RunDriver:
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)
         except ModelError as exc:
-            await self._fail(live, run, "llm_error", str(exc))
+            await self._fail(live, run, "llm_error", str(exc), exc.usage)
         except StorageError as exc:
             log.error("storage failed in session %s: %s", live.session_id, exc)
             await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
@@ -244,12 +244,23 @@ class RunDriver:
         await live.publish([], status="running", run_id=run.run_id)
         return [message] if new else []
 
-    async def _fail(self, live: LiveSession, run: ActiveRun, code: Any, message: str) -> None:
+    async def _fail(
+        self,
+        live: LiveSession,
+        run: ActiveRun,
+        code: Any,
+        message: str,
+        usage: dict[str, float | int] | None = None,
+    ) -> None:
+        """Send the run's `error`; with the run's `usage` so far when the loop reported it (the
+        calls before a model failure were paid for, and the session's usage counts them)."""
         self._metrics.of(live.scope.tenant_id)[Metric.run_failed(code)] += 1
         frame = {
             **run_frame("error", live.session_id, run.run_id, now_ms()),
             **error_frame(code, message),
         }
+        if usage is not None:
+            frame["usage"] = usage
         try:
             await live.publish([frame])
         except StorageError:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
 from websockets.asyncio.client import connect
 
 from tests.fakes.client import kind
-from tests.fakes.openai_server import FakeLLM, Reply, observe
+from tests.fakes.openai_server import FakeLLM, Reply, observe, reason
 
 
 async def test_transient_failures_are_retried(server_factory, fake_llm: FakeLLM):
@@ -47,6 +48,33 @@ async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm
         assert fake_llm.phases() == ["reason", "reason"]  # max_retries = 1 in tests
         again = await c.run("and now?")
         assert again[-2]["type"] == "agent_update"
+
+
+async def test_a_failed_run_reports_what_it_used_and_the_session_counts_it(
+    server, fake_llm: FakeLLM
+):
+    """The calls before a model failure were paid for: the `error` carries the run's usage
+    and `/usage` counts the run (each fake call costs 10 + 5 tokens)."""
+    fake_llm.script("observe", observe("Not done yet."))  # step 1 goes on to step 2 ...
+    fake_llm.script("reason", reason(), Reply(status=500), Reply(status=500))  # ... and fails
+    async with await server.client() as c:
+        session = (await c.recv())["session_id"]
+        frames = await c.run("hi")
+    error = frames[-2]
+    assert error["code"] == "llm_error"
+    assert error["usage"]["llm_calls"] == 3 and error["usage"]["total_tokens"] == 45
+    async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
+        usage = (await http.get(f"/api/sessions/{session}/usage")).json()
+    assert usage["runs"] == 1 and usage["usage"]["llm_calls"] == 3
+    assert usage["usage"]["total_tokens"] == 45
+
+
+async def test_a_chat_run_failing_at_once_reports_no_calls(server, fake_llm: FakeLLM):
+    fake_llm.script("chat", Reply(status=500), Reply(status=500))
+    async with await server.client() as c:
+        await c.recv()
+        frames = await c.run("hi", agent_mode=False)
+    assert frames[-2]["code"] == "llm_error" and frames[-2]["usage"]["llm_calls"] == 0
 
 
 async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):

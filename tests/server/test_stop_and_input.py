@@ -286,6 +286,7 @@ async def test_a_run_past_its_wall_clock_limit_ends_with_a_clear_error(server_fa
             assert [kind(f) for f in frames][-2:] == ["error", "response_complete"]
             assert frames[-2]["code"] == "internal_error"
             assert "time limit" in frames[-2]["message"]
+            assert frames[-2]["usage"]["llm_calls"] == 1  # the call the limit cut, estimated
             messages = await _messages(s.address, session)
             assert "time limit" in messages[-1]["content"] and messages[-1]["role"] == "system"
             again = await c.run("next one is fine")
