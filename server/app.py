@@ -96,9 +96,8 @@ def _tools(
             continue
         if name in REQUIREMENTS:
             raise ConfigError(f"tools.enabled: {name!r} needs {REQUIREMENTS[name]}")
-        raise ConfigError(
-            f"tools.enabled: unknown tool {name!r}; available: {', '.join(available)}"
-        )
+        known = ", ".join(sorted({*available, *REQUIREMENTS}))  # also those needing setup
+        raise ConfigError(f"tools.enabled: unknown tool {name!r}; the tools are: {known}")
     chosen = [available[n] for n in config.enabled]
     taken = {t.name for t in chosen}
     for made in python:

@@ -37,6 +37,16 @@ def test_enabled_tool_without_its_requirement_is_a_startup_error() -> None:
     create_app(mongo)  # MongoDB has a memory store too; nothing connects before startup
 
 
+def test_an_unknown_tool_error_lists_every_tool_also_those_needing_setup() -> None:
+    settings = load_settings(None, {"tools": {"enabled": ["web_serch"]}})
+    with pytest.raises(ConfigError) as refused:
+        create_app(settings)
+    message = str(refused.value)
+    assert "unknown tool 'web_serch'" in message
+    for name in ("get_current_time", "web_search", "web_fetch", "memory_save", "memory_retrieve"):
+        assert name in message
+
+
 def test_bad_tool_config_names_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="tools.web_fetch.max_redirects"):
         load_settings(None, {"tools": {"web_fetch": {"max_redirects": -1}}})
