@@ -13,16 +13,19 @@ that is then another tool's gets a number (`_2`, logged).
 Results: text blocks and `structuredContent` become the result; images, audio and resources
 are described (type, size, URI) instead of dropped; `isError` results raise ToolError.
 Cancelling a call (a stop) abandons the request, and the SDK sends MCP's
-`notifications/cancelled` for it.
+`notifications/cancelled` for it. A stdio answer the SDK's parser refuses is mended or fails
+its call at once (`_MendingReader`), instead of being dropped while the call waits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import time
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,13 +38,17 @@ from agent.tools.mcp_content import Ask, describe_result, elicit
 if TYPE_CHECKING:
     import mcp_types as types
     from mcp import Client
+    from mcp.client import Transport
+    from mcp.client._transport import ReadStream, TransportStreams
     from mcp.client.session import ClientRequestContext
+    from mcp.shared.message import SessionMessage
 
 __all__ = ["McpServer", "McpTool", "exposed_name", "mcp_ask"]
 
 log = logging.getLogger(__name__)
 SEPARATOR = "__"
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # lone, once `json.loads` has joined the pairs
 
 mcp_ask: ContextVar[Ask | None] = ContextVar("mcp_ask", default=None)
 """Set by the caller for the duration of a call: how an elicitation reaches the person."""
@@ -182,6 +189,7 @@ class McpServer:
         # The SDK costs over half a second of CPU to import: load it once a server is configured.
         import httpx2
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
         config = self.config
@@ -192,7 +200,7 @@ class McpServer:
             stack.push_async_callback(http.aclose)
             server: Any = streamable_http_client(config.url, http_client=http)
         else:
-            server = StdioServerParameters(
+            params = StdioServerParameters(
                 command=config.command,
                 args=list(config.args),
                 env=dict(config.env) or None,
@@ -201,6 +209,7 @@ class McpServer:
                 # to end the reader and wedge every later call.
                 encoding_error_handler="replace",
             )
+            server = _mending(stdio_client(params), self.name)
         return Client(
             server,
             elicitation_callback=self._elicit,
@@ -386,3 +395,78 @@ def _describe_failure(exc: BaseException) -> str:
         return exc.error.message
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+@asynccontextmanager
+async def _mending(transport: Transport, server: str) -> AsyncIterator[TransportStreams]:
+    """`transport`, its read stream mended by `_MendingReader`."""
+    async with transport as (read_stream, write_stream):
+        yield _MendingReader(read_stream, server), write_stream
+
+
+class _MendingReader:
+    """A stdio transport's read stream, with what the SDK's parser refuses mended.
+
+    The SDK passes a line it cannot parse on as an exception, and its dispatcher drops it: an
+    answer lost so leaves its call waiting for `agent.tool_timeout_s`. A lone surrogate escape
+    (`\\udcff`: JSON text allows it, pydantic's parser does not) is read as U+FFFD instead;
+    an answer still unreadable becomes a parse error for its request, which fails at once.
+    """
+
+    def __init__(self, inner: ReadStream[SessionMessage | Exception], server: str) -> None:
+        self._inner = inner
+        self._server = server
+
+    async def receive(self) -> SessionMessage | Exception:
+        return self._mend(await self._inner.receive())
+
+    def __aiter__(self) -> _MendingReader:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        return self._mend(await self._inner.__anext__())
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _MendingReader:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._inner.aclose()
+
+    def _mend(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+        from pydantic import ValidationError
+
+        if not isinstance(item, ValidationError):
+            return item
+        [first, *_] = item.errors()
+        if first["type"] != "json_invalid" or not isinstance(first["input"], str):
+            return item  # valid JSON of the wrong shape: the SDK's own concern
+        try:
+            message = json.loads(first["input"])  # Python's reader takes a lone surrogate
+        except ValueError:
+            return item  # not JSON at all (a stray log line): dropped, as the SDK does
+        if not isinstance(message, dict):
+            return item
+        text = json.dumps(message, ensure_ascii=False)
+        mended = _SURROGATE.sub("\ufffd", text)
+        if mended != text:
+            try:
+                parsed = types.jsonrpc_message_adapter.validate_json(mended, by_name=False)
+            except ValidationError:
+                pass
+            else:
+                log.warning(
+                    "MCP server %s: a lone surrogate in a message was read as U+FFFD", self._server
+                )
+                return SessionMessage(parsed)
+        request_id = message.get("id")
+        if "method" in message or type(request_id) not in (int, str):  # not bool, not None
+            return item  # not an answer: no call of ours waits for it
+        error = types.ErrorData(
+            code=types.PARSE_ERROR, message=f"its answer is not valid JSON-RPC: {first['msg']}"
+        )
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))

@@ -1,7 +1,7 @@
 """A hand-written MCP stdio server (newline-delimited JSON-RPC) for what the reference
 servers never do: a stray line that is not UTF-8 on stdout, tool names that collide once made
-model-safe, a tool list that changes. Run as `python -m tests.fakes.mcp_raw`;
-`mcp_raw_server()` is its config."""
+model-safe, a tool list that changes, answers the SDK cannot parse (a lone surrogate escape).
+Run as `python -m tests.fakes.mcp_raw`; `mcp_raw_server()` is its config."""
 
 from __future__ import annotations
 
@@ -27,6 +27,16 @@ TOOLS = [
     {"name": "a_b", "description": "Underscored.", "inputSchema": _SCHEMA},
     {"name": "grow", "description": "Add the tool `added`, and say so.", "inputSchema": _SCHEMA},
     {"name": "strict", "description": "Run in a mode.", "inputSchema": _STRICT},
+    {
+        "name": "surrogate",
+        "description": "Echo the text with a lone surrogate escape (\\udcff) after it.",
+        "inputSchema": _SCHEMA,
+    },
+    {
+        "name": "shapeless",
+        "description": "Answer with a result that is a text with a lone surrogate, not an object.",
+        "inputSchema": _SCHEMA,
+    },
 ]
 _ADDED = {"name": "added", "description": "Added by grow.", "inputSchema": _SCHEMA}
 _CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
@@ -54,7 +64,11 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
         if name == "grow" and _ADDED not in TOOLS:
             TOOLS.append(_ADDED)
             _write(_CHANGED)
+        if name == "surrogate":
+            text += "\udcff"  # json.dumps writes it as the escape `\udcff`
         result = {"content": [{"type": "text", "text": f"{name}: {text}"}]}
+        if name == "shapeless":
+            return {"jsonrpc": "2.0", "id": request["id"], "result": "\udcff"}
     elif method == "ping":
         result = {}
     else:  # a method of a newer revision (the SDK probes for one): not known here

@@ -149,3 +149,25 @@ async def test_arguments_that_do_not_fit_the_schema_never_reach_the_server():
                 assert said in str(refused.value)
     finally:
         await server.stop()
+
+
+async def test_an_answer_with_a_lone_surrogate_escape_is_mended_or_fails_at_once():
+    # JSON allows `\udcff`; the SDK's parser refused it and dropped the answer, so the call
+    # waited for agent.tool_timeout_s (30 s) and failed without saying why.
+    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
+    server.start()
+    try:
+        await server.wait_started()
+        tools = server.tools
+        async with asyncio.timeout(5):
+            mended = await server.call(tools["raw__surrogate"], {"text": "x"}, None)
+            assert mended == "surrogate: x\ufffd"
+            with pytest.raises(ToolError) as failed:  # `"result": "\udcff"`: not an object
+                await server.call(tools["raw__shapeless"], {}, None)
+            said = str(failed.value)
+            assert said.startswith("raw__shapeless failed: its answer is not valid JSON-RPC")
+            assert "surrogate" in said
+            assert await server.call(tools["raw__echo"], {"text": "on"}, None) == "echo: on"
+        assert server.state == "up"
+    finally:
+        await server.stop()
