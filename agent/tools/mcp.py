@@ -169,9 +169,7 @@ class McpServer:
         self._dead.clear()
         self.state = "starting"
         async with AsyncExitStack() as stack:
-            async with asyncio.timeout(self.config.start_timeout_s):
-                client = await stack.enter_async_context(self._new_client(stack))
-                tools = await self._list_tools(client)
+            client, tools = await self._start(stack)
             self._client, self.tools = client, tools
             self.seen.update(tools)
             self.state, self.error = "up", None
@@ -184,6 +182,33 @@ class McpServer:
                 self._client, self.tools = None, {}
         if not self._stopping.is_set():
             self._down(self.error or "the connection closed")
+
+    async def _start(self, stack: AsyncExitStack) -> tuple[Client, dict[str, McpTool]]:
+        """Connect, initialize and list the tools within `start_timeout_s`.
+
+        A failure is reported at that deadline: when the server hangs, the SDK's teardown
+        (it waits for the process to exit, then kills it) takes seconds more, and the app's
+        startup waits for this first attempt (`wait_started`).
+        """
+        timeout = self.config.start_timeout_s
+        step = "initialize"
+
+        def overran() -> None:
+            if self.state == "starting":
+                self._down(f"no answer to {step} within start_timeout_s ({timeout:g} s)")
+                self._attempted.set()
+
+        late = asyncio.get_running_loop().call_later(timeout, overran)
+        try:
+            async with asyncio.timeout(timeout):
+                client = await stack.enter_async_context(self._new_client(stack))
+                step = "tools/list"
+                return client, await self._list_tools(client)
+        except TimeoutError:
+            overran()  # the timer may not have run yet
+            raise TimeoutError(self.error) from None
+        finally:
+            late.cancel()
 
     def _new_client(self, stack: AsyncExitStack) -> Client:
         # The SDK costs over half a second of CPU to import: load it once a server is configured.
@@ -388,7 +413,7 @@ def _describe_failure(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup):  # task groups nest: the first cause inside
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
-        return "did not start in time"
+        return str(exc) or "no answer in time"
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
     if isinstance(exc, MCPError):

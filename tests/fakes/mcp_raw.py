@@ -1,12 +1,14 @@
 """A hand-written MCP stdio server (newline-delimited JSON-RPC) for what the reference
 servers never do: a stray line that is not UTF-8 on stdout, tool names that collide once made
-model-safe, a tool list that changes, answers the SDK cannot parse (a lone surrogate escape).
-Run as `python -m tests.fakes.mcp_raw`; `mcp_raw_server()` is its config."""
+model-safe, a tool list that changes, answers the SDK cannot parse (a lone surrogate escape),
+a method that never gets its answer. Run as `python -m tests.fakes.mcp_raw`;
+`mcp_raw_server()` is its config."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 _SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
@@ -42,9 +44,11 @@ _ADDED = {"name": "added", "description": "Added by grow.", "inputSchema": _SCHE
 _CHANGED = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
 
 
-def mcp_raw_server() -> dict[str, Any]:
-    """`[tools.mcp.<name>]` for this server."""
-    return {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_raw"]}
+def mcp_raw_server(hang_on: str | None = None) -> dict[str, Any]:
+    """`[tools.mcp.<name>]` for this server. With `hang_on` (a method), it blocks for a minute
+    on that request, answering nothing and reading nothing: a closed stdin does not end it."""
+    args = ["-m", "tests.fakes.mcp_raw", *(["--hang-on", hang_on] if hang_on else [])]
+    return {"command": sys.executable, "args": args}
 
 
 def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
@@ -78,8 +82,11 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def main() -> None:
+    hang_on = sys.argv[2] if sys.argv[1:2] == ["--hang-on"] else None
     for line in sys.stdin:
         request = json.loads(line)
+        if request.get("method") == hang_on:
+            time.sleep(60)
         answer = _answer(request) if "id" in request else None
         if answer is not None:
             _write(answer)

@@ -171,3 +171,24 @@ async def test_an_answer_with_a_lone_surrogate_escape_is_mended_or_fails_at_once
         assert server.state == "up"
     finally:
         await server.stop()
+
+
+async def test_a_start_whose_tool_list_never_comes_fails_within_start_timeout():
+    # The deadline ended the start, but the failure was reported only once the SDK had torn
+    # the hung server down (a grace period for it to exit, then a kill): 5.75 s for 3 s.
+    import mcp.client.stdio  # noqa: F401 - its cold import (a CPU second) is no part of the start
+
+    config = McpServerConfig(**mcp_raw_server(hang_on="tools/list"), start_timeout_s=1.5)
+    server = McpServer("raw", config)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    server.start()
+    try:
+        async with asyncio.timeout(10):
+            await server.wait_started()
+        took = loop.time() - began
+        assert 1.4 < took < 2.5, took  # the SDK's teardown of the hung server: 2 s more
+        assert server.state == "down" and not server.tools
+        assert server.error == "no answer to tools/list within start_timeout_s (1.5 s)"
+    finally:
+        await server.stop()
