@@ -467,31 +467,53 @@ class _MendingReader:
 
         if not isinstance(item, ValidationError):
             return item
-        [first, *_] = item.errors()
-        if first["type"] != "json_invalid" or not isinstance(first["input"], str):
-            return item  # valid JSON of the wrong shape: the SDK's own concern
-        try:
-            message = json.loads(first["input"])  # Python's reader takes a lone surrogate
-        except ValueError:
-            return item  # not JSON at all (a stray log line): dropped, as the SDK does
-        if not isinstance(message, dict):
-            return item
-        text = json.dumps(message, ensure_ascii=False)
-        mended = _SURROGATE.sub("\ufffd", text)
-        if mended != text:
+        errors = item.errors()
+        first = errors[0]
+        if first["type"] == "json_invalid" and isinstance(first["input"], str):
             try:
-                parsed = types.jsonrpc_message_adapter.validate_json(mended, by_name=False)
-            except ValidationError:
-                pass
-            else:
-                log.warning(
-                    "MCP server %s: a lone surrogate in a message was read as U+FFFD", self._server
-                )
-                return SessionMessage(parsed)
+                message = json.loads(first["input"])  # Python's reader takes a lone surrogate
+            except ValueError:
+                return item  # not JSON at all (a stray log line): dropped, as the SDK does
+            if not isinstance(message, dict):
+                return item
+            mended = self._mended(message)
+            if mended is not None:
+                return SessionMessage(mended)
+            why = first["msg"]
+        else:  # valid JSON of the wrong shape: an answer lacks `method`, which names it whole
+            whole = [e["input"] for e in errors if e["loc"][1:] == ("method",)]
+            if not whole or not isinstance(whole[0], dict):
+                return item
+            message = whole[0]
+            kind = "JSONRPCError" if "error" in message else "JSONRPCResponse"
+            why = next(
+                (
+                    f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+                    for e in errors
+                    if e["loc"][0] == kind
+                ),
+                first["msg"],
+            )
         request_id = message.get("id")
         if "method" in message or type(request_id) not in (int, str):  # not bool, not None
             return item  # not an answer: no call of ours waits for it
         error = types.ErrorData(
-            code=types.PARSE_ERROR, message=f"its answer is not valid JSON-RPC: {first['msg']}"
+            code=types.PARSE_ERROR, message=f"its answer is not valid JSON-RPC: {why}"
         )
         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    def _mended(self, message: dict[str, Any]) -> Any:
+        """`message` with each lone surrogate read as U+FFFD, when that makes it valid."""
+        import mcp_types as types
+        from pydantic import ValidationError
+
+        text = json.dumps(message, ensure_ascii=False)
+        mended = _SURROGATE.sub("\ufffd", text)
+        if mended == text:
+            return None
+        try:
+            parsed = types.jsonrpc_message_adapter.validate_json(mended, by_name=False)
+        except ValidationError:
+            return None
+        log.warning("MCP server %s: a lone surrogate in a message was read as U+FFFD", self._server)
+        return parsed

@@ -35,6 +35,11 @@ TOOLS = [
         "inputSchema": _SCHEMA,
     },
     {
+        "name": "misshapen",
+        "description": "Answer with a result that is a number, not an object.",
+        "inputSchema": _SCHEMA,
+    },
+    {
         "name": "shapeless",
         "description": "Answer with a result that is a text with a lone surrogate, not an object.",
         "inputSchema": _SCHEMA,
@@ -71,6 +76,8 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
         if name == "surrogate":
             text += "\udcff"  # json.dumps writes it as the escape `\udcff`
         result = {"content": [{"type": "text", "text": f"{name}: {text}"}]}
+        if name == "misshapen":
+            return {"jsonrpc": "2.0", "id": request["id"], "result": 5}
         if name == "shapeless":
             return {"jsonrpc": "2.0", "id": request["id"], "result": "\udcff"}
     elif method == "ping":

@@ -151,7 +151,7 @@ async def test_arguments_that_do_not_fit_the_schema_never_reach_the_server():
         await server.stop()
 
 
-async def test_an_answer_with_a_lone_surrogate_escape_is_mended_or_fails_at_once():
+async def test_an_answer_the_sdk_cannot_read_is_mended_or_fails_at_once():
     # JSON allows `\udcff`; the SDK's parser refused it and dropped the answer, so the call
     # waited for agent.tool_timeout_s (30 s) and failed without saying why.
     server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
@@ -167,6 +167,11 @@ async def test_an_answer_with_a_lone_surrogate_escape_is_mended_or_fails_at_once
             said = str(failed.value)
             assert said.startswith("raw__shapeless failed: its answer is not valid JSON-RPC")
             assert "surrogate" in said
+            with pytest.raises(ToolError) as failed:  # valid JSON, but `"result": 5`
+                await server.call(tools["raw__misshapen"], {}, None)
+            said = str(failed.value)
+            assert said.startswith("raw__misshapen failed: its answer is not valid JSON-RPC")
+            assert said.endswith("not valid JSON-RPC: result: Input should be an object")
             assert await server.call(tools["raw__echo"], {"text": "on"}, None) == "echo: on"
         assert server.state == "up"
     finally:
