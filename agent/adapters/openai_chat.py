@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -108,6 +109,7 @@ class OpenAIChatModel:
         for header, variable in _SCOPE_HEADERS:
             if value := os.environ.get(variable):
                 self._headers[header] = value
+        self._secret = api_key  # kept out of every reason the server gives back
         self._model = model
         self._max_retries = max_retries
         self._stream_usage = stream_usage
@@ -203,10 +205,14 @@ class OpenAIChatModel:
             too_long = _context_overflow(exc)
             if too_long is not None:
                 raise too_long from exc
-            _log.warning("model call refused: HTTP %s%s", exc.status_code, _status_detail(exc))
             # The server's own reason says what to fix ("model 'x' does not exist"), except
-            # for a refused key: its reason may quote part of the key.
-            shown = "" if exc.status_code in _AUTH_STATUSES else _status_detail(exc).rstrip(".")
+            # for a refused key: its reason may quote part of the key, in the log too. Any
+            # other reason loses whatever of the key it quotes.
+            detail = _redacted(_status_detail(exc), self._secret)
+            if exc.status_code in _AUTH_STATUSES:
+                detail = " (its reason is not shown: it may quote the API key)"
+            _log.warning("model call refused: HTTP %s%s", exc.status_code, detail)
+            shown = "" if exc.status_code in _AUTH_STATUSES else detail.rstrip(".")
             raise ModelError(
                 f"The language model answered with an error (HTTP {exc.status_code}){shown}."
             ) from exc
@@ -370,6 +376,17 @@ def _status_detail(exc: StatusError) -> str:
     error = body.get("error", body)
     message = error.get("message") if isinstance(error, dict) else None
     return f": {str(message)[:160]}" if message else ""
+
+
+_KEYLIKE = re.compile(r"[A-Za-z0-9_\-]{6,}")
+
+
+def _redacted(text: str, secret: str) -> str:
+    """`text` with every run of six or more key characters that is part of `secret` masked:
+    a server quoting the key, whole or in part (`sk-abc…xyz`), gives none of it away."""
+    if not secret:
+        return text
+    return _KEYLIKE.sub(lambda m: "***" if m.group() in secret else m.group(), text)
 
 
 def _reason(exc: BaseException) -> str:

@@ -341,6 +341,33 @@ async def test_an_error_answer_reads_as_the_sdk_reads_it(status: int, content: b
     assert reply.closed
 
 
+@pytest.mark.parametrize("status", [400, 401])
+async def test_no_reason_the_server_gives_hands_the_key_to_the_log_or_the_user(
+    status: int, caplog: pytest.LogCaptureFixture
+):
+    key = "sk-proj-Zq81mXv03LpT7uNc"
+    said = f"Incorrect API key provided: {key}; also known as {key[:12]}***{key[-4:]}."
+    body = orjson.dumps({"error": {"message": said}})
+    model = OpenAIChatModel(
+        model="m",
+        api_key=key,
+        base_url="http://llm/v1",
+        transport=_Transport(lambda: _Reply(status, [body])),
+        max_retries=0,
+    )
+    try:
+        with pytest.raises(ModelError) as failure:
+            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                pass
+    finally:
+        await model.aclose()
+    shown = f"{failure.value} {caplog.text}"
+    assert f"HTTP {status}" in str(failure.value) and f"HTTP {status}" in caplog.text
+    assert key[:12] not in shown and key[-8:] not in shown
+    if status == 400:  # the rest of the reason still says what is wrong
+        assert "Incorrect API key provided: ***" in str(failure.value)
+
+
 async def test_a_stream_left_early_closes_its_reply():
     reply = _Reply(200, [_event({"content": "a"}), _event({"content": "b"})])
     model = _model(_Transport(lambda: reply))
