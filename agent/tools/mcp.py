@@ -5,6 +5,9 @@ entered and left in one task): it connects (stdio or streamable HTTP) within
 `start_timeout_s`, lists the server's tools, then watches the connection (a call that finds it
 closed, or a failing periodic `tools/list`) and reconnects with exponential backoff. While a
 server is down its tools are gone from new runs and a call to it is a ToolError at once.
+`notifications/tools/list_changed` lists the tools again at once: servers send it unasked
+before MCP 2026-07-28, and from then on only on a `subscriptions/listen` stream, which
+`_listen` keeps open.
 
 Tools are offered to the model as `<server>__<tool>`: server names may not contain `__`, so
 the split is unambiguous; characters a model API refuses in a name become `_`, and a name
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from mcp.client import Transport
     from mcp.client._transport import ReadStream, TransportStreams
     from mcp.client.session import ClientRequestContext
+    from mcp.client.subscriptions import Subscription
     from mcp.shared.message import SessionMessage
 
 __all__ = ["McpServer", "McpTool", "exposed_name", "mcp_ask"]
@@ -93,6 +97,7 @@ class McpServer:
         self._asks: dict[int, Ask] = {}  # in-flight calls that can ask the person
         self._validators: dict[str, Any] = {}  # of the tools' argument schemas, by name
         self._next_call = 0
+        self._listen_refused = False  # logged once: later refusals go to the debug log
 
     def visible_to(self, tenant_id: str) -> bool:
         return not self.config.tenants or tenant_id in self.config.tenants
@@ -176,9 +181,12 @@ class McpServer:
             self._up.set()
             self._attempted.set()
             log.info("MCP server %s is up with %d tool(s)", self.name, len(tools))
+            listener = asyncio.create_task(self._listen(client), name=f"mcp-{self.name}-listen")
             try:
                 await self._watch(client)
             finally:
+                listener.cancel()  # before the client closes: it ends its stream first
+                await asyncio.gather(listener, return_exceptions=True)
                 self._client, self.tools = None, {}
         if not self._stopping.is_set():
             self._down(self.error or "the connection closed")
@@ -244,11 +252,85 @@ class McpServer:
 
     async def _on_message(self, message: object) -> None:
         """`notifications/tools/list_changed`: list the tools again now, not at the next
-        health check (`_watch`)."""
+        health check (`_watch`). From MCP 2026-07-28 it comes on the stream `_listen` opens
+        (the SDK passes it here as well)."""
         import mcp_types as types
 
         if isinstance(message, types.ToolListChangedNotification):
             self._changed.set()
+
+    async def _listen(self, client: Client) -> None:
+        """From MCP 2026-07-28 (SEP-2575) a server says its tools changed only on a
+        `subscriptions/listen` stream the client opens: keep one open for as long as the
+        connection, and have the tools listed again for each change it reports.
+
+        Events are not replayed, so the tools are also listed again when a stream opens (a
+        change since the start's listing) and when one ends; a stream that ends is opened
+        again after `restart_backoff_s` (doubled while they keep ending soon). One that cannot
+        be opened (refused, not acknowledged within `start_timeout_s`, not honoured) leaves
+        the periodic check of `_watch`, logged once; the connection is not affected.
+        """
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return  # older: the server sends list_changed unasked (`_on_message`)
+        tools = client.server_capabilities.tools
+        if tools is None or not tools.list_changed:
+            return  # it never says its tools changed: the periodic check is all there is
+        delay = self.config.restart_backoff_s
+        while True:
+            async with AsyncExitStack() as stack:
+                try:
+                    subscription = await self._subscribe(client, stack)
+                except Exception as exc:  # noqa: BLE001 - the connection must outlive it
+                    self._refused(_describe_failure(exc))
+                    return
+                if not subscription.honored.tools_list_changed:
+                    self._refused("the server did not honour it")
+                    return
+                opened = time.monotonic()
+                self._changed.set()  # a change before the acknowledgment is not replayed
+                try:
+                    async for _event in subscription:  # only ToolsListChanged was asked for
+                        self._changed.set()
+                    why = "the server closed it"
+                except Exception as exc:  # noqa: BLE001 - SubscriptionLost: the cause says why
+                    why = _describe_failure(exc.__cause__ or exc)
+            self._changed.set()  # also finds out at once whether the connection is gone
+            if time.monotonic() - opened > 4 * delay:
+                delay = self.config.restart_backoff_s
+            log.info(
+                "MCP server %s: the tools/list_changed subscription ended (%s); "
+                "subscribing again in %.1f s",
+                self.name,
+                why,
+                delay,
+            )
+            await asyncio.sleep(delay)  # cancelled with the connection (`_serve_once`)
+            delay = min(delay * 2, self.config.restart_backoff_max_s)
+
+    async def _subscribe(self, client: Client, stack: AsyncExitStack) -> Subscription:
+        """Open a `subscriptions/listen` stream for tools/list_changed on `stack`, within
+        `start_timeout_s` (the SDK waits for the acknowledgment without a limit)."""
+        timeout = self.config.start_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                return await stack.enter_async_context(client.listen(tools_list_changed=True))
+        except TimeoutError:
+            raise TimeoutError(
+                f"no acknowledgment within start_timeout_s ({timeout:g} s)"
+            ) from None
+
+    def _refused(self, why: str) -> None:
+        say = log.debug if self._listen_refused else log.warning
+        self._listen_refused = True
+        say(
+            "MCP server %s: no tools/list_changed subscription (%s); its tools are listed "
+            "again every %g s instead",
+            self.name,
+            why,
+            self.config.health_interval_s,
+        )
 
     async def _watch(self, client: Client) -> None:
         """Return when the connection dies or the server is stopped. List the tools again

@@ -4,6 +4,7 @@ can read; errors are ToolErrors; names and elicitation answers are mapped as doc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -13,6 +14,7 @@ from agent.tools.config import McpServerConfig
 from agent.tools.mcp import McpServer, _describe_failure, exposed_name
 from agent.tools.mcp_content import fill_form
 from tests.fakes.mcp_raw import mcp_raw_server
+from tests.fakes.mcp_sdk import mcp_sdk_over_http, mcp_sdk_server
 from tests.fakes.mcp_servers import npm_server
 
 
@@ -125,6 +127,70 @@ async def test_a_changed_tool_list_is_read_again_at_once():
             while "raw__added" not in server.tools:  # the refresh the notice starts
                 await server.next_listing()
         assert server.tools["raw__added"].name == "added" and "raw__added" in server.seen
+    finally:
+        await server.stop()
+
+
+async def _grow_and_see(server: McpServer, added: str) -> None:
+    """Call `grow`; return once its new tool `added` is offered."""
+    assert await server.call(server.tools["sdk__grow"], {}, None) == added
+    while f"sdk__{added}" not in server.tools:
+        await server.next_listing()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_a_changed_tool_list_is_read_again_at_once_at_2026_07_28(transport: str):
+    # At MCP 2026-07-28 a server sends notifications/tools/list_changed only on the
+    # subscriptions/listen stream a client opens: unsubscribed, the new tool waited for the
+    # periodic check (a minute away here). The SDK's own server, at the revision it speaks.
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "stdio":
+            config = McpServerConfig(**mcp_sdk_server(), health_interval_s=60)
+        else:
+            url = await stack.enter_async_context(mcp_sdk_over_http())
+            config = McpServerConfig(url=url, health_interval_s=60)
+        server = McpServer("sdk", config)
+        server.start()
+        stack.push_async_callback(server.stop)
+        await server.wait_started()
+        assert server.state == "up", server.error
+        assert server._client is not None and server._client.protocol_version == "2026-07-28"
+        assert set(server.tools) == {"sdk__grow"}
+        async with asyncio.timeout(10):
+            await _grow_and_see(server, "added_1")
+            await _grow_and_see(server, "added_2")  # the stream is open by now, whatever the race
+            added = server.tools["sdk__added_2"]
+            assert await server.call(added, {"text": "hi"}, None) == "added_2: hi"
+        assert server.state == "up" and server.restarts == 0
+
+
+async def test_a_refused_subscription_is_logged_once_and_the_periodic_check_serves(
+    caplog: pytest.LogCaptureFixture,
+):
+    # A 2026-07-28 server that declares tools.listChanged but refuses subscriptions/listen:
+    # the connection stays up, and the periodic check is what lists the new tool.
+    config = McpServerConfig(**mcp_sdk_server(refuse_listen=True), health_interval_s=0.3)
+    server = McpServer("sdk", config)
+    server.start()
+    try:
+        await server.wait_started()
+        assert server.state == "up", server.error
+
+        def refused() -> list[tuple[str, str]]:
+            said = [(r.levelname, r.getMessage()) for r in caplog.records]
+            return [(level, text) for level, text in said if "list_changed" in text]
+
+        async with asyncio.timeout(10):
+            while not refused():
+                await server.next_listing()
+            await server.next_listing()  # a check after the refusal: still up
+            await _grow_and_see(server, "added_1")
+        assert server.state == "up" and server.restarts == 0
+        text = (
+            "MCP server sdk: no tools/list_changed subscription (the event backend is "
+            "unreachable); its tools are listed again every 0.3 s instead"
+        )
+        assert refused() == [("WARNING", text)]
     finally:
         await server.stop()
 
