@@ -275,6 +275,13 @@ class RunDriver:
         try:
             await live.publish([frame], status="idle")
         except StorageError as exc:
+            log.warning(
+                "session %s: the end of run %s could not be stored (closed once the store "
+                "takes writes again): %s",
+                live.session_id,
+                run.run_id,
+                exc,
+            )
             live.status, live.pending_input = "idle", None
             if live.run is run:
                 live.run = None

@@ -3,7 +3,8 @@
 Two kinds of runs stay open in the store: those of a process that died (closed at startup,
 or on a shared store once their lease expired), and those whose end could not be stored
 (queued, and closed once the store is back). Either is closed the same way: `agent_stopped`
-("interrupted"), then `response_complete`, with the conversation repaired.
+("interrupted"), then `response_complete`, with the conversation repaired; a run whose
+answer, stop or error was stored and only its end was not gets just its `response_complete`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -148,7 +149,9 @@ class RunRecovery:
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
-        if await self._end_stored(record, item.run_id):  # only its status was not
+        last = await self._last_event(record)
+        ours = last.get("run_id") == item.run_id
+        if ours and last.get("type") == "response_complete":  # only its status was not stored
             await self._store.update_session(
                 item.scope, item.session_id, now_ms(), status="idle", active_run_id=None
             )
@@ -157,9 +160,11 @@ class RunRecovery:
             return
         live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
-        ctx = self._context(live, run, self._limits, None)
-        history = await self._store.load_history(item.scope, item.session_id)
-        await close_interrupted(ctx, history, await self._last_step(live, run.run_id))
+        if not (ours and _ENDINGS & {last.get("type"), last.get("update_type")}):
+            ctx = self._context(live, run, self._limits, None)
+            history = await self._store.load_history(item.scope, item.session_id)
+            await close_interrupted(ctx, history, await self._last_step(live, run.run_id))
+        # else the run ended (its answer, stop or error is stored) and only its end was not
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
         if self._store.shared:
@@ -170,17 +175,16 @@ class RunRecovery:
         elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
 
-    async def _end_stored(self, record: SessionRecord, run_id: str) -> bool:
-        """Is the session's last event this run's `response_complete`? A backend that stores
-        a run's end and its status in two writes (MongoDB) can lose the second: the run then
-        ended, and closing it again would send a second end."""
+    async def _last_event(self, record: SessionRecord) -> dict[str, Any]:
+        """The session's last stored event ({} for none). It tells how far a run's end got:
+        its `response_complete` stored without the status (MongoDB's second write lost), its
+        answer, stop or error stored without the `response_complete` (a full disk at the
+        last commit), or neither (the process died mid-run)."""
         last = await self._store.read_events(
             Scope(record.tenant_id, record.user_id), record.session_id, record.last_seq - 1, 1
         )
-        if not last:
-            return False
-        frame = orjson.loads(last[0])
-        return bool(frame.get("type") == "response_complete" and frame.get("run_id") == run_id)
+        frame = orjson.loads(last[0]) if last else {}
+        return frame if isinstance(frame, dict) else {}
 
     async def _last_step(self, live: LiveSession, run_id: str) -> int:
         """The last step the dead run showed starting (a step's Reason is stored only when
@@ -188,6 +192,8 @@ class RunRecovery:
         return await last_step_of(self._store, live.scope, live.session_id, live.last_seq, run_id)
 
 
+# A run's last event before its `response_complete`, once it has ended on its own.
+_ENDINGS = {"agent_completion", "agent_stopped", "chat_response", "error"}
 _BACK_WINDOW = 256  # events read per query, from the end of the session backwards
 
 

@@ -9,7 +9,7 @@ from agent.errors import StorageError
 from server.auth import LOCAL_SCOPE
 from server.storage.base import Store
 
-__all__ = ["FailsFirstIdleStatus", "until_idle"]
+__all__ = ["FailsFirstIdleStatus", "FailsFirstRunEnd", "until_idle"]
 
 
 class FailsFirstIdleStatus:
@@ -24,6 +24,21 @@ class FailsFirstIdleStatus:
             self.failed = True
             raise StorageError("the status could not be stored")
         await super().update_session(*args, **kwargs)  # type: ignore[misc]
+
+
+class FailsFirstRunEnd:
+    """Mixed in before a store class: the first batch that ends a run (its
+    `response_complete` and the `idle` status) fails whole, as a full disk fails the last
+    commit of a run whose answer was stored."""
+
+    failed = False
+
+    async def store_batch(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        frames = kwargs.get("frames") or ()
+        if not self.failed and any(f.get("type") == "response_complete" for f in frames):
+            self.failed = True
+            raise StorageError("database or disk is full")
+        return await super().store_batch(*args, **kwargs)  # type: ignore[misc,no-any-return]
 
 
 async def until_idle(store: Store, session_id: str, timeout: float = 15.0) -> None:

@@ -18,7 +18,7 @@ from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
-from tests.fakes.stores import FailsFirstIdleStatus, until_idle
+from tests.fakes.stores import FailsFirstIdleStatus, FailsFirstRunEnd, until_idle
 
 
 async def test_a_dropped_socket_does_not_stop_the_run_and_replay_has_no_gap(server, fake_llm):
@@ -309,6 +309,30 @@ async def test_a_run_end_stored_without_its_status_is_sent_once_and_settled_late
     ends = [f["run_id"] for f in stored if f["type"] == "response_complete"]
     assert ends == [frames[0]["run_id"], again[0]["run_id"]]
     assert not [f for f in stored if f.get("update_type") == "agent_stopped"]
+
+
+class _RunEndFailsOnce(FailsFirstRunEnd, SQLiteStore):
+    """The batch with a finished run's `response_complete` fails (a full disk at the end)."""
+
+
+async def test_a_finished_run_whose_end_could_not_be_stored_is_closed_as_finished(
+    server_factory, tmp_path
+):
+    """Its answer was stored; only its end was not. Settled later, it gets its
+    `response_complete`, not an "interrupted" stop after its completion, and the model is
+    not told a restart cut it short."""
+    store = _RunEndFailsOnce(tmp_path / "end.db")
+    async with server_factory(store=store, storage={"run_lease_s": 1}) as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+        assert store.failed and "seq" not in frames[-1]  # sent live, not stored
+        await until_idle(store, session)
+        stored = [orjson.loads(b) for b in await store.read_events(LOCAL_SCOPE, session, 0)]
+        history = await store.load_history(LOCAL_SCOPE, session)
+    assert [kind(f) for f in stored][-2:] == ["agent_completion", "response_complete"]
+    assert [f["seq"] for f in stored] == list(range(1, len(stored) + 1))
+    assert not any("interrupted" in m.content for m in history if m.role == "system")
 
 
 async def test_reason_output_of_earlier_runs_is_not_resent(server, fake_llm: FakeLLM):
