@@ -53,6 +53,7 @@ from server.storage.sqlite_batch import (
     run_together,
 )
 from server.storage.sqlite_checkpoint import Checkpointer
+from server.storage.sqlite_claim import FileClaim, check_writable
 from server.storage.sqlite_connect import connect
 
 __all__ = ["SQLiteStore"]
@@ -130,6 +131,7 @@ class SQLiteStore:
     def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.shared = shared
         self._path = path
+        self._claim = FileClaim(path, shared=shared)
         self._writer = _executor("sqlite-writer")
         self._reader = _executor("sqlite-reader")
         self._closed = False
@@ -164,6 +166,7 @@ class SQLiteStore:
         if self._committing is not None:
             await asyncio.shield(self._committing)
         await self._in_writer(_close_conn, self._write_conn)
+        await self._in_writer(self._claim.release)
         await self._in_reader(_close_conn, self._read_conn)
         if self._checkpointer is not None:
             await self._checkpointer.close()
@@ -175,7 +178,14 @@ class SQLiteStore:
         self._reader.shutdown(wait=False)
 
     def _open_writer(self) -> None:
-        conn = connect(self._path, schema=_SCHEMA, synchronous_normal=True)
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        self._claim.take()  # one process per file, unless shared (server/storage/sqlite_claim.py)
+        try:
+            conn = connect(self._path, schema=_SCHEMA, synchronous_normal=True)
+            check_writable(conn)
+        except BaseException:
+            self._claim.release()
+            raise
         conn.execute("PRAGMA wal_autocheckpoint=0")  # the Checkpointer's thread does it
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "lease_until" not in columns:  # files written before leases existed

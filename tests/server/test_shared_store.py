@@ -6,6 +6,7 @@ run the call, and the single-process path that must not poll at all.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -58,8 +59,11 @@ async def test_an_approval_sent_to_the_other_server_reaches_the_run(
     assert late["code"] == "not_awaiting_approval"
 
 
-async def test_a_lone_sqlite_server_starts_no_relay(server_factory: ServerFactory) -> None:
-    async with server_factory() as alone, server_factory(storage=SHARED) as shared:
+async def test_a_lone_sqlite_server_starts_no_relay(
+    server_factory: ServerFactory, tmp_path: Path
+) -> None:
+    own_file = {"sqlite_path": str(tmp_path / "alone.db")}  # a lone server owns its file
+    async with server_factory(storage=own_file) as alone, server_factory(storage=SHARED) as shared:
         assert alone.app.state.services.hub._relay is None
         assert shared.app.state.services.hub._relay is not None
 

@@ -65,7 +65,9 @@ def mongodb_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
-        yield Backend("sqlite", StorageSettings(backend="sqlite", sqlite_path=tmp_path / "a.db"))
+        # Shared, like MongoDB: some tests hold two stores on the file, as two processes would.
+        settings = StorageSettings(backend="sqlite", sqlite_path=tmp_path / "a.db", shared=True)
+        yield Backend("sqlite", settings)
         return
     uri: str = request.getfixturevalue("mongodb_uri")  # only started if a test needs it
     database = f"contract_{uuid.uuid4().hex[:16]}"

@@ -96,11 +96,10 @@ async def test_appends_of_one_session_in_one_batch_stay_in_order(store: SQLiteSt
     assert await _seqs(store, ALICE, sid) == list(range(1, 22))
 
 
-async def test_another_writer_on_the_file_makes_the_next_batch_renumber(
-    store: SQLiteStore, tmp_path: Path
-) -> None:
+async def test_another_writer_on_the_file_makes_the_next_batch_renumber(tmp_path: Path) -> None:
+    store, other = (SQLiteStore(tmp_path / "db.sqlite", shared=True) for _ in range(2))
+    await store.open()
     (sid,) = await _sessions(store, 1)
-    other = SQLiteStore(tmp_path / "db.sqlite")
     await other.open()
     try:
         assert len(await other.append_events(ALICE, sid, [{"type": "o"}] * 3, 200)) == 3
@@ -111,6 +110,7 @@ async def test_another_writer_on_the_file_makes_the_next_batch_renumber(
     finally:
         await other.close()
     assert await _seqs(store, ALICE, sid) == [1, 2, 3, 4, 5, 6]
+    await store.close()
 
 
 async def test_one_refused_append_fails_alone_and_leaves_no_gap(store: SQLiteStore) -> None:
