@@ -43,6 +43,10 @@ class HttpReply(Protocol):
     @property
     def status(self) -> int: ...
 
+    def header(self, name: str) -> str | None:
+        """The answer's header `name` (any case), if it has one."""
+        ...
+
     async def read_some(self) -> bytes:
         """Everything that arrived since the last read (waiting for at least one byte);
         b"" at the end of the body. A connection that breaks raises."""
@@ -76,6 +80,9 @@ class _AiohttpReply:
     @property
     def status(self) -> int:
         return self._response.status
+
+    def header(self, name: str) -> str | None:
+        return self._response.headers.get(name)
 
     async def read_some(self) -> bytes:
         try:

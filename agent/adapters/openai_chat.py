@@ -10,8 +10,8 @@ importing it took half a second at every start. Its request and its error messag
 the reference: tests compare ours with them.
 
 Retry policy: connection errors, timeouts, 429 and 5xx are retried with exponential backoff
-and jitter, up to `max_retries` times, but only while opening the stream; `CallInfo.on_retry`
-hears of each retry first. Once text has reached the caller a retry would repeat it, so a
+and jitter (or after the server's `Retry-After`, up to a minute), up to `max_retries` times,
+but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once text has reached the caller a retry would repeat it, so a
 stream that breaks later fails the call. Other 4xx answers fail at once; one that says the
 prompt is longer than the context window raises ContextTooLong, so the loop can compact and
 try once more.
@@ -25,10 +25,12 @@ thinking (`reasoning_content`, `reasoning`, or a leading `<think>…</think>`) i
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -62,11 +64,14 @@ class StatusError(Exception):
     openai SDK's APIStatusError would carry: "Error code: N" and the server's own message,
     and the body's `error` object (else the parsed body, else its text)."""
 
-    def __init__(self, status: int, message: str, body: Any) -> None:
+    def __init__(
+        self, status: int, message: str, body: Any, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.status_code = status
         self.message = message
         self.body = body
+        self.retry_after_s = retry_after_s  # the server's `Retry-After`, when it is usable
 
 
 def _transient(exc: BaseException) -> bool:
@@ -183,17 +188,22 @@ class OpenAIChatModel:
             delay = state.next_action.sleep if state.next_action else 0.0
             await _notify(call, state.attempt_number + 2, total, failure, delay)
 
+        def wait(state: RetryCallState) -> float:
+            failure = state.outcome.exception() if state.outcome else None
+            return _asked_wait(failure) or self._wait(state)
+
         try:
             try:
                 return await self._send(body, headers)
             except (Unreachable, StatusError) as exc:
                 if not _transient(exc) or self._max_retries == 0:
                     raise
-                await _notify(call, 2, total, exc, self._first_wait)
-            await asyncio.sleep(self._first_wait)  # back off before the first retry too
+                first_wait = _asked_wait(exc) or self._first_wait
+                await _notify(call, 2, total, exc, first_wait)
+            await asyncio.sleep(first_wait)  # back off before the first retry too
             attempts = AsyncRetrying(  # built only after a failure: the common call is fast
                 stop=stop_after_attempt(self._max_retries),
-                wait=self._wait,
+                wait=wait,
                 retry=retry_if_exception(_transient),
                 reraise=True,
                 before_sleep=before_sleep,
@@ -229,7 +239,7 @@ class OpenAIChatModel:
             content = await reply.read_all()
         finally:
             reply.close()
-        raise _status_error(reply.status, content)
+        raise _status_error(reply.status, content, _retry_after(reply.header("Retry-After")))
 
     async def _read(self, reply: HttpReply) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Read the server-sent events ourselves (agent/adapters/sse.py).
@@ -294,7 +304,31 @@ def _user_agent() -> str:
 _USER_AGENT = _user_agent()
 
 
-def _status_error(status: int, content: bytes) -> StatusError:
+RETRY_AFTER_MAX_S = 60.0  # a longer wait asked for is not waited: the usual backoff applies
+
+
+def _retry_after(value: str | None) -> float | None:
+    """`Retry-After` in seconds (a number, or an HTTP date), when it is one to wait for."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time() if when.tzinfo else -1.0
+    return seconds if 0 <= seconds <= RETRY_AFTER_MAX_S else None
+
+
+def _asked_wait(failure: BaseException | None) -> float | None:
+    """The wait a busy server asked for before the next attempt (429 or 503 with
+    `Retry-After`), instead of the backoff: an attempt before it is refused again."""
+    return failure.retry_after_s if isinstance(failure, StatusError) else None
+
+
+def _status_error(status: int, content: bytes, retry_after_s: float | None = None) -> StatusError:
     """The error answer as the SDK reads it: the same message and `body` (the JSON body's
     `error` object when there is one, else the parsed body, else its text)."""
     message = f"Error code: {status}"
@@ -310,7 +344,7 @@ def _status_error(status: int, content: bytes) -> StatusError:
         if isinstance(detail, str) and detail:
             message += f" - {detail}"
     data = body.get("error", body) if isinstance(body, dict) else body
-    return StatusError(status, message, data)
+    return StatusError(status, message, data, retry_after_s)
 
 
 async def _notify(

@@ -46,6 +46,7 @@ class Reply:
     delay_s: float = 0.0  # before each chunk
     status: int | None = None  # answer with this HTTP error instead
     error: dict[str, Any] | None = None  # the error object sent with `status`
+    headers: dict[str, str] = field(default_factory=dict)  # sent with `status` (Retry-After)
     hang_after: int | None = None  # stop sending after this many chunks, until disconnected
     drop_after: int | None = None  # break the stream after this many chunks
     raw: bytes | None = None  # send these bytes as the whole response body instead
@@ -147,7 +148,7 @@ class FakeLLM:
         reply = scripted(body) if callable(scripted) else scripted
         if reply.status is not None:
             error = reply.error or {"message": f"scripted {reply.status}", "type": "server_error"}
-            return JSONResponse({"error": error}, status_code=reply.status)
+            return JSONResponse({"error": error}, status_code=reply.status, headers=reply.headers)
         if reply.raw is not None:
             return Response(reply.raw, media_type="text/event-stream")
         return StreamingResponse(self._stream(reply, body), media_type="text/event-stream")

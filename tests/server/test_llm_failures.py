@@ -29,6 +29,23 @@ async def test_transient_failures_are_retried(server_factory, fake_llm: FakeLLM)
     assert all(r["delay_ms"] >= 0 for r in retries)
 
 
+async def test_a_busy_server_is_asked_again_when_it_says_not_before(
+    server_factory, fake_llm: FakeLLM
+):
+    """A 429 or 503 with `Retry-After` is tried again after that wait, not the backoff's
+    (an attempt before it is refused again); the retry frame says the wait."""
+    busy = {"Retry-After": "1"}
+    fake_llm.script("reason", Reply(status=429, headers=busy), Reply(status=503, headers=busy))
+    async with server_factory(llm={"max_retries": 2}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hi", timeout=30)
+    assert frames[-2]["type"] == "agent_update" and frames[-2]["update_type"] == "agent_completion"
+    retries = [f for f in frames if kind(f) == "agent_llm_retry"]
+    assert [r["delay_ms"] for r in retries] == [1000, 1000]
+    assert retries[1]["ts"] - retries[0]["ts"] >= 900  # it waited: no sooner than it was told
+
+
 async def test_a_persistent_failure_ends_the_run_with_llm_error(server, fake_llm: FakeLLM):
     fake_llm.script("reason", Reply(status=500), Reply(status=500))
     async with await server.client() as c:

@@ -7,6 +7,7 @@ import asyncio
 import re
 import ssl
 import sys
+import time
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
@@ -15,7 +16,7 @@ import httpx2 as httpx  # the HTTP client the openai SDK is built on: to capture
 import orjson
 import pytest
 
-from agent.adapters.openai_chat import OpenAIChatModel, StatusError
+from agent.adapters.openai_chat import RETRY_AFTER_MAX_S, OpenAIChatModel, StatusError, _retry_after
 from agent.adapters.sse import SSELines
 from agent.errors import ModelError
 from agent.messages import Message
@@ -33,11 +34,20 @@ class _Reply:
     """An answer whose body comes in the given reads; read `gate_at` waits until `gate` is set."""
 
     def __init__(
-        self, status: int, reads: list[bytes], gate: asyncio.Event | None = None, gate_at: int = -1
+        self,
+        status: int,
+        reads: list[bytes],
+        gate: asyncio.Event | None = None,
+        gate_at: int = -1,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.status, self._reads, self._gate, self._gate_at = status, reads, gate, gate_at
+        self._headers = {k.lower(): v for k, v in (headers or {}).items()}
         self._next = 0
         self.closed = False
+
+    def header(self, name: str) -> str | None:
+        return self._headers.get(name.lower())
 
     async def read_some(self) -> bytes:
         if self._next == len(self._reads):
@@ -366,6 +376,17 @@ async def test_no_reason_the_server_gives_hands_the_key_to_the_log_or_the_user(
     assert key[:12] not in shown and key[-8:] not in shown
     if status == 400:  # the rest of the reason still says what is wrong
         assert "Incorrect API key provided: ***" in str(failure.value)
+
+
+def test_retry_after_is_read_as_seconds_or_a_date_and_only_when_it_is_worth_waiting():
+    from email.utils import formatdate
+
+    assert _retry_after("2") == 2.0 and _retry_after("0.5") == 0.5
+    in_ten = _retry_after(formatdate(time.time() + 10, usegmt=True))
+    assert in_ten is not None and 8 <= in_ten <= 10
+    assert _retry_after(str(RETRY_AFTER_MAX_S + 1)) is None  # too long: the usual backoff
+    for unusable in (None, "", "-1", "soon", "nan"):
+        assert _retry_after(unusable) is None
 
 
 async def test_a_stream_left_early_closes_its_reply():
