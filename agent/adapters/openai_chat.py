@@ -11,10 +11,10 @@ the reference: tests compare ours with them.
 
 Retry policy: connection errors, timeouts, 429 and 5xx are retried with exponential backoff
 and jitter (or after the server's `Retry-After`, up to a minute), up to `max_retries` times,
-but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once text has reached the caller a retry would repeat it, so a
-stream that breaks later fails the call. Other 4xx answers fail at once; one that says the
-prompt is longer than the context window raises ContextTooLong, so the loop can compact and
-try once more.
+but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once text
+has reached the caller a retry would repeat it, so a stream that breaks later fails the call.
+Other 4xx answers fail at once; one that says the prompt is longer than the context window
+raises ContextTooLong, so the loop can compact and try once more.
 
 Every request goes through `normalize` (agent/conversation.py) first: strict chat templates
 (llama.cpp, vLLM, gateways to Anthropic) refuse what OpenAI tolerates. Reasoning models'
