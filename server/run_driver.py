@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -188,6 +189,15 @@ class RunDriver:
             self._settings.run_timeout_s, run.control.request_stop, "run_timeout"
         )
         self._metrics.of(live.scope.tenant_id)[Metric.RUNS_STARTED] += 1
+        started = time.monotonic()
+        log.info(
+            "run %s started in session %s (%s mode, %s)",
+            run.run_id,
+            live.session_id,
+            "agent" if request.agent_mode else "chat",
+            request.origin,
+        )
+        outcome = "ended"
         try:
             limits = self._settings.limits(
                 budget=self._budget,
@@ -217,18 +227,26 @@ class RunDriver:
                 history = known or await self._store.load_history(live.scope, live.session_id)
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)
+            reason = run.control.stop_reason
+            outcome = f"stopped ({reason})" if reason is not None else "ended"
         except ModelError as exc:
+            outcome = f"failed: {exc}"  # the model server's reason, the key masked
             await self._fail(live, run, "llm_error", str(exc), exc.usage)
         except StorageError as exc:
             log.error("storage failed in session %s: %s", live.session_id, exc)
+            outcome = "failed: storage_error"
             await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
         except Exception:
             log.exception("run %s failed", run.run_id)
+            outcome = "failed: internal_error"
             await self._fail(live, run, "internal_error", "Something went wrong on the server.")
         finally:
             limit.cancel()
             run.control.detach()
             await self._finish(live, run)
+            took = time.monotonic() - started
+            say = log.warning if outcome.startswith("failed") else log.info
+            say("run %s %s after %.1f s", run.run_id, outcome, took)
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
         """Store the session (on its first run), the user's message and the status. Returns

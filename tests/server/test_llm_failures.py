@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import httpx
+import pytest
 from websockets.asyncio.client import connect
 
 from tests.fakes.client import kind
@@ -92,6 +94,27 @@ async def test_a_chat_run_failing_at_once_reports_no_calls(server, fake_llm: Fak
         await c.recv()
         frames = await c.run("hi", agent_mode=False)
     assert frames[-2]["code"] == "llm_error" and frames[-2]["usage"]["llm_calls"] == 0
+
+
+async def test_each_run_is_logged_as_it_starts_and_ends(
+    server, fake_llm: FakeLLM, caplog: pytest.LogCaptureFixture
+):
+    """One line when a run starts and one when it ends, with how; a failure says why."""
+    fake_llm.script("chat", Reply(status=404, error={"message": "no model `x`"}))
+    with caplog.at_level(logging.INFO, logger="server.run_driver"):
+        async with await server.client() as c:
+            session = (await c.recv())["session_id"]
+            done = await c.run("one")
+            failed = await c.run("two", agent_mode=False)
+    ours = [r for r in caplog.records if r.name == "server.run_driver"]
+    lines = [r.getMessage() for r in ours]
+    first, second = done[0]["run_id"], failed[0]["run_id"]
+    assert lines[0] == f"run {first} started in session {session} (agent mode, chat)"
+    assert lines[1].startswith(f"run {first} ended after ")
+    assert lines[2] == f"run {second} started in session {session} (chat mode, chat)"
+    assert lines[3].startswith(f"run {second} failed: The language model answered with an ")
+    assert "no model `x`" in lines[3]
+    assert [r.levelno for r in ours] == [logging.INFO] * 3 + [logging.WARNING]
 
 
 async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):
