@@ -39,7 +39,6 @@ __all__ = ["websocket_endpoint"]
 
 log = logging.getLogger(__name__)
 
-CLOSE_UNAUTHORIZED = 4401
 CLOSE_SESSION_NOT_FOUND = 4404
 CLOSE_TOO_BIG = 1009
 CLOSE_RATE_LIMITED = 1008  # policy violation
@@ -54,13 +53,16 @@ def _dumps(frame: dict[str, Any]) -> str:
 async def websocket_endpoint(websocket: WebSocket) -> None:
     services: Services = websocket.app.state.services
     auth = services.auth
-    if not auth.origin_allowed(websocket.headers.get("origin")):
-        await websocket.close(code=1008)  # before accept: HTTP 403
+    origin = websocket.headers.get("origin")
+    if not auth.origin_allowed(origin):
+        log.info("WebSocket refused: its Origin %.200r is not in server.allowed_origins", origin)
+        await _refuse(websocket, "origin_not_allowed", "This page's origin may not connect.")
         return
     offered = websocket.scope.get("subprotocols") or []
     scope = auth.identify(websocket.headers, websocket.query_params.get("token"), offered)
     if scope is None:
-        await websocket.close(code=CLOSE_UNAUTHORIZED)  # before accept: HTTP 403
+        log.info("WebSocket refused: no valid token")  # never the token itself
+        await _refuse(websocket, "unauthorized", "A valid token is needed to connect.")
         return
     tenant = scope.tenant_id
     if services.sockets[tenant] >= services.max_sockets_per_tenant:
@@ -281,6 +283,13 @@ _RATE_LIMITED = _dumps(
         "Reconnect with session_id and after_seq to continue.",
     )
 )
+
+
+async def _refuse(websocket: WebSocket, code: str, message: str) -> None:
+    """Refuse the handshake with HTTP 403 and a body that says why: a bad token and a
+    foreign origin look the same to a client otherwise (a browser's devtools show it)."""
+    body = {"code": code, "message": message}
+    await websocket.send_denial_response(JSONResponse(body, status_code=403))
 
 
 async def _send_then_close(websocket: WebSocket, text: str, code: int) -> None:

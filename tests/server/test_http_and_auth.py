@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -125,6 +127,7 @@ async def test_tokens_scope_everything_by_tenant(server_factory, fake_llm: FakeL
         with pytest.raises(InvalidStatus) as refused:
             await Client.connect(s.address)
         assert refused.value.response.status_code == 403
+        assert json.loads(refused.value.response.body)["code"] == "unauthorized"
         with pytest.raises(InvalidStatus):
             await Client.connect(s.address, token="wrong-token-0123456789")
         alice = await Client.connect(s.address, headers={"Authorization": f"Bearer {ALICE}"})

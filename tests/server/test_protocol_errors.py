@@ -168,6 +168,7 @@ async def test_origin_not_allowed_is_refused_before_upgrade(server):
     with pytest.raises(InvalidStatus) as refused:
         await Client.connect(server.address, headers={"Origin": "http://evil.example"})
     assert refused.value.response.status_code == 403
+    assert json.loads(refused.value.response.body)["code"] == "origin_not_allowed"  # says why
     ok = await Client.connect(server.address, headers={"Origin": "http://localhost:8765"})
     assert (await ok.recv())["type"] == "session"
     await ok.close()
