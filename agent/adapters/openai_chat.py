@@ -101,6 +101,7 @@ class OpenAIChatModel:
         transport: HttpTransport | None = None,  # tests' chosen reads
     ) -> None:
         self._transport = transport or AiohttpTransport(timeout_s)
+        self._timeout_s = timeout_s
         base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._url = base.rstrip("/") + "/chat/completions"
         # Built once: none of them changes between calls. The organization and project come
@@ -227,6 +228,11 @@ class OpenAIChatModel:
                 f"The language model answered with an error (HTTP {exc.status_code}){shown}."
             ) from exc
         except Unreachable as exc:
+            if exc.timed_out:  # it may be up but slow: say which setting bounds the wait
+                raise ModelError(
+                    "The language model did not answer within llm.timeout_s "
+                    f"({self._timeout_s:g} s)."
+                ) from exc
             raise ModelError(f"The language model could not be reached ({exc.reason}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -287,6 +293,11 @@ class OpenAIChatModel:
                     f"reply ({reason}). Give it a larger context (llama.cpp: --ctx-size; "
                     "Ollama: num_ctx), or set [llm] max_tokens and [context] window_tokens "
                     "to fit the one it has."
+                ) from failure
+            if isinstance(failure, Unreachable) and failure.timed_out:
+                raise ModelError(
+                    "The language model sent nothing for longer than llm.timeout_s "
+                    f"({self._timeout_s:g} s) while writing its reply."
                 ) from failure
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({reason})."

@@ -22,6 +22,10 @@ async def test_an_llm_that_hangs_past_the_timeout_ends_the_run(server_factory, f
             await c.recv()
             frames = await c.run("hello", timeout=10)
             assert frames[-2]["code"] == "llm_error"
+            assert frames[-2]["message"] == (  # not "could not be reached": it was
+                "The language model sent nothing for longer than llm.timeout_s (0.5 s) "
+                "while writing its reply."
+            )
             assert kind(frames[-1]) == "response_complete"
             assert kind((await c.run("again"))[-2]) == "agent_completion"
 

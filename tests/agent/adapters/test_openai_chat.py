@@ -16,6 +16,7 @@ import httpx2 as httpx  # the HTTP client the openai SDK is built on: to capture
 import orjson
 import pytest
 
+from agent.adapters.http import Unreachable
 from agent.adapters.openai_chat import RETRY_AFTER_MAX_S, OpenAIChatModel, StatusError, _retry_after
 from agent.adapters.sse import SSELines
 from agent.errors import ModelError
@@ -376,6 +377,21 @@ async def test_no_reason_the_server_gives_hands_the_key_to_the_log_or_the_user(
     assert key[:12] not in shown and key[-8:] not in shown
     if status == 400:  # the rest of the reason still says what is wrong
         assert "Incorrect API key provided: ***" in str(failure.value)
+
+
+async def test_a_model_server_that_does_not_answer_in_time_is_called_slow_not_unreachable():
+    class _Silent(_Transport):
+        async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _Reply:
+            raise Unreachable("timed out", timed_out=True)
+
+    model = _model(_Silent(lambda: _Reply(200, [])), max_retries=0, timeout_s=7)
+    try:
+        with pytest.raises(ModelError) as failure:
+            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                pass
+    finally:
+        await model.aclose()
+    assert str(failure.value) == "The language model did not answer within llm.timeout_s (7 s)."
 
 
 def test_retry_after_is_read_as_seconds_or_a_date_and_only_when_it_is_worth_waiting():
