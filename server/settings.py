@@ -55,7 +55,7 @@ class ServerSettings(_Section):
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
     # Unset: the page's own origins on `port` (127.0.0.1 and localhost), so that serving on
-    # another port does not refuse the bundled UI's WebSocket.
+    # another port does not refuse the bundled UI's WebSocket. Set: exactly the list given.
     allowed_origins: tuple[str, ...] = _DEFAULT_ORIGINS
     max_message_bytes: int = Field(1_048_576, ge=1024)
     ping_interval_s: float = Field(20.0, gt=0)
@@ -82,7 +82,8 @@ class ServerSettings(_Section):
 
     @model_validator(mode="after")
     def _origins_follow_the_port(self) -> ServerSettings:
-        if self.allowed_origins == _DEFAULT_ORIGINS and self.port not in (8765, 0):
+        # An explicit list equal to the defaults is still the operator's choice.
+        if "allowed_origins" not in self.model_fields_set and self.port not in (8765, 0):
             origins = (f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}")
             return self.model_copy(update={"allowed_origins": origins})
         return self
@@ -215,12 +216,13 @@ class TelemetrySettings(_Section):
 class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""
 
+    # Each section's default is its class's defaults, so a section is built from what was
+    # given alone: its `model_fields_set` tells a key written out from one left unset.
     model_config = SettingsConfigDict(
         env_prefix="AGENT__",
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
-        nested_model_default_partial_update=True,
     )
 
     server: ServerSettings = ServerSettings()

@@ -6,6 +6,7 @@ import dataclasses
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -233,6 +234,29 @@ def test_the_default_origins_follow_the_port(monkeypatch: pytest.MonkeyPatch) ->
     assert load_settings(None, {}).server.allowed_origins == (
         "http://127.0.0.1:8765",
         "http://localhost:8765",
+    )
+
+
+def test_origins_set_by_hand_are_kept_as_written_on_any_port(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A list equal to the defaults was replaced when the port changed: the shipped config's
+    # http://127.0.0.1:8765 was refused when serving with --port 19240.
+    monkeypatch.delenv("AGENT__SERVER__PORT", raising=False)
+    config = tmp_path / "config.toml"
+    config.write_text('[server]\nallowed_origins = ["http://127.0.0.1:8765"]\n')
+    kept = load_settings(config, {"server": {"port": 19240}}, environ={})
+    assert kept.server.allowed_origins == ("http://127.0.0.1:8765",)
+    monkeypatch.setenv("AGENT__SERVER__ALLOWED_ORIGINS", '["http://127.0.0.1:8765"]')
+    from_env = load_settings(None, {"server": {"port": 19240}}, environ={})
+    assert from_env.server.allowed_origins == ("http://127.0.0.1:8765",)
+    # The shipped config leaves them unset, so that they follow --port.
+    monkeypatch.delenv("AGENT__SERVER__ALLOWED_ORIGINS")
+    assert "allowed_origins" not in tomllib.loads((REPO / "config.toml").read_text())["server"]
+    shipped = load_settings(REPO / "config.toml", {"server": {"port": 19240}}, environ={})
+    assert shipped.server.allowed_origins == (
+        "http://127.0.0.1:19240",
+        "http://localhost:19240",
     )
 
 
