@@ -279,3 +279,13 @@ def test_a_key_written_in_the_config_is_refused_without_being_echoed() -> None:
         load_settings(None, {"llm": {"api_key": "sk-secret-value"}})
     assert "environment only" in str(refused.value) and "OPENAI_API_KEY" in str(refused.value)
     assert "sk-secret-value" not in str(refused.value)
+
+
+def test_the_readme_says_where_relative_mcp_commands_are_found() -> None:
+    # It said every relative path resolves against the config file's folder; an MCP server's
+    # command is run from the working directory (docs/tools.md says so too).
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    paragraph = " ".join(readme[readme.index("## Configuration") :].split("\n\n")[1].split())
+    assert "MCP server's `command`" in paragraph and "working directory" in paragraph
+    tools = (REPO / "docs" / "tools.md").read_text(encoding="utf-8")
+    assert "relative to the server's working directory" in tools
