@@ -8,20 +8,34 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import json
+import math
 import os
 import tomllib
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from agent.budget import Budget, Price
 from agent.context import ContextLimits
 from agent.run import RunLimits, Style
 from agent.tools.config import McpServerConfig, ToolsConfig
-from agent.validation import describe_errors
+from agent.validation import MOST_LINES, describe_errors
 
 __all__ = [
     "AgentSettings",
@@ -45,7 +59,47 @@ class ConfigError(Exception):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf passes every "> 0" check, then fails where it is used (a timeout, an int() of it)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _again(err: ErrorDetails, loc: tuple[int | str, ...] | None = None) -> InitErrorDetails:
+    """`err` (at `loc`) as pydantic takes it back: its type and message kept, so that an
+    unknown key still reads "unknown key" and a missing one shows no input."""
+    return InitErrorDetails(
+        type=PydanticCustomError(err["type"], err["msg"]),
+        loc=err["loc"] if loc is None else loc,
+        input=err["input"],
+    )
+
+
+def _refuse(
+    title: str, loc: tuple[int | str, ...], kind: str, message: str, value: Any
+) -> ValidationError:
+    return ValidationError.from_exception_data(
+        title, [InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)]
+    )
+
+
+def _http_url(value: str) -> bool:
+    """An absolute http(s) URL with a host: anything else fails every request later, each
+    one retried as if the failure were temporary."""
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # a port that is not a number raises ValueError
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def safe_url(url: str) -> str:
+    """`url` without what may be secret in it: user and password, query, fragment. Plain
+    string work, so that a URL urlsplit refuses (MongoDB's several hosts) is cut all the same."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    rest = rest.partition("#")[0].partition("?")[0].rpartition("@")[2]
+    return f"{scheme}{sep}{rest}"
 
 
 _DEFAULT_ORIGINS = ("http://127.0.0.1:8765", "http://localhost:8765")
@@ -100,6 +154,16 @@ class LLMSettings(_Section):
     temperature: float | None = Field(None, ge=0, le=2)  # unset: the model server's default
     max_tokens: int | None = Field(None, ge=16)  # per call; unset: the model server's default
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name
+
+    @field_validator("base_url")
+    @classmethod
+    def _absolute_http_url(cls, value: str) -> str:
+        if value and not _http_url(value):
+            raise PydanticCustomError(
+                "url",
+                "must be an absolute http(s) URL with a host, like http://127.0.0.1:8080/v1",
+            )
+        return value
 
 
 class AgentSettings(_Section):
@@ -198,12 +262,30 @@ class Identity(_Section):
 class AuthSettings(_Section):
     tokens: dict[str, Identity] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _long_tokens(self) -> AuthSettings:
-        short = [t for t in self.tokens if len(t) < 16]
+    @field_validator("tokens", mode="wrap")
+    @classmethod
+    def _tokens_never_shown(cls, value: Any, handler: Callable[[Any], Any]) -> Any:
+        """A token is a key of the table: an error names it by its place, `<token 2>`, so
+        that no message (nor the log it lands in) holds the secret itself."""
+        place = (
+            {k: f"<token {n}>" for n, k in enumerate(value, 1)} if isinstance(value, dict) else {}
+        )
+        try:
+            tokens: dict[str, Identity] = handler(value)
+        except ValidationError as exc:
+            errors = [
+                _again(err, (place.get(str(err["loc"][0]), "<token>"), *err["loc"][1:]))
+                if err["loc"]
+                else _again(err)
+                for err in exc.errors(include_url=False)
+            ]
+            raise ValidationError.from_exception_data(exc.title, errors) from None
+        short = [place[t] for t in tokens if len(t) < 16]
         if short:
-            raise ValueError("every token must be at least 16 characters long")
-        return self
+            raise ValueError(
+                f"every token must be at least 16 characters long ({', '.join(short)} is not)"
+            )
+        return tokens
 
 
 class TelemetrySettings(_Section):
@@ -223,6 +305,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
     server: ServerSettings = ServerSettings()
@@ -245,15 +328,107 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (env_settings, init_settings)  # env beats flags, flags beat the file
 
+    @model_validator(mode="wrap")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any, handler: Callable[[Any], Settings]) -> Settings:
+        """pydantic reads `true` as 1 and accepts inf wherever a number must be > 0; the agent's
+        own sections (tools, context, prices) too, so they are checked here, in what was given
+        (the file, flags, and the environment as strings), and reported with the rest."""
+        refused = list(_not_numbers(data, Settings)) if isinstance(data, dict) else []
+        try:
+            settings = handler(data)
+        except ValidationError as exc:
+            where = {err["loc"] for err in refused}
+            others = [_again(e) for e in exc.errors(include_url=False) if e["loc"] not in where]
+            raise ValidationError.from_exception_data(exc.title, [*refused, *others]) from None
+        if refused:
+            raise ValidationError.from_exception_data(cls.__name__, refused)
+        return settings
+
     @model_validator(mode="after")
     def _safe_binding(self) -> Settings:
         if not self.auth.tokens and not _is_loopback(self.server.host):
-            raise ValueError(
-                f"server.host is {self.server.host!r} but no auth tokens are configured: "
-                "without tokens the server only binds to a loopback address (127.0.0.1, ::1, "
-                "localhost). Configure [auth] tokens to serve other hosts."
+            raise _refuse(
+                type(self).__name__,
+                ("server", "host"),
+                "loopback_only",
+                "without auth tokens the server only binds to a loopback address (127.0.0.1, "
+                "::1, localhost); configure [auth] tokens to serve other hosts",
+                self.server.host,
             )
         return self
+
+
+def _strip(annotation: Any) -> Any:
+    """`X` of `Annotated[X, ...]` and of `X | None`."""
+    if get_origin(annotation) is Annotated:
+        return _strip(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip(args[0])
+    return annotation
+
+
+def _child(annotation: Any, key: int | str) -> Any:
+    """The type of `key` inside a value of type `annotation`: a field of a model (or of a
+    pydantic dataclass), a dict's value, a list's item; None when there is no such key."""
+    annotation = _strip(annotation)
+    fields = getattr(annotation, "__pydantic_fields__", None)
+    if isinstance(fields, dict):
+        field = fields.get(key)
+        return None if field is None else field.annotation
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is dict and len(args) == 2:
+        return args[1]
+    if origin in (tuple, list, set, frozenset) and args and isinstance(key, int):
+        return args[0]
+    return None
+
+
+def _at(loc: tuple[int | str, ...]) -> Any:
+    """The type of the setting at `loc` (None for an unknown key)."""
+    annotation: Any = Settings
+    for key in loc:
+        annotation = _child(annotation, key)
+        if annotation is None:
+            return None
+    return _strip(annotation)
+
+
+def _not_numbers(
+    value: Any, annotation: Any, loc: tuple[int | str, ...] = ()
+) -> Iterator[InitErrorDetails]:
+    """Booleans given for numbers, and numbers that are not finite (TOML's inf and nan, or
+    "inf" and "1e999" from the environment), anywhere in `value`."""
+    annotation = _strip(annotation)
+    if annotation in (int, float):
+        if isinstance(value, bool):
+            kind, message = "number_type", "Input should be a number, not true or false"
+        elif annotation is float and not _finite(value):
+            kind, message = "finite_number", "Input should be a finite number"
+        else:
+            return
+        yield InitErrorDetails(type=PydanticCustomError(kind, message), loc=loc, input=value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = _child(annotation, key)
+            if child is not None:
+                yield from _not_numbers(item, child, (*loc, key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            child = _child(annotation, index)
+            if child is not None:
+                yield from _not_numbers(item, child, (*loc, index))
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value)) if isinstance(value, float | int | str) else True
+    except OverflowError:  # an integer too large for a float
+        return False
+    except ValueError:  # not a number at all: pydantic says so
+        return True
 
 
 def _is_loopback(host: str) -> bool:
@@ -272,8 +447,10 @@ def load_settings(
 ) -> Settings:
     """Read the TOML file (if it exists), apply flags and environment, validate everything.
 
-    Relative paths resolve against the config file's folder (or the working directory when
-    there is no file). Raise ConfigError with every problem found.
+    `overrides` are the command-line flags by section, `{"server": {"port": 8080}}` for
+    `--port 8080` (None: not given); a message names a wrong one `--port`. Relative paths
+    resolve against the config file's folder (or the working directory when there is no
+    file). Raise ConfigError with every problem found.
     """
     env = os.environ if environ is None else environ
     data: dict[str, Any] = {}
@@ -281,19 +458,80 @@ def load_settings(
     if config_path is not None:
         config_path = config_path.expanduser().resolve()
         base = config_path.parent
-        try:
-            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file not found: {config_path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{config_path} is not valid TOML: {exc}") from None
+        data = _read_toml(config_path)
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
+    _check_environment()
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, config_path)) from None
+        raise ConfigError(_describe(exc, config_path, overrides or {})) from None
+    except SettingsError as exc:  # a variable _check_environment did not foresee
+        raise ConfigError(f"invalid environment: {exc}") from None
     return _resolve(settings, base, env)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The file's tables; a file that cannot be read is one line saying why, not a traceback."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, not a file") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {raw[exc.start]:#04x} on line {line})"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+
+
+_ENV_PREFIX = "AGENT__"
+
+
+def _check_environment() -> None:
+    """`AGENT__` variables that pydantic-settings would ignore (an unknown section, while an
+    unknown key of a known section is refused) or fail on with a traceback naming only the
+    section (a list or table that is not JSON). Their values are never shown: some are
+    secrets (AGENT__AUTH__TOKENS)."""
+    problems = []
+    for name, value in os.environ.items():
+        if not name.upper().startswith(_ENV_PREFIX):
+            continue
+        keys = tuple(name[len(_ENV_PREFIX) :].lower().split("__"))
+        if keys[0] not in Settings.model_fields:
+            problems.append(
+                f"{name}: unknown section {keys[0]!r} (the sections are "
+                f"{', '.join(Settings.model_fields)}; AGENT__<SECTION>__<KEY>)"
+            )
+            continue
+        expected = _json_kind(_at(keys), keys)
+        if expected and value:
+            try:
+                json.loads(value)
+            except ValueError:
+                problems.append(f"{name}: must be {expected}")
+    if problems:
+        raise ConfigError("\n  ".join(["invalid environment:", *problems]))
+
+
+def _json_kind(annotation: Any, keys: tuple[str, ...]) -> str:
+    """What a variable for a list or a table must hold, with an example; "" for the rest."""
+    if keys == ("auth", "tokens"):
+        return 'a JSON object, e.g. {"<token>": {"tenant": "acme", "user": "alice"}}'
+    if get_origin(annotation) in (tuple, list, set, frozenset):
+        return 'a JSON list, e.g. ["a", "b"]'
+    if get_origin(annotation) is dict or hasattr(annotation, "__pydantic_fields__"):
+        return 'a JSON object, e.g. {"key": "value"}'
+    return ""
 
 
 def _mcp_servers(
@@ -321,6 +559,12 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
             "llm.api_key: keys are read from the environment only: set the variable "
             f"llm.api_key_env names ({llm.api_key_env}) and leave llm.api_key out"
         )
+    base_url = llm.base_url or env.get("OPENAI_BASE_URL", "")
+    if not _http_url(base_url or "http://default"):  # llm.base_url itself is checked already
+        raise ConfigError(
+            "OPENAI_BASE_URL: must be an absolute http(s) URL with a host, like "
+            f"http://127.0.0.1:8080/v1 (got {json.dumps(safe_url(base_url))})"
+        )
     search = settings.tools.web_search
     sqlite_path = settings.storage.sqlite_path
     if not sqlite_path.is_absolute():
@@ -329,7 +573,7 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
         update={
             "llm": llm.model_copy(
                 update={
-                    "base_url": llm.base_url or env.get("OPENAI_BASE_URL", ""),
+                    "base_url": base_url,
                     "api_key": SecretStr(env.get(llm.api_key_env, "")),
                 }
             ),
@@ -347,17 +591,63 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
     )
 
 
-def _describe(exc: ValidationError, path: Path | None) -> str:
-    """Every problem, each naming the environment variable that set it when one did (a value
-    from the environment is not in the file the message would otherwise point at)."""
-    where = f" in {path}" if path else ""
-    from_env: dict[str, str] = {}
-    for error in exc.errors():
-        variable = "AGENT__" + "__".join(str(part).upper() for part in error["loc"])
-        if variable in os.environ:
-            from_env[".".join(str(part) for part in error["loc"]) + ":"] = variable
-    lines = [
-        next((f"{line} (from {v})" for k, v in from_env.items() if line.startswith(k)), line)
-        for line in describe_errors(exc, root="(top level)")
-    ]
+def _describe(
+    exc: ValidationError, path: Path | None, overrides: Mapping[str, Mapping[str, Any]]
+) -> str:
+    """Every problem, each naming the environment variable or the flag that set it when one
+    did (a value from there is not in the file the message would otherwise point at). A
+    secret's value is never shown, nor a token (it is the key of its table)."""
+    errors = [_again(e, _token_hidden(e["loc"])) for e in exc.errors(include_url=False)]
+    exc = ValidationError.from_exception_data(exc.title, errors)
+    shown = describe_errors(exc, root="(top level)")
+    bare = describe_errors(exc, root="(top level)", show_input=False)
+    variables = {name.upper(): name for name in os.environ}
+    lines, from_file = [], False
+    for n, err in enumerate(exc.errors(include_url=False)[:MOST_LINES]):
+        loc, given = err["loc"], err["input"]
+        line = shown[n]
+        if loc[:1] == ("auth",) or _holds_secret(_at(loc)):
+            line = bare[n]
+        elif isinstance(given, float) and not math.isfinite(given):
+            line = f"{bare[n]} (got {given})"  # as JSON, inf would read null
+        elif loc == ("llm", "base_url") and isinstance(given, str):
+            line = f"{bare[n]} (got {json.dumps(safe_url(given))})"  # it may hold a password
+        source = _source(loc, variables, overrides)
+        from_file = from_file or source is None
+        lines.append(f"{line} (from {source})" if source else line)
+    lines += shown[len(lines) :]
+    where = f" in {path}" if path and from_file else ""
     return "\n  ".join([f"invalid configuration{where}:", *lines])
+
+
+def _token_hidden(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """`loc` with a token in it replaced (AuthSettings names tokens by place already)."""
+    if loc[:2] == ("auth", "tokens") and len(loc) > 2 and not str(loc[2]).startswith("<token"):
+        return (*loc[:2], "<token>", *loc[3:])
+    return loc
+
+
+def _holds_secret(annotation: Any, depth: int = 0) -> bool:
+    """Whether a value of this type is, or may hold, a secret (a misplaced one included)."""
+    annotation = _strip(annotation)
+    if annotation is SecretStr:
+        return True
+    fields = getattr(annotation, "__pydantic_fields__", None)
+    inner = [f.annotation for f in fields.values()] if isinstance(fields, dict) else []
+    inner += [a for a in get_args(annotation) if not isinstance(a, str)]
+    return depth < 6 and any(_holds_secret(a, depth + 1) for a in inner)
+
+
+def _source(
+    loc: tuple[int | str, ...],
+    variables: Mapping[str, str],
+    overrides: Mapping[str, Mapping[str, Any]],
+) -> str | None:
+    """The variable or flag a value at `loc` came from (env beats flags); None: the file."""
+    for depth in range(len(loc), 0, -1):
+        name = _ENV_PREFIX + "__".join(str(part).upper() for part in loc[:depth])
+        if name in variables:
+            return variables[name]
+    if len(loc) >= 2 and (overrides.get(str(loc[0])) or {}).get(str(loc[1])) is not None:
+        return "--" + str(loc[1]).replace("_", "-")
+    return None
