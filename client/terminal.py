@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -35,7 +36,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-__all__ = ["run_terminal_chat"]
+from client import DEFAULT_URL
+
+__all__ = ["resume_command", "run_terminal_chat"]
 
 Frame = dict[str, Any]
 RECONNECT_DELAYS_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -81,6 +84,25 @@ def _ws_url(url: str, params: dict[str, str]) -> str:
     path = parts.path if parts.path not in ("", "/") else "/ws"
     query = urlencode([*parse_qsl(parts.query), *params.items()])
     return urlunsplit((scheme, parts.netloc, path, query, ""))
+
+
+def resume_command(url: str, session_id: str, token: str | None) -> str:
+    """The command that resumes `session_id` on this server: with `--url` unless it is the
+    default, and `--token …` when one was used, never the token itself (nor a `?token=` or
+    password in the URL: the hint stays on screen and in terminal logs)."""
+    parts = urlsplit(url if "://" in url else f"ws://{url}")
+    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "token"]
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username}:…@{netloc.rpartition('@')[2]}"
+    shown = urlunsplit((parts.scheme, netloc, parts.path, urlencode(query), parts.fragment))
+    command = ["agent-server", "chat"]
+    if _ws_url(shown, {}) != _ws_url(DEFAULT_URL, {}):
+        command += ["--url", shlex.quote(shown)]
+    command += ["--session", shlex.quote(session_id)]
+    if token or len(query) < len(parse_qsl(parts.query, keep_blank_values=True)):
+        command += ["--token", "…"]
+    return " ".join(command)
 
 
 class Style:
@@ -374,7 +396,7 @@ class TerminalChat:
             self.p.line(
                 self.s.dim(
                     f"session {self.session_id} · resume it with: "
-                    f"agent-server chat --session {self.session_id}"
+                    + resume_command(self.url, str(self.session_id), self.token)
                 )
             )
 

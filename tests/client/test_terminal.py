@@ -166,7 +166,9 @@ async def test_a_run_streams_its_phases_and_the_final_answer(
     assert b"\x1b]0;pwned" not in term.raw  # model text cannot send terminal commands
 
     term.type("\x04")  # Ctrl-D: end of input
-    await term.expect(rf"resume it with: agent-server chat --session {session_id}")
+    # not the default address: the hint names it, or it would resume on another server
+    url = re.escape(ws_url(server))
+    await term.expect(rf"resume it with: agent-server chat --url {url} --session {session_id}\n")
     assert await term.exit_code() == 0
 
 
@@ -236,7 +238,7 @@ async def test_ctrl_c_stops_a_run_and_a_second_ctrl_c_quits(
     await term.expect(r"stopping the run")
     term.type("\x03")
     assert await term.exit_code() == 130
-    await term.expect(r"resume it with: agent-server chat --session \w+")
+    await term.expect(r"resume it with: agent-server chat --url \S+ --session \w+")
 
 
 async def test_resuming_a_session_shows_only_what_this_terminal_has_not_shown(
@@ -370,3 +372,32 @@ async def test_piped_input_waits_for_its_run_and_says_so_once(
     assert proc.returncode == 0, text
     assert text.count("(input ended: waiting for the run to finish)") == 1, text
     assert "It is noon." in text
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "hint"),
+    [
+        ("ws://127.0.0.1:8765/ws", None, "agent-server chat --session s1"),
+        ("http://127.0.0.1:8765", None, "agent-server chat --session s1"),  # the same server
+        (
+            "ws://10.0.0.5:9000/ws",
+            None,
+            "agent-server chat --url ws://10.0.0.5:9000/ws --session s1",
+        ),
+        ("ws://h:9000/ws", "tok-secret-123456", "chat --url ws://h:9000/ws --session s1 --token …"),
+        (
+            "ws://h:9000/ws?token=tok-secret-123456",
+            None,
+            "--url ws://h:9000/ws --session s1 --token …",
+        ),
+        ("wss://me:tok-secret-123456@h/ws", None, "--url 'wss://me:…@h/ws' --session s1"),
+    ],
+)
+def test_the_resume_hint_names_the_server_but_never_the_token(
+    url: str, token: str | None, hint: str
+) -> None:
+    # It dropped --url, so the command it printed resumed on the default server instead.
+    from client.terminal import resume_command
+
+    shown = resume_command(url, "s1", token)
+    assert shown.endswith(hint) and "tok-secret" not in shown
