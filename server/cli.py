@@ -15,12 +15,16 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
+from client import DEFAULT_URL
+
 if TYPE_CHECKING:
     import uvicorn
 
     from server.settings import Settings
 
-__all__ = ["main", "uvicorn_config"]
+__all__ = ["main", "startup_summary", "uvicorn_config"]
+
+_log = logging.getLogger("server.cli")
 
 
 def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
@@ -61,27 +65,34 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    if args.workers > 1:
-        return _supervise(args)
-    from server.app import create_app
-    from server.guard import raise_open_file_limit
-    from server.runner import AgentServer
     from server.settings import ConfigError, load_settings
-    from server.telemetry import configure_tracing
 
     config_path: Path | None = args.config
     if config_path is None and Path("config.toml").is_file():
         config_path = Path("config.toml")
     try:
         settings = load_settings(config_path, {"server": {"host": args.host, "port": args.port}})
-        app = create_app(settings)
-        stop_tracing = configure_tracing(settings.telemetry)
     except ConfigError as exc:
         print(f"agent-server: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    if args.workers > 1:
+        return _supervise(args, settings, config_path)
+    from server.app import create_app
+    from server.guard import raise_open_file_limit
+    from server.runner import AgentServer
+    from server.telemetry import configure_tracing
+
+    try:
+        app = create_app(settings)
+        stop_tracing = configure_tracing(settings.telemetry)
+    except ConfigError as exc:
+        print(f"agent-server: {exc}", file=sys.stderr)
+        return 2
+    if not args.worker:  # under --workers the supervisor says it, once
+        _log.info("%s", startup_summary(settings, config_path))
     raise_open_file_limit()
     sockets = (
         [_reuse_port_socket(settings.server.host, settings.server.port)] if args.worker else None
@@ -106,7 +117,23 @@ def _reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _supervise(args: argparse.Namespace) -> int:
+def startup_summary(settings: Settings, config_path: Path | None) -> str:
+    """One line saying what the server runs with: the config file (or none), the model and
+    where it is served, the store. Nothing secret: URLs lose their user, password and query."""
+    from agent.adapters.openai_chat import DEFAULT_BASE_URL
+    from server.settings import safe_url
+
+    llm, storage = settings.llm, settings.storage
+    config = f"config {config_path.resolve()}" if config_path else "no config file: defaults"
+    if storage.backend == "sqlite":
+        store = f"sqlite {storage.sqlite_path}"
+    else:
+        store = f"mongodb {safe_url(storage.mongodb_uri)} database {storage.mongodb_database}"
+    model = f"model {llm.model} at {safe_url(llm.base_url or DEFAULT_BASE_URL)}"
+    return f"{config}; {model}; storage {store}"
+
+
+def _supervise(args: argparse.Namespace, settings: Settings, config_path: Path | None) -> int:
     """Run `args.workers` server processes on one port (SO_REUSEPORT) and one store.
 
     Each worker is a whole server (its own event loop, runs and connections); they meet in
@@ -116,15 +143,29 @@ def _supervise(args: argparse.Namespace) -> int:
     server exits with an error, so that its supervisor (systemd, Kubernetes) restarts all of
     it instead of it serving on with fewer workers; its runs are closed by the next start.
     """
-    if args.port == 0:
-        print("agent-server: --workers needs a fixed port, not 0", file=sys.stderr)
+    host, port = settings.server.host, settings.server.port
+    if port == 0:  # from the flag, the file or the environment alike
+        print(
+            "agent-server: --workers needs a fixed port: server.port is 0 (any free port), "
+            "which would give each worker its own",
+            file=sys.stderr,
+        )
         return 2
+    _log.info("%s", startup_summary(settings, config_path))
     command = [sys.executable, "-m", "server", "--worker"]  # __main__ adds "serve"
-    for flag, value in (("--config", args.config), ("--host", args.host), ("--port", args.port)):
+    for flag, value in (("--config", config_path), ("--host", args.host), ("--port", args.port)):
         if value is not None:
             command += [flag, str(value)]
     env = {**os.environ, "AGENT__STORAGE__SHARED": "true"}
     workers = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
+    address = f"[{host}]" if ":" in host else host
+    _log.info(
+        "%d workers (pids %s) serving on http://%s:%d",
+        len(workers),
+        ", ".join(str(w.pid) for w in workers),
+        address,
+        port,
+    )
     told_to_stop = threading.Event()
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -158,6 +199,16 @@ def _chat(args: argparse.Namespace) -> int:
     return run_terminal_chat(args.url, args.session, args.token)
 
 
+def _workers(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {count})")
+    return count
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-server", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -169,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=None, help="port to listen on (server.port)")
     serve.add_argument(
         "--workers",
-        type=int,
+        type=_workers,
         default=1,
         help="server processes on this port and store (SO_REUSEPORT); docs/deploy.md",
     )
@@ -178,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     chat = commands.add_parser("chat", help="chat with a running server from the terminal")
     chat.add_argument(
         "--url",
-        default="ws://127.0.0.1:8765/ws",
+        default=DEFAULT_URL,
         help="the server's WebSocket, or its http:// address (default: %(default)s)",
     )
     chat.add_argument("--session", default=None, help="resume this session id")

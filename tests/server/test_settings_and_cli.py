@@ -176,6 +176,9 @@ async def test_serve_runs_from_any_directory_and_stops_on_sigterm(tmp_path):
         # uvicorn re-raises the signal after a clean shutdown, as a process should
         assert await asyncio.wait_for(proc.wait(), 20) in (0, -signal.SIGTERM)
         assert "Application shutdown complete" in output
+        # what it runs with, in one line: the file, the model and its server, the store
+        assert f"INFO server.cli: config {REPO / 'config.toml'}; model " in output
+        assert f"; storage sqlite {tmp_path / 'a.db'}\n" in output
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -193,9 +196,8 @@ async def test_a_worker_that_dies_stops_the_others_and_the_server_exits_with_an_
     from tests.fakes.processes import free_port, start_server_process
 
     env = {"AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
-    proc = await start_server_process(
-        tmp_path, free_port(), env, capture=True, extra=["--workers", "2"]
-    )
+    port = free_port()
+    proc = await start_server_process(tmp_path, port, env, capture=True, extra=["--workers", "2"])
     children = await asyncio.to_thread(_children, proc.pid)
     try:
         assert len(children) == 2
@@ -203,6 +205,9 @@ async def test_a_worker_that_dies_stops_the_others_and_the_server_exits_with_an_
         output = (await asyncio.wait_for(proc.stdout.read(), 30)).decode()  # type: ignore[union-attr]
         assert await asyncio.wait_for(proc.wait(), 30) != 0
         assert "a worker exited on its own" in output
+        # uvicorn says nowhere where workers listen: the supervisor does
+        assert f"INFO server.cli: 2 workers (pids {', '.join(children)}) " in output
+        assert f"serving on http://127.0.0.1:{port}\n" in output
         assert not await asyncio.to_thread(_alive, children[1])  # the other one was stopped
     finally:
         for child in children:  # without the fix they outlive the test and hold its pipe
@@ -279,6 +284,58 @@ def test_a_key_written_in_the_config_is_refused_without_being_echoed() -> None:
         load_settings(None, {"llm": {"api_key": "sk-secret-value"}})
     assert "environment only" in str(refused.value) and "OPENAI_API_KEY" in str(refused.value)
     assert "sk-secret-value" not in str(refused.value)
+
+
+@pytest.mark.parametrize("workers", ["0", "-3"])
+def test_serve_refuses_fewer_than_one_worker(tmp_path: Path, workers: str) -> None:
+    # They ran one process, as if --workers had not been given.
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "--port", "1", "--workers", workers],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert f"argument --workers: must be at least 1 (got {workers})" in done.stderr
+
+
+def test_workers_need_a_fixed_port_from_the_file_too(tmp_path: Path) -> None:
+    # Only --port 0 was refused; port = 0 in the file started workers on a port each.
+    config = tmp_path / "config.toml"
+    config.write_text("[server]\nport = 0\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "server", "--config", str(config), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    assert "agent-server: --workers needs a fixed port: server.port is 0" in done.stderr
+
+
+def test_the_startup_line_names_what_the_server_runs_with_and_no_secret(tmp_path: Path) -> None:
+    from server.cli import startup_summary
+
+    config = tmp_path / "config.toml"
+    config.write_text(
+        '[llm]\nmodel = "m1"\nbase_url = "https://me:hunter2@llm.example/v1?key=k2"\n'
+        '[storage]\nsqlite_path = "x.db"\n'
+    )
+    line = startup_summary(load_settings(config, environ={}), config)
+    assert line == (
+        f"config {config}; model m1 at https://llm.example/v1; storage sqlite {tmp_path / 'x.db'}"
+    )
+    config.write_text(
+        '[storage]\nbackend = "mongodb"\nmongodb_uri = "mongodb://u:hunter2@db:27017/?tls=true"\n'
+    )
+    line = startup_summary(load_settings(config, environ={}), config)
+    assert "storage mongodb mongodb://db:27017/ database agent_server" in line
+    assert "hunter2" not in line
+    line = startup_summary(load_settings(None, environ={}), None)
+    assert line.startswith("no config file: defaults; model gpt-4o-mini at https://api.openai.com")
+    assert line.endswith(f"storage sqlite {Path.cwd() / 'data' / 'agent.db'}")
 
 
 def test_the_readme_says_where_relative_mcp_commands_are_found() -> None:
