@@ -553,19 +553,20 @@ def _mcp_servers(
 
 
 def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings:
-    llm = settings.llm
-    if llm.api_key.get_secret_value():  # it would be replaced by the environment's, silently
-        raise ConfigError(
-            "llm.api_key: keys are read from the environment only: set the variable "
-            f"llm.api_key_env names ({llm.api_key_env}) and leave llm.api_key out"
-        )
+    llm, search = settings.llm, settings.tools.web_search
+    for section, keyed in (("llm", llm), ("tools.web_search", search)):
+        if keyed.api_key.get_secret_value():  # it would be replaced by the environment's
+            raise ConfigError(
+                f"{section}.api_key: keys are read from the environment only: set the "
+                f"variable {section}.api_key_env names ({keyed.api_key_env}) and leave "
+                f"{section}.api_key out"
+            )
     base_url = llm.base_url or env.get("OPENAI_BASE_URL", "")
     if not _http_url(base_url or "http://default"):  # llm.base_url itself is checked already
         raise ConfigError(
             "OPENAI_BASE_URL: must be an absolute http(s) URL with a host, like "
             f"http://127.0.0.1:8080/v1 (got {json.dumps(safe_url(base_url))})"
         )
-    search = settings.tools.web_search
     sqlite_path = settings.storage.sqlite_path
     if not sqlite_path.is_absolute():
         sqlite_path = base / sqlite_path
@@ -606,8 +607,8 @@ def _describe(
     for n, err in enumerate(exc.errors(include_url=False)[:MOST_LINES]):
         loc, given = err["loc"], err["input"]
         line = shown[n]
-        if loc[:1] == ("auth",) or _holds_secret(_at(loc)):
-            line = bare[n]
+        if loc[:1] == ("auth",) or err["type"] == "extra_forbidden" or _holds_secret(_at(loc)):
+            line = bare[n]  # an unknown key's value may be a secret under a misspelled name
         elif isinstance(given, float) and not math.isfinite(given):
             line = f"{bare[n]} (got {given})"  # as JSON, inf would read null
         elif loc == ("llm", "base_url") and isinstance(given, str):

@@ -69,6 +69,7 @@ def _refusal(tmp_path: Path, toml: str, overrides: Any = None) -> str:
             f'[tools.web_search]\napi_key = ["{TOKEN}"]\n',
             "tools.web_search.api_key: Input should be a valid string",
         ),
+        (f'[llm]\napi_keys = "{TOKEN}"\n', "llm.api_keys: unknown key"),  # a misspelled key
     ],
 )
 def test_a_wrong_token_or_key_is_named_by_its_place_never_shown(

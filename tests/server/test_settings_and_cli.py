@@ -284,6 +284,11 @@ def test_a_key_written_in_the_config_is_refused_without_being_echoed() -> None:
         load_settings(None, {"llm": {"api_key": "sk-secret-value"}})
     assert "environment only" in str(refused.value) and "OPENAI_API_KEY" in str(refused.value)
     assert "sk-secret-value" not in str(refused.value)
+    with pytest.raises(ConfigError) as refused:  # the search provider's key likewise
+        load_settings(None, {"tools": {"web_search": {"api_key": "brave-secret-value"}}})
+    said = str(refused.value)
+    assert said.startswith("tools.web_search.api_key: keys are read from the environment only")
+    assert "BRAVE_SEARCH_API_KEY" in said and "brave-secret-value" not in said
 
 
 @pytest.mark.parametrize("workers", ["0", "-3"])
