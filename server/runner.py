@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import socket
 
 import uvicorn
@@ -18,7 +19,7 @@ import uvicorn
 from server.guard import RateLimitedExceptionHandler
 from server.services import Services
 
-__all__ = ["AgentServer"]
+__all__ = ["AgentServer", "StartupFailureFilter"]
 
 
 class AgentServer(uvicorn.Server):
@@ -31,7 +32,13 @@ class AgentServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         # A fault that repeats per connection attempt is logged once per interval, not each time.
         asyncio.get_running_loop().set_exception_handler(RateLimitedExceptionHandler())
-        await super().startup(sockets)
+        shortened = StartupFailureFilter()
+        log = logging.getLogger("uvicorn.error")
+        log.addFilter(shortened)
+        try:
+            await super().startup(sockets)
+        finally:
+            log.removeFilter(shortened)
         if self.owns_process:
             settle_heap()
 
@@ -43,6 +50,23 @@ class AgentServer(uvicorn.Server):
         if services is not None:
             await services.hub.shutdown(services.settings.server.shutdown_timeout_s)
         await super().shutdown(sockets)
+
+
+class StartupFailureFilter(logging.Filter):
+    """uvicorn logs a failed startup as the whole traceback of its cause. When the cause is
+    one the operator fixes (the store cannot be opened or written, a setting is wrong), its
+    message says what to do: that line alone is logged, as `cannot start: …`."""
+
+    KNOWN = ("agent.errors.StorageError: ", "server.settings.ConfigError: ")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if text.startswith("Traceback"):
+            last = text.rstrip().rsplit("\n", 1)[-1]
+            for prefix in self.KNOWN:
+                if last.startswith(prefix):
+                    record.msg, record.args = "cannot start: %s", (last.removeprefix(prefix),)
+        return True
 
 
 # Young collections every 10,000 net allocations instead of 700. Under load most objects (a

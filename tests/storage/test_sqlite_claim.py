@@ -66,3 +66,5 @@ async def test_a_second_server_on_a_file_in_use_does_not_start(tmp_path: Path):
     said = (out + err).decode()
     assert second.returncode != 0
     assert "another server process uses it" in said and str(path) in said
+    assert "cannot start: cannot open the SQLite database" in said
+    assert "Traceback" not in said  # the reason alone, not the stack that carried it
