@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent.errors import ToolError
@@ -152,7 +154,7 @@ class McpServer:
             try:
                 await self._serve_once()
             except Exception as exc:  # noqa: BLE001 - a broken server must never end the app
-                self._down(_describe_failure(exc))
+                self._down(self._where(_describe_failure(exc), exc))
             finally:
                 self._attempted.set()
             if self._stopping.is_set():
@@ -217,6 +219,21 @@ class McpServer:
             raise TimeoutError(self.error) from None
         finally:
             late.cancel()
+
+    def _where(self, why: str, exc: BaseException) -> str:
+        """`why`, with where a command that was not found was looked for: a relative command
+        or `cwd` is taken from the working directory, which the operator may not expect."""
+        while isinstance(exc, BaseExceptionGroup):
+            exc = exc.exceptions[0]
+        config = self.config
+        if not isinstance(exc, FileNotFoundError) or not config.command:
+            return why
+        if config.cwd is not None and not Path(config.cwd).is_dir():
+            return f"its cwd {config.cwd} is not a directory"
+        folder = config.cwd or Path.cwd()
+        if os.sep in config.command:
+            return f"{why} (a relative command is taken from {folder})"
+        return f"{why} (looked for in PATH, run from {folder})"
 
     def _new_client(self, stack: AsyncExitStack) -> Client:
         # The SDK costs over half a second of CPU to import: load it once a server is configured.

@@ -263,3 +263,28 @@ async def test_a_start_whose_tool_list_never_comes_fails_within_start_timeout():
         assert server.error == "no answer to tools/list within start_timeout_s (1.5 s)"
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize(
+    ("command", "cwd", "said"),
+    [
+        ("no-such-mcp-server", None, "command not found: no-such-mcp-server (looked for in PATH, "),
+        ("bin/no-such-server", "", "(a relative command is taken from "),
+        ("no-such-mcp-server", "missing", "its cwd "),
+    ],
+)
+async def test_a_command_that_is_not_found_says_where_it_was_looked_for(
+    tmp_path, command: str, cwd: str | None, said: str
+):
+    folder = None if cwd is None else tmp_path / cwd
+    config = McpServerConfig(command=command, cwd=folder, start_timeout_s=10)
+    server = McpServer("gone", config)
+    server.start()
+    try:
+        await server.wait_started()
+        assert server.state == "down"
+        assert server.error is not None and said in server.error
+        if cwd == "":
+            assert str(tmp_path) in server.error
+    finally:
+        await server.stop()
