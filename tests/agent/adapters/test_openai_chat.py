@@ -81,6 +81,17 @@ class _Transport:
         pass
 
 
+async def _failure(model: OpenAIChatModel) -> ModelError:
+    """The ModelError a call ends with; the model is closed after it."""
+    try:
+        with pytest.raises(ModelError) as failure:
+            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
+                pass
+    finally:
+        await model.aclose()
+    return failure.value
+
+
 def _model(transport: _Transport, **options: object) -> OpenAIChatModel:
     return OpenAIChatModel(
         model="m", api_key="k", base_url="http://llm/v1", transport=transport, **options
@@ -335,14 +346,8 @@ async def test_an_error_answer_reads_as_the_sdk_reads_it(status: int, content: b
 
     theirs = await _capture_sdk(handler)
     reply = _Reply(status, [content])
-    model = _model(_Transport(lambda: reply), max_retries=0)
-    try:
-        with pytest.raises(ModelError) as failure:  # ContextTooLong is one
-            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
-                pass
-    finally:
-        await model.aclose()
-    ours = failure.value.__cause__
+    failure = await _failure(_model(_Transport(lambda: reply), max_retries=0))
+    ours = failure.__cause__  # ContextTooLong is a ModelError too
     assert isinstance(theirs, openai.APIStatusError) and isinstance(ours, StatusError)
     assert (ours.message, ours.body, ours.status_code) == (
         theirs.message,
@@ -366,17 +371,12 @@ async def test_no_reason_the_server_gives_hands_the_key_to_the_log_or_the_user(
         transport=_Transport(lambda: _Reply(status, [body])),
         max_retries=0,
     )
-    try:
-        with pytest.raises(ModelError) as failure:
-            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
-                pass
-    finally:
-        await model.aclose()
-    shown = f"{failure.value} {caplog.text}"
-    assert f"HTTP {status}" in str(failure.value) and f"HTTP {status}" in caplog.text
+    failure = await _failure(model)
+    shown = f"{failure} {caplog.text}"
+    assert f"HTTP {status}" in str(failure) and f"HTTP {status}" in caplog.text
     assert key[:12] not in shown and key[-8:] not in shown
     if status == 400:  # the rest of the reason still says what is wrong
-        assert "Incorrect API key provided: ***" in str(failure.value)
+        assert "Incorrect API key provided: ***" in str(failure)
 
 
 async def test_a_model_server_that_does_not_answer_in_time_is_called_slow_not_unreachable():
@@ -385,13 +385,8 @@ async def test_a_model_server_that_does_not_answer_in_time_is_called_slow_not_un
             raise Unreachable("timed out", timed_out=True)
 
     model = _model(_Silent(lambda: _Reply(200, [])), max_retries=0, timeout_s=7)
-    try:
-        with pytest.raises(ModelError) as failure:
-            async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
-                pass
-    finally:
-        await model.aclose()
-    assert str(failure.value) == "The language model did not answer within llm.timeout_s (7 s)."
+    failure = await _failure(model)
+    assert str(failure) == "The language model did not answer within llm.timeout_s (7 s)."
 
 
 def test_retry_after_is_read_as_seconds_or_a_date_and_only_when_it_is_worth_waiting():
