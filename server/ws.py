@@ -151,6 +151,15 @@ async def _attach(
     # A number past the end (a stale or foreign one) replays nothing: live events follow
     # from the session's own last_seq, none of them skipped.
     last_seq = snapshot["last_seq"]
+    if after_seq is not None and after_seq > last_seq and services.store.shared:
+        # A session this process follows knows the store's count one poll late, and the
+        # client may have seen more on the process that runs it: the store says where the
+        # end is, so nothing the client has is sent again.
+        try:
+            record = await services.store.get_session(live.scope, live.session_id)
+        except StorageError:
+            record = None  # the replay below meets the failure and says so
+        last_seq = max(last_seq, record.last_seq if record is not None else 0)
     replayed_up_to = last_seq if after_seq is None else min(after_seq, last_seq)
     if after_seq is not None:
         pages = events_in_pages(

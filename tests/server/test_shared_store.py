@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act
 
 SHARED: dict[str, Any] = {"shared": True, "poll_interval_s": 0.02}
 APPROVE = {"enabled": ["get_current_time"], "approval": ["get_current_time"]}
@@ -108,3 +108,29 @@ async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_
                     seen.append(await watcher.recv(timeout=10))
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404
     assert all(f.get("session_id") != thread or f["type"] == "error" for f in seen), seen
+
+
+async def test_a_client_moving_to_a_server_whose_view_lags_gets_no_event_twice(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """b follows the session for a watcher of its own and polls slowly, so its count lags the
+    store. A client that saw the whole run on a reconnects to b with its `after_seq`: it is
+    sent nothing it already has (b replayed from its own stale count, and sent it again)."""
+    fake_llm.script("reason", Reply(chunks=[f"w{i} " for i in range(30)], delay_s=0.005))
+    slow = {"shared": True, "poll_interval_s": 5}
+    async with server_factory(storage=SHARED) as a, server_factory(storage=slow) as b:
+        mover = await a.client()
+        session = (await mover.recv())["session_id"]
+        await mover.send({"type": "chat", "content": "go"})
+        await mover.until("agent_reason_delta")  # stored and streaming
+        watcher = await b.client(session_id=session, after_seq=0)  # b follows from here
+        await watcher.recv()
+        seen = (await mover.until("response_complete", timeout=15))[-1]["seq"]
+        await mover.close()
+        async with await b.client(session_id=session, after_seq=seen) as moved:
+            hello = await moved.recv()
+            await moved.send({"type": "chat", "content": "and now?"})
+            first = await moved.recv()
+        await watcher.close()
+    assert hello["type"] == "session"
+    assert first.get("update_type") == "agent_user_message" and first["seq"] == seen + 1
