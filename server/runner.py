@@ -48,7 +48,13 @@ class AgentServer(uvicorn.Server):
         app = self.config.loaded_app if self.config.loaded else self.config.app
         services: Services | None = _services(app)
         if services is not None:
-            await services.hub.shutdown(services.settings.server.shutdown_timeout_s)
+            loop = asyncio.get_running_loop()
+            timeout = services.settings.server.shutdown_timeout_s
+            deadline = loop.time() + timeout
+            await services.hub.shutdown(timeout)
+            # uvicorn then waits for connections that are still open (a client that never
+            # reads): only for what is left of the one timeout, not for a second one.
+            self.config.timeout_graceful_shutdown = max(0.1, deadline - loop.time())  # type: ignore[assignment]
         await super().shutdown(sockets)
 
 

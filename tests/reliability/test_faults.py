@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,46 @@ async def test_a_killed_process_leaves_runs_that_the_next_start_closes(fake_llm,
     act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
     tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
     assert len(tool) == 1 and "restarted" in tool[0]["content"]
+
+
+@pytest.mark.slow
+async def test_shutdown_takes_one_timeout_even_with_a_client_that_never_reads(fake_llm, tmp_path):
+    """SIGTERM while a client that never reads is sent a replay: the process exits within
+    about `server.shutdown_timeout_s` (it waited that long for the sockets, then uvicorn
+    waited as long again)."""
+    fake_llm.script("reason", *[Reply(chunks=["x" * 3999 + " "] * 45)] * 12)  # ~2 MB stored
+    port = free_port()
+    env = {
+        "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "agent.db"),
+        "AGENT__LLM__BASE_URL": fake_llm.base_url,
+        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "2",
+    }
+    proc = await start_server_process(tmp_path, port, env)
+    stalled = socket.socket()
+    try:
+        async with await Client.connect(f"127.0.0.1:{port}") as c:
+            session = (await c.recv())["session_id"]
+            for n in range(12):
+                await c.run(f"a long answer {n}", timeout=30)
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(stalled, ("127.0.0.1", port))
+        upgrade = (
+            f"GET /ws?session_id={session}&after_seq=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        await loop.sock_sendall(stalled, upgrade.encode())
+        await loop.sock_recv(stalled, 1)  # the replay has begun, and is never read further
+        started = loop.time()
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+        took = loop.time() - started
+    finally:
+        stalled.close()
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode in (0, -signal.SIGTERM)  # uvicorn raises the signal again at the end
+    assert took < 3.5  # one timeout of 2 s and the exit; it was 2 x 2 s and more
