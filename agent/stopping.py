@@ -61,8 +61,11 @@ async def _record(ctx: RunContext, recorder: RunRecorder | None, reason: StopRea
         await recorder.record_stop(reason)
 
 
-async def close_interrupted(ctx: RunContext, history: Sequence[Message], step: int) -> None:
-    """Close the run `ctx.run_id`, which a dead process left open at `step`, as `interrupted`.
+async def close_interrupted(
+    ctx: RunContext, history: Sequence[Message], step: int, reason: StopReason = "interrupted"
+) -> None:
+    """Close the run `ctx.run_id`, which a dead process left open at `step`, as `interrupted`
+    (or as `reason`: `user` when a stop was asked for that the dead process never read).
 
     `history` is the session's stored conversation. Every call of the run without a result
     there gets one; those the run had shown starting (every call but a question, which never
@@ -73,7 +76,7 @@ async def close_interrupted(ctx: RunContext, history: Sequence[Message], step: i
     recorder.continue_from(step, started)
     for phase, turn in _stored_calls(ctx.run_id, history):
         recorder.count(phase, turn)
-    await recorder.record_stop("interrupted")
+    await recorder.record_stop(reason)
 
 
 def _stored_calls(run_id: str, history: Sequence[Message]) -> list[tuple[str, ModelTurn]]:

@@ -19,6 +19,7 @@ import orjson
 
 from agent.control import RunControl
 from agent.errors import StorageError
+from agent.events import StopReason
 from agent.run import RunLimits
 from agent.stopping import close_interrupted
 from server.live import ActiveRun, LiveSession, now_ms, shielded
@@ -163,7 +164,8 @@ class RunRecovery:
         if not (ours and _ENDINGS & {last.get("type"), last.get("update_type")}):
             ctx = self._context(live, run, self._limits, None)
             history = await self._store.load_history(item.scope, item.session_id)
-            await close_interrupted(ctx, history, await self._last_step(live, run.run_id))
+            step = await self._last_step(live, run.run_id)
+            await close_interrupted(ctx, history, step, await self._why_closed(item))
         # else the run ended (its answer, stop or error is stored) and only its end was not
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
@@ -174,6 +176,13 @@ class RunRecovery:
             await self._relay.poll()  # its watchers follow the closing events now
         elif held is not None:  # keep the in-memory view in step with what was stored
             held.last_seq = max(held.last_seq, live.last_seq)
+
+    async def _why_closed(self, item: UnfinishedRun) -> StopReason:
+        """`user` when somebody asked to stop the run and its process died before it read
+        the request (the stop was accepted: it is honoured, late); else `interrupted`."""
+        controls = await self._store.pending_controls([item.session_id])
+        asked = any(c.kind == "stop" and c.run_id == item.run_id for c in controls)
+        return "user" if asked else "interrupted"
 
     async def _last_event(self, record: SessionRecord) -> dict[str, Any]:
         """The session's last stored event ({} for none). It tells how far a run's end got:

@@ -6,6 +6,7 @@ run the call, and the single-process path that must not poll at all.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,38 @@ async def test_a_client_moving_to_a_server_whose_view_lags_gets_no_event_twice(
         await watcher.close()
     assert hello["type"] == "session"
     assert first.get("update_type") == "agent_user_message" and first["seq"] == seen + 1
+
+
+async def test_a_stop_its_dead_process_never_read_closes_the_run_as_stopped_by_the_user(
+    server_factory: ServerFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    """The stop was accepted (stored for the process that ran the run), and that process died
+    before it read it: the run is closed as the user's stop, not as `interrupted`."""
+    async with server_factory(storage=SHARED) as a:
+        async with await a.client() as c:
+            session = (await c.recv())["session_id"]
+            await c.send({"type": "chat", "content": "go"})
+            started = await c.until("agent_start")
+    run_id, cut = started[0]["run_id"], started[-1]["seq"]
+    # What a process killed after the stop was stored leaves behind: the run open, its
+    # lease run out, the stop waiting.
+    db = sqlite3.connect(tmp_path / "agent.db")
+    with db:
+        db.execute("DELETE FROM events WHERE seq > ?", (cut,))
+        db.execute(
+            "UPDATE sessions SET status = 'running', active_run_id = ?, last_seq = ?, "
+            "lease_until = 0",
+            (run_id, cut),
+        )
+        db.execute(
+            "INSERT INTO controls (session_id, key, run_id, kind, payload, created_at) "
+            "VALUES (?, ?, ?, 'stop', '{}', 0)",
+            (session, f"stop:{run_id}", run_id),
+        )
+    db.close()
+    async with server_factory(storage=SHARED) as b:
+        async with await b.client(session_id=session, after_seq=cut) as c:
+            await c.recv()
+            tail = await c.until("response_complete")
+    stopped = [f for f in tail if f.get("update_type") == "agent_stopped"]
+    assert [s["reason"] for s in stopped] == ["user"] and stopped[0]["run_id"] == run_id
