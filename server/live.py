@@ -249,6 +249,16 @@ class LiveSession:
             # `response_complete` already; a replay has it in order.
             self.last_seq = seq
             return True
+        self.settle(frame)
+        self.last_seq = seq
+        text = body.decode()
+        for sub in list(self.subscribers):
+            sub.deliver(text, seq)
+        return True
+
+    def settle(self, frame: dict[str, Any]) -> None:
+        """Keep status and pending question or approval in step with a stored event of a run
+        another process runs."""
         kind = frame.get("update_type") or frame.get("type")
         if kind == "agent_request_input":
             self.status = "awaiting_input"
@@ -260,11 +270,6 @@ class LiveSession:
             self.status, self.pending_input, self.pending_approval = "idle", None, None
         elif frame.get("run_id"):
             self.status, self.pending_input, self.pending_approval = "running", None, None
-        self.last_seq = seq
-        text = body.decode()
-        for sub in list(self.subscribers):
-            sub.deliver(text, seq)
-        return True
 
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""

@@ -173,6 +173,17 @@ async def apply_control(live: LiveSession, control: Control) -> None:
         await live.publish([], status="running", run_id=run.run_id)
 
 
+async def settle_from_last_event(store: Store, live: LiveSession) -> None:
+    """A run's events may be stored before its status (MongoDB writes them one after the
+    other): a session opened between the two would show the status before them (running
+    while a question waits, or after the run ended) until the run's next event, which may
+    never come. The last event says where the run is."""
+    seq = live.last_seq
+    last = await store.read_events(live.scope, live.session_id, seq - 1, 1)
+    if last and live.last_seq == seq:  # else a newer event has settled it meanwhile
+        live.settle(orjson.loads(last[0]))
+
+
 async def find_pending_approval(store: Store, live: LiveSession) -> None:
     """The call another process waits to have approved, from its last events (a pending
     approval lives with the run, not in the session record)."""

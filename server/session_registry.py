@@ -85,8 +85,12 @@ class SessionRegistry:
             if live_or_none is None and stored is not None:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
-                if stored.status == "awaiting_approval" and self._store.shared:
-                    await remote.find_pending_approval(self._store, live_or_none)
+                if stored.status != "idle" and self._store.shared:  # another process's run
+                    await remote.settle_from_last_event(self._store, live_or_none)
+                    if live_or_none.status == "awaiting_approval" and (
+                        live_or_none.pending_approval is None
+                    ):
+                        await remote.find_pending_approval(self._store, live_or_none)
         if live_or_none is None or live_or_none.scope != scope:
             raise ProtocolError("session_not_found", "There is no such session.")
         return live_or_none, True

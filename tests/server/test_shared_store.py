@@ -6,6 +6,7 @@ run the call, and the single-process path that must not poll at all.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from server.storage.base import WritesInOrder
+from server.storage.sqlite import SQLiteStore
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act
@@ -170,3 +173,41 @@ async def test_a_stop_its_dead_process_never_read_closes_the_run_as_stopped_by_t
             tail = await c.until("response_complete")
     stopped = [f for f in tail if f.get("update_type") == "agent_stopped"]
     assert [s["reason"] for s in stopped] == ["user"] and stopped[0]["run_id"] == run_id
+
+
+class _QuestionStatusLate(WritesInOrder, SQLiteStore):
+    """Stores a batch's events, then its status, as MongoDB does; the status that says a
+    question waits is held until `go` is set (a process opening the session in between sees
+    the question's event, and a status from before it)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, shared=True)
+        self.go = asyncio.Event()
+        self.held = asyncio.Event()
+
+    async def update_session(self, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("status") == "awaiting_input":
+            self.held.set()
+            await self.go.wait()
+        await super().update_session(*args, **kwargs)
+
+
+async def test_a_session_opened_between_a_question_and_its_status_shows_the_question(
+    server_factory: ServerFactory, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
+    late = _QuestionStatusLate(tmp_path / "agent.db")
+    async with (
+        server_factory(store=late, storage=SHARED) as a,
+        server_factory(storage=SHARED) as b,
+    ):
+        owner = await a.client()
+        session = (await owner.recv())["session_id"]
+        await owner.send({"type": "chat", "content": "plan my trip"})
+        await asyncio.wait_for(late.held.wait(), 10)  # the question's event is stored
+        async with await b.client(session_id=session) as other:
+            hello = await other.recv()
+        late.go.set()
+        await owner.close()
+    assert hello["status"] == "awaiting_input"
+    assert hello["pending_input"]["question"] == "Which city?"
