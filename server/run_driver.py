@@ -197,7 +197,7 @@ class RunDriver:
             "agent" if request.agent_mode else "chat",
             request.origin,
         )
-        outcome = "ended"
+        outcome, why = "ended", ""
         try:
             limits = self._settings.limits(
                 budget=self._budget,
@@ -230,23 +230,23 @@ class RunDriver:
             reason = run.control.stop_reason
             outcome = f"stopped ({reason})" if reason is not None else "ended"
         except ModelError as exc:
-            outcome = f"failed: {exc}"  # the model server's reason, the key masked
+            outcome, why = "failed", f": {exc}"  # the model server's reason, the key masked
             await self._fail(live, run, "llm_error", str(exc), exc.usage)
         except StorageError as exc:
             log.error("storage failed in session %s: %s", live.session_id, exc)
-            outcome = "failed: storage_error"
+            outcome, why = "failed", ": storage_error"
             await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
         except Exception:
             log.exception("run %s failed", run.run_id)
-            outcome = "failed: internal_error"
+            outcome, why = "failed", ": internal_error"
             await self._fail(live, run, "internal_error", "Something went wrong on the server.")
         finally:
             limit.cancel()
             run.control.detach()
             await self._finish(live, run)
             took = time.monotonic() - started
-            say = log.warning if outcome.startswith("failed") else log.info
-            say("run %s %s after %.1f s", run.run_id, outcome, took)
+            say = log.warning if outcome == "failed" else log.info
+            say("run %s %s after %.1f s%s", run.run_id, outcome, took, why)
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
         """Store the session (on its first run), the user's message and the status. Returns

@@ -11,8 +11,9 @@ the reference: tests compare ours with them.
 
 Retry policy: connection errors, timeouts, 429 and 5xx are retried with exponential backoff
 and jitter (or after the server's `Retry-After`, up to a minute), up to `max_retries` times,
-but only while opening the stream; `CallInfo.on_retry` hears of each retry first. Once text
-has reached the caller a retry would repeat it, so a stream that breaks later fails the call.
+while opening the stream or while nothing of it has reached the caller; `CallInfo.on_retry`
+hears of each retry first. Once text has reached the caller a retry would repeat it, so a
+stream that breaks later fails the call.
 Other 4xx answers fail at once; one that says the prompt is longer than the context window
 raises ContextTooLong, so the loop can compact and try once more.
 
@@ -74,7 +75,7 @@ class StatusError(Exception):
         self.retry_after_s = retry_after_s  # the server's `Retry-After`, when it is usable
 
 
-def _transient(exc: BaseException) -> bool:
+def _transient(exc: BaseException | None) -> bool:
     if isinstance(exc, Unreachable):
         return not exc.lasting
     if isinstance(exc, StatusError):
@@ -173,21 +174,39 @@ class OpenAIChatModel:
             "X-Agent-Step": str(call.step),
             "X-Agent-Phase": call.phase,
         }
-        reply = await self._open(orjson.dumps(body), headers, call)
-        try:
-            async for item in self._read(reply):
-                yield item
-        finally:
-            reply.close()  # also when cancelled: the model stops generating
+        data = orjson.dumps(body)
+        reply, tried = await self._open(data, headers, call)
+        while True:
+            shown = False
+            try:
+                async for item in self._read(reply):
+                    shown = True
+                    yield item
+                return
+            except ModelError as exc:
+                broke = exc.__cause__
+                if shown or not _transient(broke) or tried > self._max_retries:
+                    raise
+            finally:
+                reply.close()  # also when cancelled: the model stops generating
+            # The stream broke before anything of it was passed on: asked again, nothing
+            # is repeated, so it is a transient failure like one while opening.
+            await _notify(call, tried + 1, self._max_retries + 1, broke, self._first_wait)
+            await asyncio.sleep(self._first_wait)
+            reply, tried = await self._open(data, headers, call, tried)
 
-    async def _open(self, body: bytes, headers: dict[str, str], call: CallInfo) -> HttpReply:
-        """Send the request (retrying transient failures) and return the open stream."""
+    async def _open(
+        self, body: bytes, headers: dict[str, str], call: CallInfo, spent: int = 0
+    ) -> tuple[HttpReply, int]:
+        """Send the request (retrying transient failures) and return the open stream, with
+        the attempts used so far (`spent` of them before this call)."""
         total = self._max_retries + 1
+        left = self._max_retries - spent
 
         async def before_sleep(state: RetryCallState) -> None:
             failure = state.outcome.exception() if state.outcome else None
             delay = state.next_action.sleep if state.next_action else 0.0
-            await _notify(call, state.attempt_number + 2, total, failure, delay)
+            await _notify(call, spent + state.attempt_number + 2, total, failure, delay)
 
         def wait(state: RetryCallState) -> float:
             failure = state.outcome.exception() if state.outcome else None
@@ -195,15 +214,15 @@ class OpenAIChatModel:
 
         try:
             try:
-                return await self._send(body, headers)
+                return await self._send(body, headers), spent + 1
             except (Unreachable, StatusError) as exc:
-                if not _transient(exc) or self._max_retries == 0:
+                if not _transient(exc) or left <= 0:
                     raise
                 first_wait = _asked_wait(exc) or self._first_wait
-                await _notify(call, 2, total, exc, first_wait)
+                await _notify(call, spent + 2, total, exc, first_wait)
             await asyncio.sleep(first_wait)  # back off before the first retry too
             attempts = AsyncRetrying(  # built only after a failure: the common call is fast
-                stop=stop_after_attempt(self._max_retries),
+                stop=stop_after_attempt(left),
                 wait=wait,
                 retry=retry_if_exception(_transient),
                 reraise=True,
@@ -211,7 +230,8 @@ class OpenAIChatModel:
             )
             async for attempt in attempts:
                 with attempt:
-                    return await self._send(body, headers)
+                    reply = await self._send(body, headers)
+                    return reply, spent + 1 + attempt.retry_state.attempt_number
         except StatusError as exc:
             too_long = _context_overflow(exc)
             if too_long is not None:

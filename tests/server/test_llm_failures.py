@@ -112,7 +112,8 @@ async def test_each_run_is_logged_as_it_starts_and_ends(
     assert lines[0] == f"run {first} started in session {session} (agent mode, chat)"
     assert lines[1].startswith(f"run {first} ended after ")
     assert lines[2] == f"run {second} started in session {session} (chat mode, chat)"
-    assert lines[3].startswith(f"run {second} failed: The language model answered with an ")
+    assert lines[3].startswith(f"run {second} failed after ")
+    assert "s: The language model answered with an error (HTTP 404)" in lines[3]
     assert "no model `x`" in lines[3]
     assert [r.levelno for r in ours] == [logging.INFO] * 3 + [logging.WARNING]
 
@@ -133,6 +134,28 @@ async def test_client_errors_are_not_retried(server, fake_llm: FakeLLM):
         frames = await c.run("again")
     assert frames[-2]["message"] == "The language model answered with an error (HTTP 401)."
     assert fake_llm.phases() == ["reason", "reason"]
+
+
+async def test_a_stream_cut_before_anything_was_shown_is_asked_again(
+    server_factory, fake_llm: FakeLLM
+):
+    """Nothing of it reached the client, so nothing repeats: a break before the first chunk
+    (a proxy's idle timeout while a slow model reads its prompt) is retried like a refused
+    connection, within the same `max_retries`."""
+    cut = Reply(chunks=["never shown"], drop_after=0)
+    fake_llm.script("reason", cut, cut)
+    async with server_factory(llm={"max_retries": 2}) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("hi")
+            fake_llm.script("reason", cut, cut, cut)
+            failed = await c.run("again")  # three breaks: the third attempt was the last
+    assert frames[-2]["update_type"] == "agent_completion"
+    retries = [f for f in frames if kind(f) == "agent_llm_retry"]
+    assert [(r["attempt"], r["max_attempts"]) for r in retries] == [(2, 3), (3, 3)]
+    assert not any(kind(f) == "agent_reason_delta" and "never" in f["delta"] for f in frames)
+    assert failed[-2]["code"] == "llm_error"
+    assert [(r["attempt"]) for r in failed if kind(r) == "agent_llm_retry"] == [2, 3]
 
 
 async def test_a_stream_cut_mid_reply_is_an_llm_error_not_a_retry(server, fake_llm: FakeLLM):
