@@ -110,6 +110,12 @@ class RunControl:
             self._task.cancel()
         return True
 
+    def abandon(self) -> None:
+        """End the run without a stop: nothing of it is recorded (another process has closed
+        it), so the cancellation carries no stop reason and passes `stop_recorded` untouched."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
     def claim_stop(self, reason: StopReason) -> None:
         """Mark the run as stopping without cancelling it: the run is ending itself."""
         if self.stop_reason is None:

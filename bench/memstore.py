@@ -20,6 +20,7 @@ import orjson
 from agent.messages import Message
 from server.storage.base import (
     DeleteOutcome,
+    Lease,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -158,8 +159,8 @@ class NullStore(WritesInOrder):
             return []
         return [message_from_api(m) for m in self._messages.get(session_id, [])]
 
-    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
-        return None
+    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
+        return {lease.session_id for lease in leases}  # one process: nobody takes a run over
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
         return False

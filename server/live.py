@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ from agent.control import RunControl
 from agent.errors import StorageError
 from agent.messages import Message
 from server.storage.base import (
+    Lease,
     PartlyStored,
+    RunTakenOver,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -158,6 +161,11 @@ class LiveSession:
         self.scope = Scope(record.tenant_id, record.user_id)
         self.stored = stored
         self._lease_ms = lease_ms
+        # The latest lease given to this process's run here (None: no run holds one), when
+        # the store last confirmed it (monotonic), and whether another process took it over.
+        self.lease_given: int | None = None
+        self._lease_confirmed = 0.0
+        self.taken_over = False
         self.created_at = record.created_at
         self.session_id = record.session_id
         self.status: SessionStatus = record.status
@@ -364,10 +372,13 @@ class LiveSession:
             return
         frames = [f for write in batch for f in write.frames]
         messages = [m for write in batch for m in write.messages]
-        now, change = now_ms(), None
+        now, change, lease = now_ms(), None, None
+        await self._check_lease(now)
         if last.status is not None:
             lease = None if last.status == "idle" else now + self._lease_ms
             change = StatusChange(last.status, last.run_id, last.pending_input, lease)
+            if lease is not None:  # given, whether or not the store answers
+                self.lease_given = max(lease, self.lease_given or 0)
         try:
             bodies = await self._store.store_batch(
                 self.scope,
@@ -384,9 +395,42 @@ class LiveSession:
             self.status = last.status
             self.pending_input = last.pending_input
             self.pending_approval = last.pending_approval
+            if lease is not None:
+                self._lease_confirmed = time.monotonic()
             if last.status == "idle":
-                self.run = None  # before delivery: a chat sent on receiving it must be accepted
+                self.run, self.lease_given = None, None  # before delivery: a chat sent on
+                # receiving it must be accepted
         self._deliver(frames, bodies)
+
+    async def renew_lease(self) -> bool:
+        """Renew our run's lease, in order with the session's writes (a renewal and a status
+        change never race: each knows the lease the other gave). False: another process
+        took the run over, and nothing more of it may be written."""
+        write = _Write(self._future(), work=lambda: self._renew(now_ms()))
+        await self._submit(write)
+        return not self.taken_over
+
+    async def _check_lease(self, now: int) -> None:
+        """Before a write of our run on a shared store: when the lease may have run out (no
+        renewal for half its length: this process was paused, or cut off from the store),
+        renew it first, and write nothing if another process has taken the run over."""
+        if not self._store.shared:
+            return  # one process: nobody else claims its runs
+        if not self.taken_over and time.monotonic() - self._lease_confirmed > self._lease_ms / 2000:
+            await self._renew(now)
+        if self.taken_over:
+            raise RunTakenOver(f"the run of session {self.session_id} was taken over")
+
+    async def _renew(self, now: int) -> None:
+        if self.lease_given is None or self.run is None or not self._store.shared:
+            return
+        lease = Lease(self.session_id, self.run.run_id, self.lease_given)
+        until = now + self._lease_ms
+        if self.session_id in await self._store.renew_leases([lease], until):
+            self.lease_given = max(until, self.lease_given)
+            self._lease_confirmed = time.monotonic()
+        else:
+            self.taken_over = True
 
     def _deliver(self, frames: list[dict[str, Any]], bodies: list[bytes]) -> None:
         for frame, body in zip(frames, bodies, strict=True):

@@ -39,7 +39,7 @@ from server.run_context import BuildContext
 from server.run_quota import RunQuota, run_in_progress
 from server.run_recovery import Repairs
 from server.run_request import Origin, RunRequest, read_request
-from server.session_registry import SessionRegistry
+from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
 from server.tenant_metrics import TenantMetrics
@@ -233,9 +233,12 @@ class RunDriver:
             outcome, why = "failed", f": {exc}"  # the model server's reason, the key masked
             await self._fail(live, run, "llm_error", str(exc), exc.usage)
         except StorageError as exc:
-            log.error("storage failed in session %s: %s", live.session_id, exc)
-            outcome, why = "failed", ": storage_error"
-            await self._fail(live, run, "storage_error", "Your conversation could not be saved.")
+            if not live.taken_over:  # else there is nothing to tell the store: see finally
+                log.error("storage failed in session %s: %s", live.session_id, exc)
+                outcome, why = "failed", ": storage_error"
+                await self._fail(
+                    live, run, "storage_error", "Your conversation could not be saved."
+                )
         except Exception:
             log.exception("run %s failed", run.run_id)
             outcome, why = "failed", ": internal_error"
@@ -245,6 +248,14 @@ class RunDriver:
             run.control.detach()
             await self._finish(live, run)
             took = time.monotonic() - started
+            if live.taken_over:
+                outcome, why = (
+                    "failed",
+                    (
+                        ": another process took it over when its lease ran out (this process was "
+                        "paused, or cut off from the store, for longer than storage.run_lease_s)"
+                    ),
+                )
             say = log.warning if outcome == "failed" else log.info
             say("run %s %s after %.1f s%s", run.run_id, outcome, took, why)
 
@@ -289,6 +300,11 @@ class RunDriver:
         """Send the run's one `response_complete`; the session turns idle (and releases the
         run) at that moment, so the session is never seen without a run but still running."""
         self._quota.release(live.scope.tenant_id)
+        if live.taken_over:  # the process that took it over stored its end
+            if live.run is run:
+                live.run = None
+            self._registry.forget(live.session_id, RECONNECT)  # its watchers read the store
+            return
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         try:
             await live.publish([frame], status="idle")

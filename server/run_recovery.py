@@ -132,14 +132,26 @@ class RunRecovery:
             await asyncio.sleep(period)  # a timer, not synchronization: leases are time-based
             ticks += 1
             try:
-                active = [lv.session_id for lv in self._live.values() if lv.run is not None]
-                await self._store.renew_leases(active, now_ms() + self._lease_ms)
+                await self._renew_leases()
                 for item in list(self._needs_repair.values()):
                     await self.repair(item)
                 if self._store.shared and ticks % 3 == 0:
                     await self.recover()
             except StorageError as exc:
                 log.warning("session upkeep failed, will retry: %s", exc)
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every run of ours; a run another process has taken over (our
+        lease ran out while this process was paused or cut off) is abandoned, unrecorded."""
+        held = [live for live in self._live.values() if live.run is not None]
+        kept = await asyncio.gather(*(live.renew_lease() for live in held), return_exceptions=True)
+        for live, ours in zip(held, kept, strict=True):
+            if isinstance(ours, StorageError):
+                log.warning("a run lease could not be renewed, will retry: %s", ours)
+            elif isinstance(ours, BaseException):
+                raise ours
+            elif not ours and live.run is not None:
+                live.run.control.abandon()
 
     def _new_live(self, record: SessionRecord) -> LiveSession:
         return LiveSession(record, self._store, lease_ms=self._lease_ms)

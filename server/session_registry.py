@@ -20,7 +20,11 @@ from server.relay import SESSION_GONE
 from server.run_recovery import Repairs
 from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
 
-__all__ = ["SessionRegistry"]
+# WebSocket "service restart": what is held here of the session was wrong; reconnect (with
+# `after_seq`) and read it from the store.
+RECONNECT = 1012
+
+__all__ = ["RECONNECT", "SessionRegistry"]
 
 
 class SessionRegistry:
@@ -107,7 +111,7 @@ class SessionRegistry:
         except StorageError:
             return
         if owners.get(live.session_id) != live.scope and self._live.get(live.session_id) is live:
-            self.forget_deleted(live.session_id, SESSION_GONE)
+            self.forget(live.session_id, SESSION_GONE)
 
     async def _unknown(self, scope: Scope, session_id: str) -> bool:
         """No session of that id, neither in memory nor in the store. Another's id is refused
@@ -166,10 +170,11 @@ class SessionRegistry:
             self._emptied.clear()
             await self._emptied.wait()
 
-    def forget_deleted(self, session_id: str, code: int) -> None:
-        """The session is gone from the store: forget it here at once, so that a connection
-        opening it now is refused as for any unknown id rather than handed the copy held for
-        the watchers still closing, and close every one of them with `code`."""
+    def forget(self, session_id: str, code: int) -> None:
+        """What is held here of the session is no longer true (it was deleted in the store,
+        or another process took its run over): forget it at once, so that a connection
+        opening it now reads it from the store rather than get the copy held for the watchers
+        still closing, and close every one of them with `code`."""
         live = self._live.pop(session_id, None)
         if live is None:
             return

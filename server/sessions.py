@@ -85,7 +85,7 @@ class SessionHub:
                 live,
                 remote.apply_control,
                 poll_interval_s,
-                gone=lambda sid, code: self._registry.forget_deleted(sid, code),  # made below
+                gone=lambda sid, code: self._registry.forget(sid, code),  # made below
             )
             if store.shared
             else None
@@ -157,7 +157,7 @@ class SessionHub:
         (`run_in_progress`)."""
         outcome = await self._registry.delete(scope, session_id)
         if outcome == "deleted":
-            self._registry.forget_deleted(session_id, close_code)
+            self._registry.forget(session_id, close_code)
         return outcome
 
     def live_count(self, tenant: str | None = None) -> int:

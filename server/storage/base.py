@@ -22,7 +22,9 @@ __all__ = [
     "ControlKind",
     "Cursor",
     "DeleteOutcome",
+    "Lease",
     "PartlyStored",
+    "RunTakenOver",
     "Scope",
     "SessionRecord",
     "SessionStatus",
@@ -99,6 +101,22 @@ class StatusChange:
     lease_until: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A run this process holds, for `Store.renew_leases`. `given` is the latest lease this
+    process has given it (written, or being written with a status change): a lease past
+    that is another process's, which claimed the run once this one's ran out."""
+
+    session_id: str
+    run_id: str
+    given: int
+
+
+class RunTakenOver(StorageError):
+    """The run's lease ran out (its process was paused or cut off from the store) and another
+    process claimed or closed it: this process must write nothing more for it."""
+
+
 class PartlyStored(StorageError):
     """A batch failed after its events were stored (a store that writes its parts one after
     another): `bodies` are those events, still to be delivered."""
@@ -173,8 +191,10 @@ class Store(Protocol):
         the delete holds it, so no run writes into a session being deleted."""
         ...
 
-    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
-        """Extend the lease of these sessions' active runs (their process is alive)."""
+    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
+        """Move each run's lease on to `lease_until` where its session still shows that run
+        with a lease this process gave it (at most `given`); return the ids of the sessions
+        renewed. One left out was taken over (`RunTakenOver`)."""
         ...
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:

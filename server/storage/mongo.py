@@ -51,6 +51,7 @@ from server.storage.base import (
     Control,
     Cursor,
     DeleteOutcome,
+    Lease,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -382,15 +383,25 @@ class MongoStore(WritesInOrder):
         with _translated("load history"):
             return [message_from_api(doc["body"]) async for doc in cursor]
 
-    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
-        if not session_ids:
-            return
+    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
+        sessions = self._col("sessions")
+
+        async def renew(lease: Lease) -> str | None:
+            held = {
+                "session_id": lease.session_id,
+                "active_run_id": lease.run_id,
+                "status": {"$in": _ACTIVE},
+                "lease_until": {"$lte": lease.given},
+            }
+            result = await sessions.update_one(held, {"$set": {"lease_until": lease_until}})
+            return lease.session_id if result.matched_count else None
+
+        if not leases:
+            return set()
         with _translated("renew run leases"):
             async with self._gate.renewal():
-                await self._col("sessions").update_many(
-                    {"session_id": {"$in": list(session_ids)}, "status": {"$in": _ACTIVE}},
-                    {"$set": {"lease_until": lease_until}},
-                )
+                renewed = await asyncio.gather(*(renew(lease) for lease in leases))
+        return {session_id for session_id in renewed if session_id is not None}
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
         """Atomic on MongoDB (one find_one_and_update); on FerretDB 1.x two processes may

@@ -34,6 +34,7 @@ from server.storage.base import (
     Control,
     Cursor,
     DeleteOutcome,
+    Lease,
     Scope,
     SessionRecord,
     SessionStatus,
@@ -427,18 +428,24 @@ class SQLiteStore:
 
         return await self._read(op)
 
-    async def renew_leases(self, session_ids: Sequence[str], lease_until: int) -> None:
-        ids = list(session_ids)
+    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
+        held = list(leases)
 
-        def op(conn: sqlite3.Connection) -> None:
-            conn.executemany(
-                "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
-                "AND status IN ('running', 'awaiting_input', 'awaiting_approval')",
-                [(lease_until, i) for i in ids],
-            )
+        def op(conn: sqlite3.Connection) -> set[str]:
+            renewed = set()
+            for lease in held:
+                cursor = conn.execute(
+                    "UPDATE sessions SET lease_until = ? WHERE session_id = ? "
+                    "AND active_run_id = ? AND lease_until <= ? "
+                    "AND status IN ('running', 'awaiting_input', 'awaiting_approval')",
+                    (lease_until, lease.session_id, lease.run_id, lease.given),
+                )
+                if cursor.rowcount == 1:
+                    renewed.add(lease.session_id)
+            return renewed
 
-        if ids:
-            await self._write(op)
+        renewed: set[str] = await self._write(op) if held else set()
+        return renewed
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
         def op(conn: sqlite3.Connection) -> bool:

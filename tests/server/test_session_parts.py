@@ -222,7 +222,7 @@ async def test_a_deleted_session_is_forgotten_and_its_watchers_closed(
     one.subscribers.update(watchers[:2])
     other.subscribers.add(watchers[2])
     assert await store.delete_session(ALICE, one.session_id, 0) == "deleted"
-    registry.forget_deleted(one.session_id, 4404)
+    registry.forget(one.session_id, 4404)
     assert [w.codes for w in watchers] == [[4404], [4404], []]
     with pytest.raises(ProtocolError):  # not the copy its closing watchers still hold
         await registry.open(ALICE, one.session_id)

@@ -29,6 +29,7 @@ from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
     Cursor,
+    Lease,
     Scope,
     StatusChange,
     Store,
@@ -252,15 +253,38 @@ async def test_a_lease_renewal_never_undoes_a_run_ending_at_the_same_moment(
     for i in range(30):
         sid = f"s{i}"
         await new_session(store, sid)
-        await store.update_session(ALICE, sid, 100, status="running", active_run_id="r1")
+        await store.update_session(
+            ALICE, sid, 100, status="running", active_run_id="r1", lease_until=5_000
+        )
+        held = [Lease(sid, "r1", 5_000)]
         await asyncio.gather(
-            store.renew_leases([sid], 10_000),
+            store.renew_leases(held, 10_000),
             store.update_session(ALICE, sid, 200, status="idle"),
-            store.renew_leases([sid], 10_000),
+            store.renew_leases(held, 10_000),
         )
         record = await store.get_session(ALICE, sid)
         assert record is not None
         assert (i, record.status, record.active_run_id) == (i, "idle", None)
+
+
+async def test_a_lease_is_renewed_only_by_the_process_that_gave_it(store: Store) -> None:
+    """A renewal names the run and the latest lease its process gave it: once the lease ran
+    out and another process claimed the run (a later lease) or closed it, the renewal
+    changes nothing and says so, so a paused process learns it lost the run."""
+    await new_session(store, "s1")
+    await store.update_session(
+        ALICE, "s1", 100, status="running", active_run_id="r1", lease_until=1_000
+    )
+    mine = Lease("s1", "r1", 1_000)
+    assert await store.renew_leases([mine, Lease("s1", "r0", 1_000)], 2_000) == {"s1"}
+    assert await store.renew_leases([Lease("s1", "r1", 2_000)], 3_000) == {"s1"}
+    item = UnfinishedRun(ALICE, "s1", "r1")
+    assert await store.claim_run(item, 3_500, 9_000)  # ours ran out at 3,000: taken
+    assert await store.renew_leases([Lease("s1", "r1", 3_000)], 4_000) == set()
+    record = await store.get_session(ALICE, "s1")
+    assert record is not None and await store.unfinished_runs(8_999) == []  # still the claim's
+    await store.update_session(ALICE, "s1", 9_100, status="idle")
+    assert await store.renew_leases([Lease("s1", "r1", 9_000)], 10_000) == set()
 
 
 async def test_a_rename_at_the_moment_a_run_ends_keeps_both(store: Store) -> None:

@@ -331,3 +331,39 @@ async def test_a_session_made_again_under_a_deleted_id_is_not_sent_to_the_old_wa
             code = None if closed.rcvd is None else closed.rcvd.code
     assert code == 4404
     assert [f for f in seen if f.get("session_id") == thread] == [], seen
+
+
+async def test_a_paused_process_writes_nothing_more_of_a_run_another_closed(
+    fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """Process 0 is paused (SIGSTOP: a frozen VM, a long partition) mid-run for longer than
+    its lease, and process 1 closes the run as `interrupted`. Resumed, process 0 finds out
+    that it lost the run before it writes again: the stored run has one end and nothing
+    after it, and process 0's watchers are told to reconnect (1012) and read the store."""
+    fake_llm.script("reason", Reply(chunks=[f"w{i} " for i in range(400)], delay_s=0.02))
+    async with replicas(tmp_path, fake_llm, store_env) as group:
+        owner, session = await group.chat(0, "go")
+        await owner.until("agent_reason_delta", timeout=10)
+        watcher = await group.client(1, session_id=session)
+        await watcher.recv()
+        group.procs[0].send_signal(signal.SIGSTOP)
+        try:
+            tail = await watcher.until("response_complete", timeout=2 * LEASE_S + 10)
+        finally:
+            group.procs[0].send_signal(signal.SIGCONT)
+        code = None
+        try:
+            async with asyncio.timeout(20):
+                while True:
+                    await owner.recv(20)
+        except ConnectionClosed as closed:
+            code = None if closed.rcvd is None else closed.rcvd.code
+        await watcher.close()
+        async with httpx.AsyncClient(base_url=f"http://{group.addresses[1]}") as http:
+            events = (await http.get(f"/api/sessions/{session}/events")).json()["events"]
+    run_id = tail[-1]["run_id"]
+    assert [kind(f) for f in tail[-2:]] == ["agent_stopped", "response_complete"]
+    ends = [f for f in events if f["type"] == "response_complete"]
+    assert [f["run_id"] for f in ends] == [run_id] and events[-1] == ends[0]  # nothing after
+    assert [f["seq"] for f in events] == list(range(1, len(events) + 1))
+    assert code == 1012
