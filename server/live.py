@@ -398,8 +398,8 @@ class LiveSession:
             if lease is not None:
                 self._lease_confirmed = time.monotonic()
             if last.status == "idle":
-                self.run, self.lease_given = None, None  # before delivery: a chat sent on
-                # receiving it must be accepted
+                # Before delivery: a chat sent on receiving it must be accepted.
+                self.run, self.lease_given = None, None
         self._deliver(frames, bodies)
 
     async def renew_lease(self) -> bool:
