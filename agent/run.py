@@ -59,7 +59,7 @@ _STOP_NOTES: dict[StopReason, str] = {
     "user": "The user stopped the previous run at step {step}, before it finished.",
     "input_timeout": "The previous run ended at step {step}: the user did not answer the question.",
     "shutdown": "The previous run was ended at step {step} because the server shut down.",
-    "interrupted": "The previous run was interrupted at step {step} when the server restarted.",
+    "interrupted": "The previous run was cut off at step {step}: the server running it stopped.",
     "run_timeout": "The previous run was ended at step {step}: it ran longer than its time limit.",
 }
 
@@ -80,7 +80,7 @@ _CUT_SHORT: dict[StopReason, str] = {
     "user": "Not completed: the user stopped the run before this call finished.",
     "input_timeout": "Not completed: the run ended because the user did not answer.",
     "shutdown": "Not completed: the server shut down before this call finished.",
-    "interrupted": "Not completed: the server restarted before this call finished.",
+    "interrupted": "Not completed: the server running this call stopped before it finished.",
     "run_timeout": "Not completed: the run reached its time limit before this call finished.",
 }
 

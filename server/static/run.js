@@ -12,7 +12,7 @@ const STOP_REASONS = {
   user: "Stopped by you",
   input_timeout: "Stopped: the question was not answered in time",
   shutdown: "Stopped: the server was shutting down",
-  interrupted: "Interrupted: the server restarted during this run",
+  interrupted: "Interrupted: the server running it stopped",
   run_timeout: "Stopped: the run took longer than its time limit",
 };
 const COMPLETION = {

@@ -28,7 +28,7 @@ ZERO_USAGE = {
     "llm_calls": 0,
     "estimated_calls": 0,
 }
-CUT_BY_RESTART = "Not completed: the server restarted before this call finished."
+CUT_BY_RESTART = "Not completed: the server running this call stopped before it finished."
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ async def test_a_dead_runs_open_calls_are_closed_from_the_conversation(harness: 
     ]
     results = [m for m in harness.record.messages if m.role == "tool"]
     assert [(m.tool_call_id, m.status) for m in results] == [("c2", "stopped"), ("c3", "stopped")]
-    assert all("restarted" in m.content for m in results)
+    assert all("server running" in m.content for m in results)
     (note,) = [m for m in harness.record.messages if m.phase == "stop"]
     assert note.role == "system" and "step 2" in note.content and note.run_id == "r1"
 

@@ -130,7 +130,7 @@ async def test_a_killed_process_leaves_runs_that_the_next_start_closes(fake_llm,
         await asyncio.wait_for(proc.wait(), 20)
     act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
     tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
-    assert len(tool) == 1 and "restarted" in tool[0]["content"]
+    assert len(tool) == 1 and "server running" in tool[0]["content"]
 
 
 @pytest.mark.slow

@@ -261,7 +261,7 @@ async def test_a_run_left_open_by_a_dead_process_is_closed_at_the_next_start(
             assert again[-1]["type"] == "response_complete"
     act_request = [r for r in fake_llm.requests if r.phase == "act"][-1]
     tool = [m for m in act_request.body["messages"] if m["role"] == "tool"]
-    assert tool[0]["tool_call_id"] == call.id and "restarted" in tool[0]["content"]
+    assert tool[0]["tool_call_id"] == call.id and "server running" in tool[0]["content"]
 
 
 async def test_a_run_whose_end_was_stored_without_its_status_is_not_ended_twice(
