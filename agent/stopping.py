@@ -62,10 +62,16 @@ async def _record(ctx: RunContext, recorder: RunRecorder | None, reason: StopRea
 
 
 async def close_interrupted(
-    ctx: RunContext, history: Sequence[Message], step: int, reason: StopReason = "interrupted"
+    ctx: RunContext,
+    history: Sequence[Message],
+    step: int,
+    reason: StopReason = "interrupted",
+    shown: tuple[str, str] | None = None,
 ) -> None:
     """Close the run `ctx.run_id`, which a dead process left open at `step`, as `interrupted`
     (or as `reason`: `user` when a stop was asked for that the dead process never read).
+    `shown`: the phase that was streaming and the text it had shown, kept as a stop keeps it
+    (unless its message was stored after all).
 
     `history` is the session's stored conversation. Every call of the run without a result
     there gets one; those the run had shown starting (every call but a question, which never
@@ -76,7 +82,23 @@ async def close_interrupted(
     recorder.continue_from(step, started)
     for phase, turn in _stored_calls(ctx.run_id, history):
         recorder.count(phase, turn)
+    if shown is not None and not _stored_already(ctx.run_id, history, *shown):
+        recorder.begin_stream(shown[0])
+        recorder.add_streamed(shown[1])
     await recorder.record_stop(reason)
+
+
+def _stored_already(run_id: str, history: Sequence[Message], phase: str, text: str) -> bool:
+    """Was the streaming phase's message stored before the process died (its end event
+    was not)?"""
+    last = history[-1] if history else None
+    return (
+        last is not None
+        and last.role == "assistant"
+        and last.run_id == run_id
+        and last.phase == phase
+        and last.content.startswith(text.strip()[:200])
+    )
 
 
 def _stored_calls(run_id: str, history: Sequence[Message]) -> list[tuple[str, ModelTurn]]:

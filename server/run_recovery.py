@@ -13,6 +13,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -28,7 +29,7 @@ from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 
-__all__ = ["Repairs", "RunRecovery", "last_step_of"]
+__all__ = ["CutShort", "Repairs", "RunRecovery", "where_it_stopped"]
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +177,9 @@ class RunRecovery:
         if not (ours and _ENDINGS & {last.get("type"), last.get("update_type")}):
             ctx = self._context(live, run, self._limits, None)
             history = await self._store.load_history(item.scope, item.session_id)
-            step = await self._last_step(live, run.run_id)
-            await close_interrupted(ctx, history, step, await self._why_closed(item))
+            cut = await self._cut_short(live, run.run_id)
+            shown = (cut.phase, cut.text) if cut.phase is not None else None
+            await close_interrupted(ctx, history, cut.step, await self._why_closed(item), shown)
         # else the run ended (its answer, stop or error is stored) and only its end was not
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")
@@ -207,10 +209,13 @@ class RunRecovery:
         frame = orjson.loads(last[0]) if last else {}
         return frame if isinstance(frame, dict) else {}
 
-    async def _last_step(self, live: LiveSession, run_id: str) -> int:
-        """The last step the dead run showed starting (a step's Reason is stored only when
-        it ends, so the conversation alone would say one less)."""
-        return await last_step_of(self._store, live.scope, live.session_id, live.last_seq, run_id)
+    async def _cut_short(self, live: LiveSession, run_id: str) -> CutShort:
+        """Where the dead run stopped: its step from its events (a step's Reason is stored
+        only when it ends, so the conversation alone would say one less), and the text it
+        was showing, which a stop keeps and the dead process could not store."""
+        return await where_it_stopped(
+            self._store, live.scope, live.session_id, live.last_seq, run_id
+        )
 
 
 # A run's last event before its `response_complete`, once it has ended on its own.
@@ -218,22 +223,53 @@ _ENDINGS = {"agent_completion", "agent_stopped", "chat_response", "error"}
 _BACK_WINDOW = 256  # events read per query, from the end of the session backwards
 
 
-async def last_step_of(
+@dataclass(frozen=True)
+class CutShort:
+    """Where a dead run stopped: the last step it showed starting, and the text of the phase
+    it was streaming (`phase` None: none was), which its stored messages do not hold."""
+
+    step: int
+    phase: str | None = None
+    text: str = ""
+
+
+# The phase whose text each delta event shows (an answer continues the phase that shows it).
+_DELTA_PHASES = {
+    "agent_reason_delta": "reason",
+    "agent_observe_delta": "observe",
+    "agent_answer_delta": "summarize",
+    "chat_delta": "chat",
+}
+
+
+async def where_it_stopped(
     store: Store, scope: Scope, session_id: str, last_seq: int, run_id: str
-) -> int:
-    """The highest `step` among the events of `run_id`, the session's last run: read from
-    `last_seq` backwards, only as far as the run goes, so a long history costs nothing."""
+) -> CutShort:
+    """Where `run_id`, the session's last run, stopped: read from `last_seq` backwards, only
+    as far as the run goes, so a long history costs nothing."""
     step, end, window = 0, last_seq, _BACK_WINDOW
+    ours: list[dict[str, Any]] = []  # the run's events, oldest first
     while end > 0:
         after = max(0, end - window)
         frames = [
             orjson.loads(raw)
             for raw in await store.read_events(scope, session_id, after, end - after)
         ]
-        for frame in frames:
-            if frame.get("run_id") == run_id:
-                step = max(step, int(frame.get("step") or 0))
+        mine = [f for f in frames if f.get("run_id") == run_id]
+        ours[:0] = mine
+        step = max([step, *(int(f.get("step") or 0) for f in mine)])
         if any(f.get("run_id") not in (run_id, None) for f in frames):
             break  # the run's first event is in this window
         end, window = after, window * 2
-    return step
+    phase: str | None = None
+    text: list[str] = []
+    for frame in ours:
+        kind = frame.get("update_type") or frame.get("type")
+        shows = _DELTA_PHASES.get(str(kind))
+        if shows is not None:
+            if phase is None or (shows != phase and kind != "agent_answer_delta"):
+                phase, text = shows, []
+            text.append(str(frame.get("delta") or ""))
+        elif kind != "agent_reasoning_delta":  # thinking is never kept
+            phase, text = None, []  # the phase ended (its message is stored) or another began
+    return CutShort(step, phase, "".join(text))

@@ -16,7 +16,7 @@ from agent.ports import ToolSpec
 from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
-from server.run_recovery import last_step_of
+from server.run_recovery import where_it_stopped
 from server.run_request import read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
@@ -346,8 +346,8 @@ async def test_recovery_reads_back_only_as_far_as_the_dead_run_goes(
         await store.append_events(ALICE, "s1", dead, 3)
         store.read = 0
         last_seq = 5000 + run_events + 1
-        assert await last_step_of(store, ALICE, "s1", last_seq, "dead") == 3
+        assert (await where_it_stopped(store, ALICE, "s1", last_seq, "dead")).step == 3
         assert store.read < 4 * (run_events + 256)  # not the 5,000 events before the run
-        assert await last_step_of(store, ALICE, "s1", last_seq, "never-ran") == 0
+        assert (await where_it_stopped(store, ALICE, "s1", last_seq, "never-ran")).step == 0
     finally:
         await store.close()

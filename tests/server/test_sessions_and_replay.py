@@ -398,3 +398,40 @@ async def test_a_new_sessions_first_run_starts_without_reading_its_history(
     assert any("first question" in t for t in asked[-1]) and any(
         "second question" in t for t in asked[-1]
     )
+
+
+async def test_a_dead_run_keeps_the_text_it_had_shown_as_a_stop_does(
+    server_factory, fake_llm: FakeLLM, tmp_path
+):
+    """The process died while Reason streamed: its deltas are stored, its message is not.
+    Closing the run keeps that text in the conversation (as a stop keeps what was shown), so
+    the next run's model reads what the user read."""
+    fake_llm.script("reason", reason("Checking the weather in Paris first."))
+    async with server_factory() as s:
+        async with await s.client() as c:
+            session = (await c.recv())["session_id"]
+            frames = await c.run("go")
+    run_id = frames[0]["run_id"]
+    deltas = [f for f in frames if f.get("update_type") == "agent_reason_delta"]
+    cut = deltas[-1]["seq"]
+    db = sqlite3.connect(tmp_path / "agent.db")
+    with db:
+        db.execute("DELETE FROM events WHERE seq > ?", (cut,))
+        db.execute("DELETE FROM messages WHERE sequence > 0")  # the user's message stays
+        db.execute(
+            "UPDATE sessions SET status = 'running', active_run_id = ?, last_seq = ?, "
+            "message_count = 1",
+            (run_id, cut),
+        )
+    db.close()
+    async with server_factory() as s:
+        async with await s.client(session_id=session, after_seq=cut) as c:
+            await c.recv()
+            await c.until("response_complete")
+        async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+            messages = (await http.get(f"/api/sessions/{session}/messages")).json()["messages"]
+    shown = "".join(d["delta"] for d in deltas).strip()
+    kept = [m for m in messages if m["role"] == "assistant"]
+    assert [(m["content"], m["status"], m.get("phase")) for m in kept] == [
+        (shown, "stopped", "reason")
+    ]
