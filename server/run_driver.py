@@ -48,6 +48,18 @@ __all__ = ["RunDriver"]
 
 log = logging.getLogger(__name__)
 
+_TAKEN_OVER = (
+    ": another process took it over when its lease ran out (this process was paused, or cut "
+    "off from the store, for longer than storage.run_lease_s)"
+)
+
+
+def _log_end(run_id: str, outcome: str, why: str, took_s: float) -> None:
+    """One line as a run ends: how, after how long; a failure at warning, with its reason."""
+    say = log.warning if outcome == "failed" else log.info
+    say("run %s %s after %.1f s%s", run_id, outcome, took_s, why)
+
+
 _TAIL_EVENTS = 400  # how far back `retry`/`continue` look for the last run's message
 _CONTINUE = "Please continue the task from where you stopped."
 
@@ -247,17 +259,9 @@ class RunDriver:
             limit.cancel()
             run.control.detach()
             await self._finish(live, run)
-            took = time.monotonic() - started
             if live.taken_over:
-                outcome, why = (
-                    "failed",
-                    (
-                        ": another process took it over when its lease ran out (this process was "
-                        "paused, or cut off from the store, for longer than storage.run_lease_s)"
-                    ),
-                )
-            say = log.warning if outcome == "failed" else log.info
-            say("run %s %s after %.1f s%s", run.run_id, outcome, took, why)
+                outcome, why = "failed", _TAKEN_OVER
+            _log_end(run.run_id, outcome, why, time.monotonic() - started)
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
         """Store the session (on its first run), the user's message and the status. Returns
