@@ -25,15 +25,16 @@ class FileClaim:
     """The advisory lock on `<database>.lock`, held from `take` until `release`."""
 
     def __init__(self, database: Path, *, shared: bool) -> None:
-        self._path = database.with_name(database.name + ".lock")
         self._database = database
         self._shared = shared
         self._fd: int | None = None
 
     def take(self) -> None:
         """Lock the file, or raise OSError saying which process kind holds it (blocking I/O:
-        call it off the event loop)."""
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+        call it off the event loop). The lock is named after the file itself, not the path
+        given: a server reaching it through a symbolic link meets the same lock."""
+        real = self._database.resolve()
+        fd = os.open(real.with_name(real.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, (fcntl.LOCK_SH if self._shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -37,7 +37,13 @@ async def test_a_second_owner_of_a_file_is_refused_and_shared_ones_are_not(tmp_p
         await store.close()
     again = SQLiteStore(path)
     await again.open()  # a lock goes with its holder: nothing is left behind
-    await again.close()
+    try:
+        link = tmp_path / "link.db"
+        link.symlink_to(path)
+        with pytest.raises(StorageError, match="another server process uses it"):
+            await SQLiteStore(link).open()  # the same file by another name
+    finally:
+        await again.close()
 
 
 async def test_a_second_server_on_a_file_in_use_does_not_start(tmp_path: Path):
