@@ -32,7 +32,13 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
     and the connection guards of server/guard.py."""
     import uvicorn  # here and in _serve, not at the top: `agent-server chat` needs none of it
 
-    from server.guard import MAX_HEAD_BYTES, RepeatedLogFilter, connection_cap, guarded_protocol
+    from server.guard import (
+        MAX_HEAD_BYTES,
+        DenialLogFilter,
+        RepeatedLogFilter,
+        connection_cap,
+        guarded_protocol,
+    )
     from server.redact import install_log_redaction
 
     server = settings.server
@@ -59,8 +65,9 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
     )
     install_log_redaction()  # after uvicorn.Config has set up its loggers
     error_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(f, RepeatedLogFilter) for f in error_log.filters):
-        error_log.addFilter(RepeatedLogFilter())
+    for kind in (DenialLogFilter, RepeatedLogFilter):
+        if not any(isinstance(f, kind) for f in error_log.filters):
+            error_log.addFilter(kind())
     return config
 
 

@@ -281,6 +281,18 @@ class _Throttle:
         return self._suppressed.pop(key, 0)
 
 
+class DenialLogFilter(logging.Filter):
+    """Drop uvicorn's "ASGI callable returned without completing handshake." error, which its
+    websockets-sansio protocol logs after every handshake refused with a response body (a
+    403 that says why, a 503 for a full tenant) although the refusal was complete: every
+    handshake of ours is accepted or refused, so the line only ever reports a refusal."""
+
+    QUIRK = "ASGI callable returned without completing handshake."
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != self.QUIRK
+
+
 class RepeatedLogFilter(logging.Filter):
     """Pass each distinct message at most once per `interval_s` (uvicorn logs one warning
     per malformed request: a flood of them must not become a flood of log lines)."""

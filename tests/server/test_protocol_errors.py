@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 
 import pytest
@@ -165,8 +166,17 @@ async def test_a_frame_over_the_limit_closes_with_1009(server_factory):
 
 
 async def test_origin_not_allowed_is_refused_before_upgrade(server):
-    with pytest.raises(InvalidStatus) as refused:
-        await Client.connect(server.address, headers={"Origin": "http://evil.example"})
+    errors: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.ERROR)
+    handler.emit = errors.append  # type: ignore[method-assign]
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    uvicorn_log.addHandler(handler)
+    try:
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.connect(server.address, headers={"Origin": "http://evil.example"})
+    finally:
+        uvicorn_log.removeHandler(handler)
+    assert errors == []  # a refusal is not an error of the server (uvicorn logged one)
     assert refused.value.response.status_code == 403
     assert json.loads(refused.value.response.body)["code"] == "origin_not_allowed"  # says why
     ok = await Client.connect(server.address, headers={"Origin": "http://localhost:8765"})
