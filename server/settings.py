@@ -237,7 +237,7 @@ class StorageSettings(_Section):
     mongodb_uri: str = "mongodb://127.0.0.1:27017"
     mongodb_database: str = "agent_server"
     mongodb_timeout_ms: int = Field(5000, ge=100)
-    run_lease_s: float = Field(30.0, ge=1)  # MongoDB: a run whose process stops renewing
+    run_lease_s: float = Field(30.0, ge=1, le=3600)  # MongoDB: a run whose process stops renewing
     # this lease is closed as "interrupted" by another server process
     # Several server processes on this store (docs/deploy.md). None: true for MongoDB, false
     # for SQLite (one process per file); `serve --workers N` with N > 1 sets it.
@@ -247,6 +247,18 @@ class StorageSettings(_Section):
     @property
     def is_shared(self) -> bool:
         return self.backend == "mongodb" if self.shared is None else self.shared
+
+    @field_validator("mongodb_database")
+    @classmethod
+    def _database_name(cls, name: str) -> str:
+        """MongoDB refuses these in a database name: said at start, not as the driver's
+        traceback when the store opens."""
+        if not 0 < len(name) < 64 or any(c in name for c in '/\\. "$\x00'):
+            raise PydanticCustomError(
+                "database_name",
+                'a MongoDB database name has 1 to 63 characters, none of / \\ . " $ or a space',
+            )
+        return name
 
 
 class ToolSettings(ToolsConfig):
@@ -607,7 +619,8 @@ def _describe(
     for n, err in enumerate(exc.errors(include_url=False)[:MOST_LINES]):
         loc, given = err["loc"], err["input"]
         line = shown[n]
-        if loc[:1] == ("auth",) or err["type"] == "extra_forbidden" or _holds_secret(_at(loc)):
+        secret = loc == ("storage", "mongodb_uri") or _holds_secret(_at(loc))  # a password
+        if loc[:1] == ("auth",) or err["type"] == "extra_forbidden" or secret:
             line = bare[n]  # an unknown key's value may be a secret under a misspelled name
         elif isinstance(given, float) and not math.isfinite(given):
             line = f"{bare[n]} (got {given})"  # as JSON, inf would read null
@@ -622,9 +635,12 @@ def _describe(
 
 
 def _token_hidden(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
-    """`loc` with a token in it replaced (AuthSettings names tokens by place already)."""
+    """`loc` with a token in it replaced (AuthSettings names tokens by place already): under
+    `auth.tokens`, or a key of `[auth]` that is no setting (a token written one level up)."""
     if loc[:2] == ("auth", "tokens") and len(loc) > 2 and not str(loc[2]).startswith("<token"):
         return (*loc[:2], "<token>", *loc[3:])
+    if loc[:1] == ("auth",) and len(loc) > 1 and loc[1] not in AuthSettings.model_fields:
+        return ("auth", "<a key that is no setting: tokens go in auth.tokens>", *loc[2:])
     return loc
 
 

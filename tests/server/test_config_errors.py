@@ -70,6 +70,14 @@ def _refusal(tmp_path: Path, toml: str, overrides: Any = None) -> str:
             "tools.web_search.api_key: Input should be a valid string",
         ),
         (f'[llm]\napi_keys = "{TOKEN}"\n', "llm.api_keys: unknown key"),  # a misspelled key
+        (  # a token one level too high: the key itself is the secret
+            f'[auth]\n"{TOKEN}" = {{ tenant = "a", user = "b" }}\n',
+            "auth.<a key that is no setting: tokens go in auth.tokens>: unknown key",
+        ),
+        (  # a URI holds its password
+            '[storage]\nmongodb_uri = ["mongodb://agent:SECRET@db.example/"]\n',
+            "storage.mongodb_uri: Input should be a valid string",
+        ),
     ],
 )
 def test_a_wrong_token_or_key_is_named_by_its_place_never_shown(
@@ -308,3 +316,14 @@ def test_a_wrong_flag_is_blamed_on_the_flag_not_the_file(tmp_path: Path) -> None
     assert message.endswith('(got "0.0.0.0") (from --host)')
     message = _refusal(tmp_path, "[server]\nmax_connections = 0\n", {"server": {"port": -1}})
     assert message.splitlines()[0] == f"invalid configuration in {tmp_path / 'config.toml'}:"
+
+
+def test_a_database_name_mongodb_refuses_and_an_endless_lease_are_said_at_start(
+    tmp_path: Path,
+) -> None:
+    # A name with "/" was a driver traceback when the store opened; a lease of 1e16 s ended
+    # every run with internal_error, and 1e308 a traceback at start.
+    message = _refusal(tmp_path, '[storage]\nmongodb_database = "bad/name"\n')
+    assert "storage.mongodb_database: a MongoDB database name has 1 to 63 characters" in message
+    message = _refusal(tmp_path, "[storage]\nrun_lease_s = 1e16\n")
+    assert "storage.run_lease_s: Input should be less than or equal to 3600" in message
