@@ -386,11 +386,18 @@ async def _notify(
         await call.on_retry(RetryNotice(attempt, total, reason, delay_s))
 
 
+# Reasons of a connection that was made and then lost (agent/adapters/http.py `_name`): for a
+# retry, only a stream that broke before anything of it was shown meets them.
+_BROKE_OFF = ("the server closed the connection", "the connection closed before its end")
+
+
 def _retry_reason(exc: BaseException) -> str:
     """Plain words for a transient failure: what a user may read."""
     if isinstance(exc, Unreachable):
         if exc.timed_out:
             return "the model server did not answer in time"
+        if exc.reason in _BROKE_OFF:
+            return "the model server's reply broke off before its first text"
         return "the model server could not be reached"
     if isinstance(exc, StatusError):
         if exc.status_code == 429:

@@ -153,6 +153,7 @@ async def test_a_stream_cut_before_anything_was_shown_is_asked_again(
     assert frames[-2]["update_type"] == "agent_completion"
     retries = [f for f in frames if kind(f) == "agent_llm_retry"]
     assert [(r["attempt"], r["max_attempts"]) for r in retries] == [(2, 3), (3, 3)]
+    assert retries[0]["reason"] == "the model server's reply broke off before its first text"
     assert not any(kind(f) == "agent_reason_delta" and "never" in f["delta"] for f in frames)
     assert failed[-2]["code"] == "llm_error"
     assert [(r["attempt"]) for r in failed if kind(r) == "agent_llm_retry"] == [2, 3]
