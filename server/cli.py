@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import queue
@@ -98,7 +99,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"agent-server: {exc}", file=sys.stderr)
         return 2
-    if not args.worker:  # under --workers the supervisor says it, once
+    if args.worker:
+        _end_with_the_supervisor()
+    else:  # under --workers the supervisor says it, once
         _log.info("%s", startup_summary(settings, config_path))
     raise_open_file_limit()
     sockets = (
@@ -110,6 +113,22 @@ def _serve(args: argparse.Namespace) -> int:
         if stop_tracing is not None:
             stop_tracing()  # send the spans still batched
     return 0
+
+
+SUPERVISOR_PID = "AGENT_SERVER_SUPERVISOR_PID"  # set by `--workers` for its workers
+
+
+def _end_with_the_supervisor() -> None:
+    """A worker is told to stop (SIGTERM: it shuts down as usual) when its supervisor dies,
+    however it dies: after a `kill -9` of the supervisor its workers served on as orphans,
+    holding the port and the store, unseen by what restarts the supervisor. Linux only."""
+    supervisor = os.environ.get(SUPERVISOR_PID)
+    if sys.platform != "linux" or supervisor is None:
+        return
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    if str(os.getppid()) != supervisor:  # it died before the request took hold
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -163,7 +182,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, config_path: Path |
     for flag, value in (("--config", config_path), ("--host", args.host), ("--port", args.port)):
         if value is not None:
             command += [flag, str(value)]
-    env = {**os.environ, "AGENT__STORAGE__SHARED": "true"}
+    env = {**os.environ, "AGENT__STORAGE__SHARED": "true", SUPERVISOR_PID: str(os.getpid())}
     workers = [subprocess.Popen(command, env=env) for _ in range(args.workers)]
     address = f"[{host}]" if ":" in host else host
     _log.info(

@@ -218,6 +218,49 @@ async def test_a_worker_that_dies_stops_the_others_and_the_server_exits_with_an_
             await proc.wait()
 
 
+async def test_workers_end_when_their_supervisor_is_killed(tmp_path):
+    """A `kill -9` of the supervisor left its workers serving as orphans, holding the port
+    and the store; each is now told to stop as its supervisor dies."""
+    import asyncio
+    import os
+    import signal
+
+    from tests.fakes.processes import free_port, start_server_process
+
+    env = {"AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
+    proc = await start_server_process(tmp_path, free_port(), env, extra=["--workers", "2"])
+    children = await asyncio.to_thread(_children, proc.pid)
+    try:
+        assert len(children) == 2
+        proc.kill()
+        await asyncio.wait_for(proc.wait(), 10)
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(_ended(int(c)) for c in children))
+    finally:
+        for child in children:
+            if await asyncio.to_thread(_alive, child):
+                os.kill(int(child), signal.SIGKILL)
+
+
+async def _ended(pid: int) -> None:
+    """Wait until process `pid` (not a child of ours) has exited: its pidfd turns readable."""
+    import asyncio
+    import os
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
 def _children(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
 
