@@ -306,6 +306,16 @@ class TelemetrySettings(_Section):
     otlp_endpoint: str = ""  # e.g. http://127.0.0.1:4318/v1/traces
     service_name: str = Field("agent-server", min_length=1)
 
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _absolute_http_url(cls, value: str) -> str:
+        if value and not _http_url(value):  # else every export fails, logged, traces lost
+            raise PydanticCustomError(
+                "url",
+                "must be an absolute http(s) URL with a host, like http://127.0.0.1:4318/v1/traces",
+            )
+        return value
+
 
 class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""

@@ -327,3 +327,8 @@ def test_a_database_name_mongodb_refuses_and_an_endless_lease_are_said_at_start(
     assert "storage.mongodb_database: a MongoDB database name has 1 to 63 characters" in message
     message = _refusal(tmp_path, "[storage]\nrun_lease_s = 1e16\n")
     assert "storage.run_lease_s: Input should be less than or equal to 3600" in message
+
+
+def test_an_otlp_endpoint_that_is_not_an_http_url_is_refused(tmp_path: Path) -> None:
+    message = _refusal(tmp_path, '[telemetry]\notlp_endpoint = "not a url"\n')
+    assert "telemetry.otlp_endpoint: must be an absolute http(s) URL with a host" in message
