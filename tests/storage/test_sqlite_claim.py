@@ -65,8 +65,13 @@ async def test_a_second_server_on_a_file_in_use_does_not_start(tmp_path: Path):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        async with asyncio.timeout(60):
-            out, err = await second.communicate()
+        try:
+            async with asyncio.timeout(60):
+                out, err = await second.communicate()
+        finally:
+            if second.returncode is None:  # it started after all: never leave it serving
+                second.kill()
+                await second.wait()
     finally:
         await owner.close()
     said = (out + err).decode()
