@@ -161,9 +161,11 @@ class LiveSession:
         self.scope = Scope(record.tenant_id, record.user_id)
         self.stored = stored
         self._lease_ms = lease_ms
-        # The latest lease given to this process's run here (None: no run holds one), when
-        # the store last confirmed it (monotonic), and whether another process took it over.
+        # The latest lease given to this process's run here and that run (None: no run holds
+        # one), when the store last confirmed it (monotonic), and whether another process
+        # took it over.
         self.lease_given: int | None = None
+        self._lease_run: str | None = None
         self._lease_confirmed = 0.0
         self.taken_over = False
         self.created_at = record.created_at
@@ -378,7 +380,8 @@ class LiveSession:
             lease = None if last.status == "idle" else now + self._lease_ms
             change = StatusChange(last.status, last.run_id, last.pending_input, lease)
             if lease is not None:  # given, whether or not the store answers
-                self.lease_given = max(lease, self.lease_given or 0)
+                earlier = self.lease_given if self._lease_run == last.run_id else None
+                self.lease_given, self._lease_run = max(lease, earlier or 0), last.run_id
         try:
             bodies = await self._store.store_batch(
                 self.scope,
@@ -396,7 +399,7 @@ class LiveSession:
             self.pending_input = last.pending_input
             self.pending_approval = last.pending_approval
             if lease is not None:
-                self._lease_confirmed = time.monotonic()
+                self._lease_confirmed = lease_clock()
             if last.status == "idle":
                 # Before delivery: a chat sent on receiving it must be accepted.
                 self.run, self.lease_given = None, None
@@ -416,19 +419,22 @@ class LiveSession:
         renew it first, and write nothing if another process has taken the run over."""
         if not self._store.shared:
             return  # one process: nobody else claims its runs
-        if not self.taken_over and time.monotonic() - self._lease_confirmed > self._lease_ms / 2000:
+        if not self.taken_over and lease_clock() - self._lease_confirmed > self._lease_ms / 2000:
             await self._renew(now)
         if self.taken_over:
             raise RunTakenOver(f"the run of session {self.session_id} was taken over")
 
     async def _renew(self, now: int) -> None:
-        if self.lease_given is None or self.run is None or not self._store.shared:
+        run = self.run
+        if run is None or self._lease_run != run.run_id or self.lease_given is None:
+            return  # no lease of this run yet (or the end of an earlier one was not stored)
+        if not self._store.shared:
             return
-        lease = Lease(self.session_id, self.run.run_id, self.lease_given)
+        lease = Lease(self.session_id, run.run_id, self.lease_given)
         until = now + self._lease_ms
         if self.session_id in await self._store.renew_leases([lease], until):
             self.lease_given = max(until, self.lease_given)
-            self._lease_confirmed = time.monotonic()
+            self._lease_confirmed = lease_clock()
         else:
             self.taken_over = True
 
@@ -439,6 +445,11 @@ class LiveSession:
             text = body.decode()
             for sub in list(self.subscribers):
                 sub.deliver(text, seq)
+
+
+def lease_clock() -> float:
+    """The clock a run's lease is confirmed by (monotonic: a pause of the process counts)."""
+    return time.monotonic()
 
 
 def next_tick(now: float, window: float) -> float:

@@ -15,11 +15,13 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from server import live as live_module
 from server.storage.base import WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act
+from tests.fakes.stores import FailsFirstIdleStatus
 
 SHARED: dict[str, Any] = {"shared": True, "poll_interval_s": 0.02}
 APPROVE = {"enabled": ["get_current_time"], "approval": ["get_current_time"]}
@@ -211,3 +213,30 @@ async def test_a_session_opened_between_a_question_and_its_status_shows_the_ques
         await owner.close()
     assert hello["status"] == "awaiting_input"
     assert hello["pending_input"]["question"] == "Which city?"
+
+
+class _EndStatusLost(FailsFirstIdleStatus, WritesInOrder, SQLiteStore):
+    """The first run's `idle` status is not stored (its events are)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, shared=True)
+
+
+async def test_a_run_after_one_whose_end_status_was_lost_is_not_taken_for_taken_over(
+    server_factory: ServerFactory, fake_llm: FakeLLM, tmp_path: Path, monkeypatch
+) -> None:
+    """The session still shows the first run when the second starts, long after the first
+    run's lease was last confirmed: the second run has no lease of its own to check yet,
+    so it must not renew the first one's and conclude that another process took it over."""
+    store = _EndStatusLost(tmp_path / "agent.db")
+    async with server_factory(store=store, storage=SHARED) as s:
+        async with await s.client() as c:
+            await c.recv()
+            first = await c.run("go")
+            later = live_module.lease_clock() + 3600  # half a lease and more has passed
+            monkeypatch.setattr(live_module, "lease_clock", lambda: later)
+            second = await c.run("and again")
+    assert store.failed
+    assert second[-1]["type"] == "response_complete"
+    assert second[-2].get("update_type") == "agent_completion"
+    assert second[0]["run_id"] != first[0]["run_id"]
