@@ -406,9 +406,9 @@ class LiveSession:
         self._deliver(frames, bodies)
 
     async def renew_lease(self) -> bool:
-        """Renew our run's lease, in order with the session's writes (a renewal and a status
-        change never race: each knows the lease the other gave). False: another process
-        took the run over, and nothing more of it may be written."""
+        """Renew our run's lease on a shared store, in order with the session's writes (a
+        renewal and a status change never race: each knows the lease the other gave). False:
+        another process took the run over, and nothing more of it may be written."""
         write = _Write(self._future(), work=lambda: self._renew(now_ms()))
         await self._submit(write)
         return not self.taken_over
@@ -428,8 +428,6 @@ class LiveSession:
         run = self.run
         if run is None or self._lease_run != run.run_id or self.lease_given is None:
             return  # no lease of this run yet (or the end of an earlier one was not stored)
-        if not self._store.shared:
-            return
         lease = Lease(self.session_id, run.run_id, self.lease_given)
         until = now + self._lease_ms
         if self.session_id in await self._store.renew_leases([lease], until):

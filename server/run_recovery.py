@@ -143,7 +143,10 @@ class RunRecovery:
 
     async def _renew_leases(self) -> None:
         """Renew the lease of every run of ours; a run another process has taken over (our
-        lease ran out while this process was paused or cut off) is abandoned, unrecorded."""
+        lease ran out while this process was paused or cut off) is abandoned, unrecorded.
+        A store one process owns needs none: nobody else claims its runs."""
+        if not self._store.shared:
+            return
         held = [live for live in self._live.values() if live.run is not None]
         kept = await asyncio.gather(*(live.renew_lease() for live in held), return_exceptions=True)
         for live, ours in zip(held, kept, strict=True):
