@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -18,11 +20,20 @@ from tests.fakes.mcp_sdk import mcp_sdk_over_http, mcp_sdk_server
 from tests.fakes.mcp_servers import npm_server
 
 
-async def test_results_of_every_kind_are_described_not_dropped():
-    server = McpServer("ev", McpServerConfig(**npm_server("everything")))
+@asynccontextmanager
+async def running(name: str, config: McpServerConfig) -> AsyncIterator[McpServer]:
+    """`config` started as MCP server `name`, its first start attempted; stopped after."""
+    server = McpServer(name, config)
     server.start()
     try:
         await server.wait_started()
+        yield server
+    finally:
+        await server.stop()
+
+
+async def test_results_of_every_kind_are_described_not_dropped():
+    async with running("ev", McpServerConfig(**npm_server("everything"))) as server:
         assert server.state == "up", server.error
         tools = server.tools
 
@@ -45,21 +56,14 @@ async def test_results_of_every_kind_are_described_not_dropped():
         assert isinstance(structured, dict) and "temperature" in str(structured["structured"])
         with pytest.raises(ToolError):
             await call("get-sum", {"a": "not a number", "b": 1})
-    finally:
-        await server.stop()
     assert server.state == "stopped" and server.tools == {}
 
 
 async def test_a_call_to_a_server_that_is_not_running_fails_at_once():
-    server = McpServer("gone", McpServerConfig(command="/nonexistent/server"))
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("gone", McpServerConfig(command="/nonexistent/server")) as server:
         assert server.state == "down" and "/nonexistent/server" in (server.error or "")
         with pytest.raises(ToolError, match="'gone' is not running"):
             await server.call(_missing(server, "gone__x"), {}, None)
-    finally:
-        await server.stop()
 
 
 def test_names_and_elicitation_answers():
@@ -79,32 +83,22 @@ def test_names_and_elicitation_answers():
 async def test_a_line_that_is_not_utf8_does_not_wedge_the_server():
     # A stray log line in Latin-1 on stdout ended the SDK's reader: every later call hung
     # until its timeout while the server still showed as up.
-    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("raw", McpServerConfig(**mcp_raw_server())) as server:
         assert server.state == "up", server.error
         noisy, echo = server.tools["raw__noisy"], server.tools["raw__echo"]
         async with asyncio.timeout(10):
             assert await server.call(noisy, {"text": "one"}, None) == "noisy: one"
             assert await server.call(echo, {"text": "two"}, None) == "echo: two"
         assert server.state == "up"
-    finally:
-        await server.stop()
 
 
 async def test_names_that_collide_once_made_safe_are_numbered(caplog: pytest.LogCaptureFixture):
-    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("raw", McpServerConfig(**mcp_raw_server())) as server:
         tools = server.tools
         assert tools["raw__a_b"].name == "a.b" and tools["raw__a_b_2"].name == "a_b"
         async with asyncio.timeout(10):
             assert await server.call(tools["raw__a_b_2"], {"text": "x"}, None) == "a_b: x"
         assert "'a_b' is offered as 'raw__a_b_2'" in caplog.text
-    finally:
-        await server.stop()
 
 
 def test_a_failure_inside_nested_task_groups_is_described_by_its_cause():
@@ -117,18 +111,13 @@ async def test_a_changed_tool_list_is_read_again_at_once():
     # notifications/tools/list_changed: the new tool is offered now, not at the next
     # periodic check (a minute away here).
     config = McpServerConfig(**mcp_raw_server(), health_interval_s=60)
-    server = McpServer("raw", config)
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("raw", config) as server:
         assert "raw__added" not in server.tools
         async with asyncio.timeout(10):
             assert await server.call(server.tools["raw__grow"], {}, None) == "grow: "
             while "raw__added" not in server.tools:  # the refresh the notice starts
                 await server.next_listing()
         assert server.tools["raw__added"].name == "added" and "raw__added" in server.seen
-    finally:
-        await server.stop()
 
 
 async def _grow_and_see(server: McpServer, added: str) -> None:
@@ -170,10 +159,7 @@ async def test_a_refused_subscription_is_logged_once_and_the_periodic_check_serv
     # A 2026-07-28 server that declares tools.listChanged but refuses subscriptions/listen:
     # the connection stays up, and the periodic check is what lists the new tool.
     config = McpServerConfig(**mcp_sdk_server(refuse_listen=True), health_interval_s=0.3)
-    server = McpServer("sdk", config)
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("sdk", config) as server:
         assert server.state == "up", server.error
 
         def refused() -> list[tuple[str, str]]:
@@ -191,16 +177,11 @@ async def test_a_refused_subscription_is_logged_once_and_the_periodic_check_serv
             "unreachable); its tools are listed again every 0.3 s instead"
         )
         assert refused() == [("WARNING", text)]
-    finally:
-        await server.stop()
 
 
 async def test_arguments_that_do_not_fit_the_schema_never_reach_the_server():
     # The spec leaves checking to the server; one that checks nothing would run them.
-    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("raw", McpServerConfig(**mcp_raw_server())) as server:
         strict = server.tools["raw__strict"]
         async with asyncio.timeout(10):
             assert await server.call(strict, {"mode": "fast", "n": 2}, None) == "strict: "
@@ -213,17 +194,12 @@ async def test_arguments_that_do_not_fit_the_schema_never_reach_the_server():
                 with pytest.raises(ToolError, match="do not fit its schema") as refused:
                     await server.call(strict, arguments, None)
                 assert said in str(refused.value)
-    finally:
-        await server.stop()
 
 
 async def test_an_answer_the_sdk_cannot_read_is_mended_or_fails_at_once():
     # JSON allows `\udcff`; the SDK's parser refused it and dropped the answer, so the call
     # waited for agent.tool_timeout_s (30 s) and failed without saying why.
-    server = McpServer("raw", McpServerConfig(**mcp_raw_server()))
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("raw", McpServerConfig(**mcp_raw_server())) as server:
         tools = server.tools
         async with asyncio.timeout(5):
             mended = await server.call(tools["raw__surrogate"], {"text": "x"}, None)
@@ -240,8 +216,6 @@ async def test_an_answer_the_sdk_cannot_read_is_mended_or_fails_at_once():
             assert said.endswith("not valid JSON-RPC: result: Input should be an object")
             assert await server.call(tools["raw__echo"], {"text": "on"}, None) == "echo: on"
         assert server.state == "up"
-    finally:
-        await server.stop()
 
 
 async def test_a_start_whose_tool_list_never_comes_fails_within_start_timeout():
@@ -278,13 +252,8 @@ async def test_a_command_that_is_not_found_says_where_it_was_looked_for(
 ):
     folder = None if cwd is None else tmp_path / cwd
     config = McpServerConfig(command=command, cwd=folder, start_timeout_s=10)
-    server = McpServer("gone", config)
-    server.start()
-    try:
-        await server.wait_started()
+    async with running("gone", config) as server:
         assert server.state == "down"
         assert server.error is not None and said in server.error
         if cwd == "":
             assert str(tmp_path) in server.error
-    finally:
-        await server.stop()
