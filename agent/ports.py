@@ -47,7 +47,7 @@ class CallInfo:
     on_retry: Callable[[RetryNotice], Awaitable[None]] | None = None
 
 
-ToolChoice = Literal["auto", "none"]
+ToolChoice = Literal["auto", "none", "required"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +87,18 @@ class ChatModel(Protocol):
         tools: Sequence[ToolSpec],
         call: CallInfo,
         tool_choice: ToolChoice = "auto",
+        response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Yield text deltas (and Thinking pieces) as they arrive, then exactly one ModelTurn.
 
         `tools` with `tool_choice="none"` are shown but may not be called: every phase sends
-        the same tools so the prompt prefix stays cacheable. Raise ModelError when the call
-        fails for good (ContextTooLong when the prompt does not fit). Cancelling the
-        iteration must abort the underlying request.
+        the same tools so the prompt prefix stays cacheable. `response_format` (a JSON schema)
+        asks a server that constrains decoding for a reply of that shape; a server that
+        cannot is sent the call without it, and the reply is read as text. `max_tokens` is
+        the caller's bound on the reply, when the model's own settings set none. Raise
+        ModelError when the call fails for good (ContextTooLong when the prompt does not
+        fit). Cancelling the iteration must abort the underlying request.
         """
         ...
 

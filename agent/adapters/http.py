@@ -10,6 +10,7 @@ rest of the request path and half a second of import at startup (docs/benchmarks
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import ssl
 from collections.abc import Mapping
@@ -162,9 +163,38 @@ class AiohttpTransport:
                 raise _unreachable(exc) from exc
             return _AiohttpReply(response)
 
+    async def get_json(self, url: str, headers: Mapping[str, str]) -> object | None:
+        """A small JSON document (a model server's own description), or None when it does
+        not answer one: a question the caller may do without, so it fails quietly."""
+        session = self._open_session()
+        proxy, proxy_auth = await self._proxy(url)
+        try:
+            async with session.get(
+                url,
+                headers=headers,
+                allow_redirects=False,
+                proxy=proxy,
+                proxy_auth=proxy_auth,
+                ssl=await _tls(url),
+                timeout=aiohttp.ClientTimeout(total=_PROBE_TIMEOUT_S),
+            ) as response:
+                if response.status != 200:
+                    return None
+                data = await response.content.read(_PROBE_MAX_BYTES)
+        except _FAILURES:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError:
+            return None
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+_PROBE_TIMEOUT_S = 5.0
+_PROBE_MAX_BYTES = 1 << 20
 
 
 _TRUSTED: dict[tuple[str | None, str | None], ssl.SSLContext] = {}

@@ -124,6 +124,9 @@ class OpenAIChatModel:
         self._max_tokens = max_tokens
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
+        self._structured = True  # until the server refuses a response_format
+        self._window: int | None = None
+        self._window_asked_at: float | None = None
 
     @property
     def model_name(self) -> str:
@@ -140,6 +143,8 @@ class OpenAIChatModel:
         tools: Sequence[ToolSpec],
         call: CallInfo,
         tool_choice: ToolChoice = "auto",
+        response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         # The keys in the order the SDK sends them, so the body is the one it would send.
         body: dict[str, Any] = {
@@ -151,8 +156,10 @@ class OpenAIChatModel:
             body["stream_options"] = {"include_usage": True}
         if self._temperature is not None:
             body["temperature"] = self._temperature
-        if self._max_tokens is not None:
-            body["max_tokens"] = self._max_tokens
+        if self._max_tokens is not None or max_tokens is not None:
+            body["max_tokens"] = self._max_tokens if self._max_tokens is not None else max_tokens
+        if response_format is not None and self._structured:
+            body["response_format"] = response_format
         if tools:
             body["tools"] = [
                 {
@@ -175,7 +182,17 @@ class OpenAIChatModel:
             "X-Agent-Phase": call.phase,
         }
         data = orjson.dumps(body)
-        reply, tried = await self._open(data, headers, call)
+        try:
+            reply, tried = await self._open(data, headers, call)
+        except ModelError as exc:
+            if "response_format" not in body or not _refuses_structure(exc.__cause__):
+                raise
+            # A server that cannot constrain its output: ask as before, and read text.
+            self._structured = False
+            _log.warning("the model server refused response_format; replies are read as text")
+            del body["response_format"]
+            data = orjson.dumps(body)
+            reply, tried = await self._open(data, headers, call)
         while True:
             shown = False
             try:
@@ -194,6 +211,26 @@ class OpenAIChatModel:
             await _notify(call, tried + 1, self._max_retries + 1, broke, self._first_wait)
             await asyncio.sleep(self._first_wait)
             reply, tried = await self._open(data, headers, call, tried)
+
+    async def context_window(self) -> int | None:
+        """The context window the model server runs with, when it says so: llama.cpp's
+        `/props` (`n_ctx` of a slot), vLLM's `max_model_len` in `/v1/models`. Asked on first
+        use and again at most once a minute while the server has not said."""
+        if self._window is not None:
+            return self._window
+        get = getattr(self._transport, "get_json", None)
+        now = time.monotonic()
+        if get is None or (self._window_asked_at is not None and now - self._window_asked_at < 60):
+            return None
+        self._window_asked_at = now
+        base = self._url.removesuffix("/chat/completions")
+        headers = {"Authorization": self._headers["Authorization"], "Accept": "application/json"}
+        props = await get(base.removesuffix("/v1") + "/props", headers)
+        window = _props_window(props)
+        if window is None:
+            window = _models_window(await get(base + "/models", headers), self._model)
+        self._window = window
+        return window
 
     async def _open(
         self, body: bytes, headers: dict[str, str], call: CallInfo, spent: int = 0
@@ -440,6 +477,38 @@ def _context_overflow(exc: StatusError) -> ContextTooLong | None:
 
 
 _AUTH_STATUSES = (401, 403, 407)
+
+_STRUCTURE_WORDS = ("response_format", "json_schema", "grammar", "structured output")
+
+
+def _refuses_structure(exc: BaseException | None) -> bool:
+    """A 400/422 that names the response_format: the server cannot constrain its output."""
+    if not isinstance(exc, StatusError) or exc.status_code not in (400, 422):
+        return False
+    return any(word in str(exc.message).lower() for word in _STRUCTURE_WORDS)
+
+
+def _positive(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _props_window(props: object) -> int | None:
+    """llama.cpp: `{"default_generation_settings": {"n_ctx": 8192}, ...}` (a slot's window)."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    return _positive(settings.get("n_ctx")) if isinstance(settings, dict) else None
+
+
+def _models_window(models: object, model: str) -> int | None:
+    """vLLM: `{"data": [{"id": …, "max_model_len": 32768}]}`; the named model's, else the
+    only one's."""
+    data = models.get("data") if isinstance(models, dict) else None
+    if not isinstance(data, list):
+        return None
+    entries = [m for m in data if isinstance(m, dict)]
+    chosen = [m for m in entries if m.get("id") == model] or (entries if len(entries) == 1 else [])
+    return _positive(chosen[0].get("max_model_len")) if chosen else None
 
 
 def _status_detail(exc: StatusError) -> str:

@@ -40,6 +40,8 @@ class ModelCall:
     messages: list[Message]
     tools: list[ToolSpec]
     tool_choice: ToolChoice
+    response_format: dict[str, Any] | None = None
+    max_tokens: int | None = None
 
 
 class ScriptedModel:
@@ -67,8 +69,18 @@ class ScriptedModel:
         tools: Sequence[ToolSpec],
         call: CallInfo,
         tool_choice: ToolChoice = "auto",
+        response_format: dict[str, Any] | None = None,
+        max_tokens: int | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
-        made = ModelCall(call.phase, call.step, list(messages), list(tools), tool_choice)
+        made = ModelCall(
+            call.phase,
+            call.step,
+            list(messages),
+            list(tools),
+            tool_choice,
+            response_format,
+            max_tokens,
+        )
         self.calls.append(made)
         queue = self.scripts.get(call.phase)
         reply = queue.popleft() if queue else _default(call.phase)
