@@ -29,7 +29,6 @@ from agent.events import (
     ToolCompleted,
     ToolFailed,
 )
-from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.ports import ToolContext, ToolSpec
@@ -118,13 +117,10 @@ def _refuse_repeat(
     """Turn an identical repeat of a call that already failed REPEAT_LIMIT times into a
     problem, so it is not run again (the model is looping)."""
     args, problem = parsed
-    failures = rec.ledger.failures_of(call.name, args)
-    if problem is None and failures >= REPEAT_LIMIT:
+    refusal = rec.ledger.refusal(call.name, args) if problem is None else None
+    if refusal is not None:
         rec.ctx.metrics[Metric.REPEATED_FAILING_CALLS_REFUSED] += 1
-        problem = (
-            f"This exact call already failed {failures} times in this run, so it was not run "
-            "again. Try a different approach or tell the person what went wrong."
-        )
+        problem = refusal
     return args, problem
 
 

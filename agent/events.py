@@ -41,7 +41,7 @@ __all__ = [
     "ToolStarted",
 ]
 
-CompletionReason = Literal["finished", "max_steps", "budget"]
+CompletionReason = Literal["finished", "max_steps", "budget", "stuck"]
 StopReason = Literal["user", "input_timeout", "shutdown", "interrupted", "run_timeout"]
 
 

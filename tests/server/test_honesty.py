@@ -310,3 +310,37 @@ async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_fac
     tool_frames = [f for f in frames if f["type"].startswith("tool_")]
     assert tool_frames[-1]["type"] == "tool_error"  # "x" is not a stored result id
     assert "no stored result" in tool_frames[-1]["error"]
+
+
+async def test_near_duplicate_calls_failing_the_same_way_end_the_run_as_stuck(
+    server_factory, fake_llm: FakeLLM
+):
+    flaky, options = _weather({"Atlantis", "Atlantis city", "Atlantis city centre", "Atlantis now"})
+    cities = ["Atlantis", "Atlantis city", "Atlantis city centre", "Atlantis now"]
+    fake_llm.script("act", *(act(FakeToolCall("weather", {"city": c})) for c in cities))
+    fake_llm.script("observe", *(observe("No luck yet.") for _ in range(10)))
+    async with server_factory(**options) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("Weather in Atlantis?", agent_max_steps=10)
+            async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+                metrics = (await http.get("/metrics")).json()
+    completion = frames[-2]
+    # Step 1 failed; steps 2 to 4 only varied it by a word and failed the same way.
+    assert completion["stop_reason"] == "stuck" and completion["steps"] == 4
+    assert fake_llm.phases() == ["reason", "act", "observe"] * 4  # no summary, no verify
+    assert flaky.runs == cities
+    assert "kept trying the same thing" in completion["final_answer"]
+    assert metrics["runs_stuck"] == 1
+
+
+async def test_different_failing_calls_are_not_stuck(server_factory, fake_llm: FakeLLM):
+    cities = ["Atlantis", "Lemuria", "Mu", "El Dorado"]
+    _, options = _weather(set(cities))
+    fake_llm.script("act", *(act(FakeToolCall("weather", {"city": c})) for c in cities))
+    fake_llm.script("observe", *(observe("No luck yet.") for _ in range(4)))
+    async with server_factory(**options) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("Weather somewhere?", agent_max_steps=4)
+    assert frames[-2]["stop_reason"] == "max_steps"
