@@ -163,7 +163,8 @@ class RunRecorder:
     ) -> None:
         self._ctx = ctx
         self._stepless = stepless  # a chat-mode run: its stop is never "before it began"
-        self._ledger = CallLedger()  # every tool call of the run and how it went
+        # Every tool call of the run and how it went; its lists fit the context budget.
+        self._ledger = CallLedger(ctx.context.list_chars() if ctx.context else 0)
         self._conversation: list[Message] = list(history)
         self._usage = Usage()
         self._plan: tuple[str, ...] = ()
@@ -338,6 +339,7 @@ class RunRecorder:
         if target < 512:
             return False
         self._window_tokens = target
+        self._ledger.room_chars = context.list_chars(target)
         return True
 
     async def messages(
@@ -360,6 +362,7 @@ class RunRecorder:
             tuple(item["result_id"] for item in report.compressed),
             report.dropped_messages,
             report.collapsed_steps,
+            report.dropped_steps,
         )
         if report.changed and shown != self._context_shown:  # once per change, not per call
             self._context_shown = shown
@@ -374,6 +377,7 @@ class RunRecorder:
                     tuple(report.compressed),
                     report.dropped_messages,
                     report.collapsed_steps,
+                    report.dropped_steps,
                 )
             )
         return messages

@@ -37,6 +37,7 @@ function contextNote(f) {
   if (f.compressed.length) parts.push(`shortened ${f.compressed.length} long result(s)`);
   if (f.dropped_messages) parts.push(`left out ${f.dropped_messages} older message(s)`);
   if (f.collapsed_steps) parts.push(`summarized ${f.collapsed_steps} earlier step(s)`);
+  if (f.dropped_steps) parts.push(`left out ${f.dropped_steps} earlier step(s)`);
   return `To fit the model's memory, the agent ${parts.join(", ")}.`;
 }
 
