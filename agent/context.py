@@ -48,7 +48,7 @@ __all__ = [
 
 RECALL_DETAILS = "recall_details"
 _MIN_RESULT_TOKENS = 50  # a result cut to make room keeps at least this much of its head
-_MARKER_TOKENS = 60  # what a cut marker adds to a result, at most
+_MARKER_TOKENS = 80  # what a cut marker adds to a result, at most
 _PIECE_MARGIN = 60  # of a recalled piece's limit: its header and footer lines
 _CACHE_SIZE = 20_000
 # Large results cut lately: every call of a run sends them again, and cutting one counts its
@@ -175,6 +175,8 @@ class ContextWindow:
         """The longest head of `text` one recalled piece may hold: a piece with its header
         and footer is a result that is never cut."""
         limit = self.result_tokens(window_tokens) - _PIECE_MARGIN
+        if self._counter.count(text) <= limit:  # a piece is short: mostly it fits whole
+            return text
         return _head(text, self._counter, limit)
 
     def build(
@@ -350,8 +352,6 @@ def _turn_end(messages: list[Message], start: int) -> int:
 
 def _head(text: str, counter: TokenCounter, limit: int) -> str:
     """The longest prefix of `text` within `limit` tokens (binary search on characters)."""
-    if counter.count(text) <= limit:
-        return text
     low, high = 0, min(len(text), limit * 8)  # no token is longer than 8 characters here
     while low < high:
         middle = (low + high + 1) // 2

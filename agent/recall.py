@@ -12,7 +12,6 @@ saying where the next one starts, so every character of every stored result can 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,7 +24,7 @@ __all__ = ["Fit", "recall", "result_text"]
 
 Fit = Callable[[str], str]  # the longest head of a text that one piece may hold
 
-_LIFT_CHARS = 200  # strings longer than this (or with a line break) follow the JSON
+_LIFT_CHARS = 500  # strings longer than this (or with a line break) follow the JSON
 _PASSAGE_CHARS = 600  # a line longer than this is searched in parts of this size
 _OVERLAP = 80  # that overlap, so that words at a part's edge are found whole
 _MAX_CHARS = 8000  # of one piece, whatever the token limit allows
@@ -78,17 +77,11 @@ def recall(
 
 
 def _stored(conversation: Sequence[Message], result_id: str) -> str:
-    """The result's text; a result stored as one JSON line (before results were stored as
-    text) is read as text too."""
+    """The result's text as stored: offsets are those the cut marker names. (A result stored
+    as one JSON line by an older version is searched in parts, like any long line.)"""
     for message in reversed(conversation):
         if message.role == "tool" and message.tool_call_id == result_id:
-            content = message.content
-            if content[:1] in ("{", "["):
-                try:
-                    return result_text(json.loads(content))
-                except ValueError:
-                    pass
-            return content
+            return message.content
     raise LookupError(f"There is no stored result with id {result_id!r}.")
 
 

@@ -30,11 +30,13 @@ class StepGroups:
         self.total = sum(self._sizes)
 
     def replace(self, index: int, messages: list[Message]) -> None:
+        """Show `messages` for step `index` instead, and count them."""
         size = self._count(messages)
         self.total += size - self._sizes[index]
         self.steps[index], self._sizes[index] = messages, size
 
     def collapse(self, index: int) -> bool:
+        """Show step `index` as a one-line summary; False when it is one already."""
         step = self.steps[index]
         if not step or _is_summary(step):
             return False
@@ -42,6 +44,7 @@ class StepGroups:
         return True
 
     def drop(self, index: int) -> bool:
+        """Leave out step `index`, summarized first (the note counts it); False otherwise."""
         step = self.steps[index]
         if not _is_summary(step):
             return False
@@ -55,11 +58,11 @@ class StepGroups:
     def messages(self) -> list[Message]:
         """The steps in order, the note on those left out where the first of them was."""
         out: list[Message] = []
-        noted = self._note is None
+        note = self._note
         for index, step in enumerate(self.steps):
-            if not noted and index > 0 and not step:
-                out.append(self._note)  # type: ignore[arg-type]
-                noted = True
+            if note is not None and index > 0 and not step:
+                out.append(note)
+                note = None
             out.extend(step)
         return out
 
