@@ -110,6 +110,11 @@ class CallLedger:
             "unresolved.\n" + _newest(lines, self.room_chars // 2, "failed calls")
         )
 
+    def failure_list(self) -> str:
+        """The unresolved failures, one line each (the newest that fit), or "None."."""
+        lines = [f"- {r.label}: {r.detail}" for r in self.unresolved_failures()]
+        return _newest(lines, self.room_chars // 2, "failed calls") if lines else "None."
+
     def summary(self) -> str:
         """Every call of the run with its outcome (the newest that fit `room_chars`, the
         others counted), for the verifier and the Act state."""

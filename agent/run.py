@@ -87,6 +87,8 @@ _CUT_SHORT: dict[StopReason, str] = {
 
 Style = Literal["balanced", "tool_first", "direct"]
 
+_PLAN_ITEM_CHARS = 200
+
 
 @dataclass(frozen=True, slots=True)
 class RunLimits:
@@ -255,7 +257,12 @@ class RunRecorder:
         await self._ctx.sink.emit(StepStarted(step))
 
     def adopt_plan(self, plan: tuple[str, ...]) -> None:
-        self._plan = plan
+        """Follow `plan` from now on. Every later instruction shows it, so each item keeps at
+        most `_PLAN_ITEM_CHARS` characters: a model's long plan cannot outgrow the window."""
+        self._plan = tuple(
+            item if len(item) <= _PLAN_ITEM_CHARS else item[:_PLAN_ITEM_CHARS] + "…"
+            for item in plan
+        )
 
     def expect_tools(self, names: Iterable[str]) -> None:
         """The task or Reason named these tools: finishing without any call succeeding is

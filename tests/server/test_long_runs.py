@@ -5,11 +5,14 @@ result can be read back whole, piece by piece."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -20,7 +23,7 @@ from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Recorded, Reply, act, observe
 from tests.fakes.openai_server import _default as default_reply
 from tests.fakes.servers import serve
-from tests.fakes.tools import echo_tool
+from tests.fakes.tools import Flaky, echo_tool
 
 WINDOW = 4096
 BUDGET = WINDOW - WINDOW // 4  # the reserve is at most a quarter of the window
@@ -48,22 +51,34 @@ def _tool_tokens(counter: LazyExactCounter, request: Recorded) -> int:
     return sum(counter.count(json.dumps(tool)) for tool in request.body.get("tools") or ())
 
 
-def _one_call_per_step(phase: str) -> Reply:
-    """Every step reasons, calls the tool once with a long text, and goes on."""
-    if phase == "act":
-        words = " ".join(f"w{i}" for i in range(300))
-        return act(FakeToolCall("echo", {"text": f"Result details: {words}"}))
-    if phase == "observe":
-        return observe("I have part of it; the next step looks further.")
-    return default_reply(phase)
+def _one_call_per_step(failing: bool) -> Callable[[str], Reply]:
+    """Every step reasons, calls a tool once (a long text, or a city with no data: each
+    failure new, so the run is not stuck), and goes on."""
+    cities = (f"Town{i} " + "x" * 200 for i in itertools.count(1))
+
+    def reply(phase: str) -> Reply:
+        if phase == "act" and failing:
+            return act(FakeToolCall("weather", {"city": next(cities)}))
+        if phase == "act":
+            words = " ".join(f"w{i}" for i in range(300))
+            return act(FakeToolCall("echo", {"text": f"Result details: {words}"}))
+        if phase == "observe":
+            return observe("I have part of it; the next step looks further.")
+        return default_reply(phase)
+
+    return reply
 
 
-async def test_a_50_step_run_stays_inside_a_4096_token_window(server_factory, fake_llm: FakeLLM):
+@pytest.mark.parametrize("failing", [False, True], ids=["results", "failures"])
+async def test_a_50_step_run_stays_inside_a_4096_token_window(
+    server_factory, fake_llm: FakeLLM, failing: bool
+):
     counter = await _exact_counter()
-    fake_llm.default = _one_call_per_step
+    fake_llm.default = _one_call_per_step(failing)
+    weather = Flaky(set()) if not failing else Flaky(_AllBroken())
     options = {
-        "extra_tools": [echo_tool],
-        "tools": {"enabled": ["echo"]},
+        "extra_tools": [echo_tool, weather.tool],
+        "tools": {"enabled": ["echo", "weather"]},
         "context": {"window_tokens": WINDOW},
     }
     async with server_factory(**options) as s:
@@ -72,7 +87,8 @@ async def test_a_50_step_run_stays_inside_a_4096_token_window(server_factory, fa
             frames = await c.run("Collect every detail.", agent_max_steps=50, timeout=120)
     completion = frames[-2]
     assert completion["stop_reason"] == "max_steps" and completion["steps"] == 50
-    assert len([f for f in frames if kind(f) == "tool_complete"]) == 50
+    ended = "tool_error" if failing else "tool_complete"
+    assert len([f for f in frames if kind(f) == ended]) == 50
     # The server's own figures: every call it fitted stayed within the budget.
     context = [f for f in frames if kind(f) == "agent_context"]
     assert context and {f["budget"] for f in context} == {BUDGET}
@@ -91,7 +107,17 @@ async def test_a_50_step_run_stays_inside_a_4096_token_window(server_factory, fa
     sent = "\n".join(m.get("content") or "" for m in last_act.body["messages"])
     assert re.search(r"\[\d+ earlier steps of this task left out", sent)
     state = last_act.body["messages"][-1]["content"]
-    assert re.search(r"\((\d+) earlier calls left out", state) and "step 49: echo(" in state
+    assert re.search(r"\((\d+) earlier calls left out", state) and "step 49: " in state
+    if failing:  # the note on failed calls keeps the newest too
+        assert re.search(r"\((\d+) earlier failed calls left out", state)
+        assert len(weather.runs) == 50
+
+
+class _AllBroken(set[str]):
+    """Every city is broken."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 NEEDLE = "The vault code is 7319-kumquat."
