@@ -166,9 +166,10 @@ def _near(a: dict[str, Any], b: dict[str, Any]) -> bool:
         y = b[key]
         if x == y:
             continue
-        if not (isinstance(x, str) and isinstance(y, str)):
+        tx, ty = _texts(x), _texts(y)
+        if not (tx and ty):
             return False
-        wx, wy = set(_WORD.findall(x.lower())), set(_WORD.findall(y.lower()))
+        wx, wy = set(_WORD.findall(" ".join(tx).lower())), set(_WORD.findall(" ".join(ty).lower()))
         if not (wx and wy and (wx <= wy or wy <= wx or 2 * len(wx & wy) >= len(wx | wy))):
             return False
     return True
@@ -178,8 +179,22 @@ def _failure_kind(error: str, arguments: dict[str, Any]) -> str:
     """The error without what names the call's own input (its argument values, anything
     quoted): two calls that differ by a word fail the same way when these are equal."""
     text = error
-    values = sorted((str(v) for v in arguments.values() if v not in (None, "")), key=len)
+    values = [t for v in arguments.values() for t in (_texts(v) or [str(v)])]
+    values = sorted((v for v in values if v and v != "None"), key=len)
     for value in reversed(values):
         text = text.replace(value, "")
     text = _QUOTED.sub("", text)
     return " ".join(text.lower().split())
+
+
+def _texts(value: Any) -> list[str]:
+    """The texts in an argument value (a string, or strings in lists and objects), as text;
+    [] when it holds anything else (a number, a flag): those must match exactly."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        parts = [_texts(item) for item in value]
+        return [t for p in parts for t in p] if all(parts) else []
+    if isinstance(value, dict):
+        return _texts(list(value.values()))
+    return []

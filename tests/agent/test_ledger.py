@@ -25,6 +25,16 @@ def test_an_error_naming_the_arguments_is_the_same_failure_for_other_arguments()
     assert ledger.records[1].repeat
 
 
+def test_texts_in_lists_are_compared_by_their_words():
+    ledger = CallLedger()
+    missing = "No page could be fetched. {}: the server answered HTTP 404 Not Found"
+    for step, path in enumerate(["museum/1", "museum/2"], start=1):
+        url = f"http://example.org/{path}"
+        ledger.record(step, "web_fetch", {"urls": [url], "n": 1}, False, missing.format(url))
+    ledger.record(3, "web_fetch", {"urls": ["https://other.net/a/b/c/d"], "n": 1}, False, "x")
+    assert [r.repeat for r in ledger.records] == [False, True, False]
+
+
 def test_stuck_after_steps_that_only_repeat_failures():
     ledger = CallLedger()
     ledger.record(1, "t", {"q": "a b"}, False, "down")
