@@ -29,7 +29,8 @@ from agent.events import (
 )
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
-from agent.ports import ToolContext, ToolSpec
+from agent.own_tools import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC
+from agent.ports import ToolContext
 from agent.recall import recall, result_text
 from agent.run import RunContext, RunInterrupted, RunRecorder
 from agent.tracing import record_tool_failure, tool_call_span
@@ -37,46 +38,6 @@ from agent.tracing import record_tool_failure, tool_call_span
 __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
 
 log = logging.getLogger(__name__)
-
-REQUEST_INPUT = "request_input"
-REQUEST_INPUT_SPEC = ToolSpec(
-    name=REQUEST_INPUT,
-    description=(
-        "Ask the user a question and wait for the answer. Use it only when you need "
-        "information or a decision that only the user can give."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"question": {"type": "string", "description": "One clear question."}},
-        "required": ["question"],
-        "additionalProperties": False,
-    },
-)
-
-
-RECALL_DETAILS_SPEC = ToolSpec(
-    name=RECALL_DETAILS,
-    description=(
-        "Read more of a tool result that was cut to fit (its result_id is in the cut "
-        "marker), one piece at a time: from a character offset (the marker and each piece "
-        "say where the next one starts), or with a focus only the passages about it."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "result_id": {"type": "string", "description": "The id named in the marker."},
-            "focus": {"type": "string", "description": "Words to look for (optional)."},
-            "offset": {
-                "type": "integer",
-                "minimum": 0,
-                "description": "Where to start reading, in characters (optional, default 0).",
-            },
-        },
-        "required": ["result_id"],
-        "additionalProperties": False,
-    },
-)
-
 
 # Why a call may name a tool the run did not offer: the model knows it from earlier turns.
 _NOT_OFFERED = "it was not chosen for this conversation, or its MCP server is not running."

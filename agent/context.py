@@ -30,11 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Self
 
+import orjson
 from pydantic import ConfigDict, Field, model_validator
 from pydantic.dataclasses import dataclass as validated_dataclass
 
 from agent.history import build_messages
 from agent.messages import Message
+from agent.ports import ToolSpec
 from agent.steps import StepGroups, split_steps
 from agent.tokens import TokenCounter, message_tokens, message_upper_bound
 
@@ -50,6 +52,7 @@ RECALL_DETAILS = "recall_details"
 _MIN_RESULT_TOKENS = 50  # a result cut to make room keeps at least this much of its head
 _MARKER_TOKENS = 80  # what a cut marker adds to a result, at most
 _PIECE_MARGIN = 60  # of a recalled piece's limit: its header and footer lines
+_TOOL_OVERHEAD = 8  # a schema's framing in the prompt, beyond its name, text and parameters
 _CACHE_SIZE = 20_000
 # Large results cut lately: every call of a run sends them again, and cutting one counts its
 # tokens some fifteen times (a run reading five 230 KB files spent 80 ms per call on it).
@@ -171,6 +174,15 @@ class ContextWindow:
         window = window_tokens or self._limits.window_tokens
         return (window - min(self._limits.reserve_tokens, window // 4)) // 2
 
+    def tool_tokens(self, specs: Sequence[ToolSpec]) -> int:
+        """What a call's tool list takes of the window (a chat template writes the schemas
+        into the prompt): their names, descriptions and parameters, counted."""
+        return sum(
+            _TOOL_OVERHEAD
+            + self._counter.count(f"{s.name} {s.description} {orjson.dumps(s.parameters).decode()}")
+            for s in specs
+        )
+
     def piece(self, text: str, window_tokens: int | None = None) -> str:
         """The longest head of `text` one recalled piece may hold: a piece with its header
         and footer is a result that is never cut."""
@@ -188,10 +200,12 @@ class ContextWindow:
         *,
         window_tokens: int | None = None,
         earlier: EarlierTurns | None = None,
+        tool_tokens: int = 0,
     ) -> tuple[list[Message], ContextReport]:
         """The message list for one call, and what had to be done to fit the budget.
 
         `window_tokens` overrides the configured window (the model server said it is smaller).
+        `tool_tokens` is what the call's tool list takes (`tool_tokens()`): it fits too.
         `earlier` keeps what the run's calls share (the turns before the run); give each run
         its own, or the turns are built and counted again at every call.
         """
@@ -204,14 +218,14 @@ class ContextWindow:
         head, *current = build_messages(system, conversation[len(earlier.source) :], run_id)
         bound = _byte_bound([head, *current, *extra], cut_at)
         if bound is not None:
-            bound = None if earlier.bytes is None else bound + earlier.bytes
+            bound = None if earlier.bytes is None else bound + earlier.bytes + tool_tokens
         if bound is not None and bound <= report.budget:  # what the steps below would return
             report.tokens, report.exact = bound, False
             return [head, *earlier.body, *current, *extra], report
         counted = self._counted(earlier, report, cut_at)
         current = [self._cut(m, report, cut_at) for m in current]
         groups = StepGroups(self._tokens, split_steps(current))
-        fixed = self._tokens((head, *extra))
+        fixed = self._tokens((head, *extra)) + tool_tokens
         rest = fixed + groups.total
         # Oldest turns first, until the rest fits: by the turns' running totals (a long
         # session drops hundreds of turns per call; recounting after each was quadratic).

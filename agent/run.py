@@ -31,6 +31,7 @@ from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
 from agent.metrics import Metric, Metrics
+from agent.own_tools import OWN_TOOL_SPECS
 from agent.ports import (
     CallInfo,
     ChatModel,
@@ -179,6 +180,7 @@ class RunRecorder:
         self._answer_streamed = False  # answer deltas went out for the answer being written
         self._window_tokens: int | None = None  # the server's window, once it refused one
         self._earlier = EarlierTurns()  # the turns before the run, built once for its calls
+        self._tools_size: int | None = None  # tokens of the run's tool lists, once counted
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
         self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
         # Calls that ended while their end waits behind an earlier call (results are shown in
@@ -363,6 +365,7 @@ class RunRecorder:
             extra,
             window_tokens=self._window_tokens,
             earlier=self._earlier,
+            tool_tokens=self._tool_tokens(ctx.context),
         )
         self._results_cut = self._results_cut or bool(report.compressed)
         shown = (
@@ -388,6 +391,14 @@ class RunRecorder:
                 )
             )
         return messages
+
+    def _tool_tokens(self, context: ContextWindow) -> int:
+        """What the run's tool lists take of each call (the enabled tools and the loop's
+        own, counted once per run): part of the request, so part of the budget."""
+        if self._tools_size is None:
+            specs = [*self._ctx.tools.specs(self._ctx.tool_names), *OWN_TOOL_SPECS]
+            self._tools_size = context.tool_tokens(specs)
+        return self._tools_size
 
     async def record_stop(self, reason: StopReason) -> None:
         """Close what the stop cut short: one write for the events (`tool_error` for every
