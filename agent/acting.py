@@ -18,61 +18,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from agent.approval import approve_calls
 from agent.bounded import bounded
-from agent.context import RECALL_DETAILS, recall
+from agent.context import RECALL_DETAILS
 from agent.elicitation import make_ask, put_question
 from agent.errors import ModelBehaviorError, ToolError
 from agent.events import (
     ToolCompleted,
     ToolFailed,
 )
-from agent.ledger import REPEAT_LIMIT
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
-from agent.ports import ToolContext, ToolSpec
+from agent.own_tools import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC
+from agent.ports import ToolContext
+from agent.recall import recall, result_text
 from agent.run import RunContext, RunInterrupted, RunRecorder
 from agent.tracing import record_tool_failure, tool_call_span
 
 __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_tool_calls"]
 
 log = logging.getLogger(__name__)
-
-REQUEST_INPUT = "request_input"
-REQUEST_INPUT_SPEC = ToolSpec(
-    name=REQUEST_INPUT,
-    description=(
-        "Ask the user a question and wait for the answer. Use it only when you need "
-        "information or a decision that only the user can give."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {"question": {"type": "string", "description": "One clear question."}},
-        "required": ["question"],
-        "additionalProperties": False,
-    },
-)
-
-
-RECALL_DETAILS_SPEC = ToolSpec(
-    name=RECALL_DETAILS,
-    description=(
-        "Show more of a tool result that was cut to fit (its result_id is in the cut "
-        "marker); give a focus to get only the lines about it."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "result_id": {"type": "string", "description": "The id named in the marker."},
-            "focus": {"type": "string", "description": "Words to look for (optional)."},
-        },
-        "required": ["result_id"],
-        "additionalProperties": False,
-    },
-)
-
 
 # Why a call may name a tool the run did not offer: the model knows it from earlier turns.
 _NOT_OFFERED = "it was not chosen for this conversation, or its MCP server is not running."
@@ -118,13 +83,10 @@ def _refuse_repeat(
     """Turn an identical repeat of a call that already failed REPEAT_LIMIT times into a
     problem, so it is not run again (the model is looping)."""
     args, problem = parsed
-    failures = rec.ledger.failures_of(call.name, args)
-    if problem is None and failures >= REPEAT_LIMIT:
+    refusal = rec.ledger.refusal(call.name, args) if problem is None else None
+    if refusal is not None:
         rec.ctx.metrics[Metric.REPEATED_FAILING_CALLS_REFUSED] += 1
-        problem = (
-            f"This exact call already failed {failures} times in this run, so it was not run "
-            "again. Try a different approach or tell the person what went wrong."
-        )
+        problem = refusal
     return args, problem
 
 
@@ -149,7 +111,7 @@ def _shown_end(
 ) -> tuple[ToolCompleted | ToolFailed, Message]:
     """The event and the stored result that show how `call` ended."""
     if outcome.ok:
-        content = outcome.value if isinstance(outcome.value, str) else _dumps(outcome.value)
+        content = result_text(outcome.value)
         return (
             ToolCompleted(step, call.id, call.name, outcome.value, outcome.duration_ms),
             Message.tool_result(call, content, status="ok", run_id=ctx.run_id),
@@ -193,7 +155,7 @@ async def _run_tool(
     if problem is not None:
         return _Outcome(False, problem, 0)
     if call.name == RECALL_DETAILS and ctx.context is not None:
-        return _recall(rec, args)
+        return _recall(ctx, rec, args)
     if ctx.tool_names is not None and call.name not in ctx.tool_names:
         # Not offered for this run (`chat.tools`, the tenant's tools): a model repeating a
         # call it saw earlier in the conversation must not reach a tool the client left out.
@@ -278,14 +240,35 @@ def _fallback_question(rec: RunRecorder, run_id: str) -> str:
     return "I need a bit more information from you: could you tell me more?"
 
 
-def _recall(rec: RunRecorder, args: dict[str, Any]) -> _Outcome:
-    result_id, focus = args.get("result_id"), args.get("focus")
-    if not isinstance(result_id, str) or (focus is not None and not isinstance(focus, str)):
-        return _Outcome(False, 'recall_details needs {"result_id": "...", "focus": "..."}.', 0)
+def _recall(ctx: RunContext, rec: RunRecorder, args: dict[str, Any]) -> _Outcome:
+    result_id, focus, offset = args.get("result_id"), args.get("focus"), args.get("offset", 0)
+    if (
+        not isinstance(result_id, str)
+        or (focus is not None and not isinstance(focus, str))
+        or not isinstance(offset, int)
+        or isinstance(offset, bool)
+        or offset < 0
+    ):
+        return _Outcome(False, _RECALL_USAGE, 0)
+    context = ctx.context
+    assert context is not None  # recall_details is offered only with a token budget
     try:
-        return _Outcome(True, recall(rec.conversation, result_id, focus), 0)
+        piece = recall(
+            rec.conversation,
+            result_id,
+            lambda text: context.piece(text, rec.window_tokens),
+            focus=focus,
+            offset=offset,
+        )
     except LookupError as exc:
         return _Outcome(False, str(exc), 0)
+    return _Outcome(True, piece, 0)
+
+
+_RECALL_USAGE = (
+    'recall_details needs {"result_id": "...", "focus": "...", "offset": 0}: result_id a '
+    "string, focus an optional string, offset an optional whole number of at least 0."
+)
 
 
 def _parse_arguments(raw: str, most: int) -> tuple[dict[str, Any], str | None]:
@@ -312,10 +295,6 @@ async def _cancel_all(tasks: Sequence[asyncio.Task[_Outcome]]) -> None:
         task.cancel()
     if pending:
         await asyncio.wait(pending, timeout=1.0)
-
-
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
 
 
 def _ms_since(started: float) -> int:

@@ -41,7 +41,7 @@ __all__ = [
     "ToolStarted",
 ]
 
-CompletionReason = Literal["finished", "max_steps", "budget"]
+CompletionReason = Literal["finished", "max_steps", "budget", "stuck"]
 StopReason = Literal["user", "input_timeout", "shutdown", "interrupted", "run_timeout"]
 
 
@@ -164,6 +164,7 @@ class ContextTrimmed:
     compressed: tuple[dict[str, Any], ...]
     dropped_messages: int
     collapsed_steps: int
+    dropped_steps: int = 0  # steps of the run left out (their summaries too)
     kind: Literal["context_trimmed"] = "context_trimmed"
 
 

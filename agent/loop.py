@@ -35,6 +35,7 @@ from agent.events import (
     RunCompleted,
     RunStarted,
 )
+from agent.findings import budget_answer, step_limit_answer, stuck_answer
 from agent.messages import Message
 from agent.metrics import Metric
 from agent.parsing import (
@@ -93,11 +94,15 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
+            if rec.ledger.stuck(step, ctx.limits.stuck_steps):  # no progress: say so, stop
+                ctx.metrics[Metric.RUNS_STUCK] += 1
+                await _complete(ctx, rec, step, stuck_answer(rec), "stuck")
+                return
         _check_budget(rec)
         await _complete(ctx, rec, max_steps, await _summarize(ctx, rec, system, tools), "max_steps")
     except _BudgetSpent:
         ctx.metrics[Metric.RUNS_OVER_BUDGET] += 1
-        await _complete(ctx, rec, rec.step, _budget_answer(rec), "budget")
+        await _complete(ctx, rec, rec.step, budget_answer(rec), "budget")
 
 
 async def _reason(
@@ -259,9 +264,7 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
     if answer.strip():  # the prompt read back: the draft the client saw is withdrawn
         await ctx.sink.emit(FinishVerified(step, False, _COPIED_DRAFT))
         rec.discard_answer()
-    steps = ctx.limits.max_steps
-    limit = f"{steps} step" if steps == 1 else f"{steps} steps"
-    return _answer_from_findings(rec, f"I reached the limit of {limit} before finishing this task.")
+    return step_limit_answer(rec)
 
 
 async def _complete(
@@ -280,33 +283,6 @@ async def _complete(
 def _check_budget(rec: RunRecorder) -> None:
     if rec.over_budget():
         raise _BudgetSpent
-
-
-def _budget_answer(rec: RunRecorder) -> str:
-    """A final answer from what the run has, without spending another call."""
-    return _answer_from_findings(rec, "I had to stop here because this task used up its budget.")
-
-
-def _answer_from_findings(rec: RunRecorder, why: str) -> str:
-    """`why` the run stops, then its last observation and the failures still unresolved: an
-    answer that keeps what the run found when the model wrote none."""
-    found = next(
-        (
-            m.content
-            for m in reversed(rec.conversation)
-            if m.run_id == rec.ctx.run_id and m.phase == "observe" and m.content
-        ),
-        "",
-    )
-    answer = why
-    if found:
-        answer += f" What I found so far: {found}"
-    failures = rec.ledger.unresolved_failures()
-    if failures:
-        answer += " Not everything worked: " + "; ".join(
-            f"{r.name} failed ({r.detail})" for r in failures
-        )
-    return answer
 
 
 def _planning_due(ctx: RunContext, rec: RunRecorder, step: int) -> bool:

@@ -19,6 +19,7 @@ class Metric(StrEnum):
     RUNS_FAILED_STORAGE_ERROR = "runs_failed_storage_error"
     RUNS_FAILED_INTERNAL_ERROR = "runs_failed_internal_error"
     RUNS_OVER_BUDGET = "runs_over_budget"
+    RUNS_STUCK = "runs_stuck"
     VERIFICATIONS = "verifications"
     VERIFICATIONS_NOT_DONE = "verifications_not_done"
     VERIFY_UNREADABLE = "verify_unreadable"
@@ -52,6 +53,7 @@ _FAILED = "runs_failed_"
 _HELP = {
     Metric.RUNS_STARTED: "Runs started.",
     Metric.RUNS_OVER_BUDGET: "Runs that reached their token or cost budget.",
+    Metric.RUNS_STUCK: "Runs ended because their last steps only repeated failed calls.",
     Metric.VERIFICATIONS: "Finish verifications made before a run may end.",
     Metric.VERIFICATIONS_NOT_DONE: "Verifications that sent the run into another step.",
     Metric.VERIFY_UNREADABLE: "Verification replies that could not be read.",

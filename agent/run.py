@@ -31,6 +31,7 @@ from agent.history import build_messages
 from agent.ledger import CallLedger
 from agent.messages import Message, ToolCall, Usage
 from agent.metrics import Metric, Metrics
+from agent.own_tools import OWN_TOOL_SPECS
 from agent.ports import (
     CallInfo,
     ChatModel,
@@ -87,6 +88,8 @@ _CUT_SHORT: dict[StopReason, str] = {
 
 Style = Literal["balanced", "tool_first", "direct"]
 
+_PLAN_ITEM_CHARS = 200
+
 
 @dataclass(frozen=True, slots=True)
 class RunLimits:
@@ -102,6 +105,7 @@ class RunLimits:
     plan_every: int = 0  # 0: no rolling plan
     style: Style = "balanced"
     max_verifications: int = 2
+    stuck_steps: int = 3  # steps in a row that only repeat failed calls end the run; 0: never
     control_retries: int = 2
     approval_timeout_s: float = 300.0
 
@@ -162,7 +166,8 @@ class RunRecorder:
     ) -> None:
         self._ctx = ctx
         self._stepless = stepless  # a chat-mode run: its stop is never "before it began"
-        self._ledger = CallLedger()  # every tool call of the run and how it went
+        # Every tool call of the run and how it went; its lists fit the context budget.
+        self._ledger = CallLedger(ctx.context.list_chars() if ctx.context else 0)
         self._conversation: list[Message] = list(history)
         self._usage = Usage()
         self._plan: tuple[str, ...] = ()
@@ -175,6 +180,7 @@ class RunRecorder:
         self._answer_streamed = False  # answer deltas went out for the answer being written
         self._window_tokens: int | None = None  # the server's window, once it refused one
         self._earlier = EarlierTurns()  # the turns before the run, built once for its calls
+        self._tools_size: int | None = None  # tokens of the run's tool lists, once counted
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
         self._open_calls: dict[str, str] = {}  # tool_call_id -> name: tool_start, no end yet
         # Calls that ended while their end waits behind an earlier call (results are shown in
@@ -253,7 +259,12 @@ class RunRecorder:
         await self._ctx.sink.emit(StepStarted(step))
 
     def adopt_plan(self, plan: tuple[str, ...]) -> None:
-        self._plan = plan
+        """Follow `plan` from now on. Every later instruction shows it, so each item keeps at
+        most `_PLAN_ITEM_CHARS` characters: a model's long plan cannot outgrow the window."""
+        self._plan = tuple(
+            item if len(item) <= _PLAN_ITEM_CHARS else item[:_PLAN_ITEM_CHARS] + "…"
+            for item in plan
+        )
 
     def expect_tools(self, names: Iterable[str]) -> None:
         """The task or Reason named these tools: finishing without any call succeeding is
@@ -337,6 +348,7 @@ class RunRecorder:
         if target < 512:
             return False
         self._window_tokens = target
+        self._ledger.room_chars = context.list_chars(target)
         return True
 
     async def messages(
@@ -353,12 +365,14 @@ class RunRecorder:
             extra,
             window_tokens=self._window_tokens,
             earlier=self._earlier,
+            tool_tokens=self._tool_tokens(ctx.context),
         )
         self._results_cut = self._results_cut or bool(report.compressed)
         shown = (
             tuple(item["result_id"] for item in report.compressed),
             report.dropped_messages,
             report.collapsed_steps,
+            report.dropped_steps,
         )
         if report.changed and shown != self._context_shown:  # once per change, not per call
             self._context_shown = shown
@@ -373,9 +387,18 @@ class RunRecorder:
                     tuple(report.compressed),
                     report.dropped_messages,
                     report.collapsed_steps,
+                    report.dropped_steps,
                 )
             )
         return messages
+
+    def _tool_tokens(self, context: ContextWindow) -> int:
+        """What the run's tool lists take of each call (the enabled tools and the loop's
+        own, counted once per run): part of the request, so part of the budget."""
+        if self._tools_size is None:
+            specs = [*self._ctx.tools.specs(self._ctx.tool_names), *OWN_TOOL_SPECS]
+            self._tools_size = context.tool_tokens(specs)
+        return self._tools_size
 
     async def record_stop(self, reason: StopReason) -> None:
         """Close what the stop cut short: one write for the events (`tool_error` for every

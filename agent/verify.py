@@ -39,12 +39,11 @@ def needs_verification(rec: RunRecorder) -> bool:
 async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> Verdict:
     """Ask the model, in a fresh context, whether `answer` really completes the task."""
     rec.count_verification()
-    failures = rec.ledger.unresolved_failures()
     state = ctx.prompts.render(
         "agent_verify_state",
         task=rec.task(),
         calls=rec.ledger.summary(),
-        failures="\n".join(f"- {r.label}: {r.detail}" for r in failures) or "None.",
+        failures=rec.ledger.failure_list(),
         answer=answer,
     )
     messages = [

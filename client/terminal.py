@@ -52,6 +52,7 @@ COMPLETIONS = {
     "finished": "finished",
     "max_steps": "step limit reached",
     "budget": "budget ran out",
+    "stuck": "stopped: the same thing kept failing",
 }
 # C0 controls but tab and newline, DEL and C1: model text must not drive the terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -280,6 +280,7 @@ _SHAPES: dict[str, _Shape] = {
             ("compressed", "compressed"),
             ("dropped_messages", "dropped_messages"),
             ("collapsed_steps", "collapsed_steps"),
+            ("dropped_steps", "dropped_steps"),
         ),
     ),
     "research_done": _Shape(

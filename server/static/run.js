@@ -19,6 +19,7 @@ const COMPLETION = {
   finished: (n) => `Finished in ${plural(n, "step")}`,
   max_steps: (n) => `Step limit reached after ${plural(n, "step")}`,
   budget: (n) => `Budget ran out after ${plural(n, "step")}`,
+  stuck: (n) => `Stopped after ${plural(n, "step")}: the same thing kept failing`,
 };
 
 // The phase a step shows for the model call of each of the loop's phases.
@@ -36,6 +37,7 @@ function contextNote(f) {
   if (f.compressed.length) parts.push(`shortened ${f.compressed.length} long result(s)`);
   if (f.dropped_messages) parts.push(`left out ${f.dropped_messages} older message(s)`);
   if (f.collapsed_steps) parts.push(`summarized ${f.collapsed_steps} earlier step(s)`);
+  if (f.dropped_steps) parts.push(`left out ${f.dropped_steps} earlier step(s)`);
   return `To fit the model's memory, the agent ${parts.join(", ")}.`;
 }
 
@@ -49,7 +51,7 @@ export class Run {
     this.work = null; // <details> holding the steps, created with the first one
     this.retryLine = null;
     this.userText = null;
-    this.outcome = null; // how it ended: finished | max_steps | budget | stopped | error
+    this.outcome = null; // how it ended: finished | max_steps | budget | stuck | stopped | error
     this.firstTs = null;
     this.lastTs = null;
     this.body = article.appendChild(el("div", "run-body"));

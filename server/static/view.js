@@ -122,7 +122,7 @@ export class Conversation {
     const bar = el("div", "run-actions");
     bar.setAttribute("role", "group");
     bar.setAttribute("aria-label", "What next");
-    if (run.outcome === "error" || run.outcome === "stopped") {
+    if (run.outcome === "error" || run.outcome === "stopped" || run.outcome === "stuck") {
       bar.append(button("action primary", "Retry", handlers.retry));
     } else if (run.outcome === "max_steps") {
       bar.append(button("action primary", "Continue", handlers.resume));

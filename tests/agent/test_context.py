@@ -9,8 +9,9 @@ import tracemalloc
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agent.context import ContextLimits, ContextWindow, EarlierTurns, recall
+from agent.context import ContextLimits, ContextWindow, EarlierTurns
 from agent.messages import Message, ToolCall
+from agent.recall import recall
 from agent.tokens import EstimatedCounter, message_tokens
 
 COUNTER = EstimatedCounter()
@@ -72,8 +73,10 @@ def test_a_large_result_is_cut_with_a_marker_and_recall_brings_it_back():
     assert report.compressed == [
         {"result_id": "a-c0", "tokens": COUNTER.count(big), "kept_tokens": 200}
     ]
-    assert recall(conversation, "a-c0", None).startswith("line 0: value 0")
-    assert recall(conversation, "a-c0", "line 1999:") == "line 1999: value 13993"
+    first = recall(conversation, "a-c0", window.piece)
+    assert first.startswith("[Characters 0-") and "\nline 0: value 0\n" in first
+    last = recall(conversation, "a-c0", window.piece, focus="line 1999:")
+    assert last.endswith("] line 1999: value 13993")
 
 
 def test_earlier_runs_slide_out_oldest_first():
@@ -181,12 +184,13 @@ def test_a_long_session_is_fitted_in_one_pass():
 
 def _plain_fit(window, limits, system, conversation, run_id):
     """The fitting as the module doc states it, recounting the whole list after every turn
-    dropped and every step collapsed: what `build` must return, computed slowly."""
+    dropped, every step collapsed or left out: what `build` must return, computed slowly."""
     from agent import context as c
+    from agent import steps as s
 
     report = c.ContextReport(limits.window_tokens - limits.reserve_tokens, exact=True)
     head, *body = c.build_messages(system, conversation, run_id)
-    body = [window._cut(m, report) for m in body]
+    body = [window._cut(m, report, window.result_tokens()) for m in body]
     first = next((i for i, m in enumerate(body) if m.run_id == run_id), len(body))
     earlier, current = body[:first], body[first:]
     fixed = _tokens([head])
@@ -194,17 +198,38 @@ def _plain_fit(window, limits, system, conversation, run_id):
         end = c._turn_end(earlier, 0)
         report.dropped_messages += end
         earlier = earlier[end:]
-    steps = c._steps(current)
-    while (
-        len(steps) > limits.keep_recent_steps + 1
-        and fixed + _tokens(earlier + c._flatten(steps)) > report.budget
-    ):
-        index = next(i for i, s in enumerate(steps[1:], start=1) if not c._is_summary(s))
-        if index >= len(steps) - limits.keep_recent_steps:
-            break
-        steps[index] = [c._summarize_step(steps[index])]
-        report.collapsed_steps += 1
-    messages = [head, *earlier, *c._flatten(steps)]
+    steps = s.split_steps(current)
+
+    def shown():
+        out = [m for step in steps[:1] for m in step]
+        if report.dropped_steps:
+            out.append(s.left_out_note(report.dropped_steps, run_id))
+        return [head, *earlier, *out, *(m for step in steps[1:] for m in step)]
+
+    for keep in dict.fromkeys((limits.keep_recent_steps, 1)):
+        for index in range(1, len(steps) - keep):
+            if steps[index] and not s._is_summary(steps[index]):
+                if _tokens(shown()) <= report.budget:
+                    break
+                steps[index] = [s._summarize_step(steps[index])]
+                report.collapsed_steps += 1
+        for index in range(1, len(steps) - keep):
+            if s._is_summary(steps[index]):
+                if _tokens(shown()) <= report.budget:
+                    break
+                steps[index] = []
+                report.collapsed_steps -= 1
+                report.dropped_steps += 1
+    over = _tokens(shown()) - report.budget
+    results = [
+        (g, i) for g, step in enumerate(steps) for i, m in enumerate(step) if m.role == "tool"
+    ]
+    if over > 0 and results:
+        sizes = sum(_tokens([steps[g][i]]) for g, i in results)
+        limit = max(c._MIN_RESULT_TOKENS, (sizes - over) // len(results) - c._MARKER_TOKENS)
+        for g, i in results:
+            steps[g][i] = window._cut(steps[g][i], report, limit)
+    messages = shown()
     report.tokens = _tokens(messages)
     return messages, report
 

@@ -310,3 +310,38 @@ async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_fac
     tool_frames = [f for f in frames if f["type"].startswith("tool_")]
     assert tool_frames[-1]["type"] == "tool_error"  # "x" is not a stored result id
     assert "no stored result" in tool_frames[-1]["error"]
+
+
+async def _ask_for_weather(server_factory, fake_llm: FakeLLM, cities: list[str], steps: int):
+    """A run whose steps each ask for the weather of the next of `cities` (all without data)
+    and go on; returns the tool, the run's frames and the server's metrics."""
+    flaky, options = _weather(set(cities))
+    fake_llm.script("act", *(act(FakeToolCall("weather", {"city": c})) for c in cities))
+    fake_llm.script("observe", *(observe("No luck yet.") for _ in range(steps)))
+    async with server_factory(**options) as s:
+        async with await s.client() as c:
+            await c.recv()
+            frames = await c.run("What is the weather?", agent_max_steps=steps)
+        async with httpx.AsyncClient(base_url=f"http://{s.address}") as http:
+            metrics = (await http.get("/metrics")).json()
+    return flaky, frames, metrics
+
+
+async def test_near_duplicate_calls_failing_the_same_way_end_the_run_as_stuck(
+    server_factory, fake_llm: FakeLLM
+):
+    cities = ["Atlantis", "Atlantis city", "Atlantis city centre", "Atlantis now"]
+    flaky, frames, metrics = await _ask_for_weather(server_factory, fake_llm, cities, 10)
+    completion = frames[-2]
+    # Step 1 failed; steps 2 to 4 only varied it by a word and failed the same way.
+    assert completion["stop_reason"] == "stuck" and completion["steps"] == 4
+    assert fake_llm.phases() == ["reason", "act", "observe"] * 4  # no summary, no verify
+    assert flaky.runs == cities
+    assert "kept trying the same thing" in completion["final_answer"]
+    assert metrics["runs_stuck"] == 1
+
+
+async def test_different_failing_calls_are_not_stuck(server_factory, fake_llm: FakeLLM):
+    cities = ["Atlantis", "Lemuria", "Mu", "El Dorado"]
+    _, frames, metrics = await _ask_for_weather(server_factory, fake_llm, cities, 4)
+    assert frames[-2]["stop_reason"] == "max_steps" and "runs_stuck" not in metrics

@@ -130,6 +130,27 @@ async def test_continue_after_the_step_limit_and_edit_or_regenerate(
     assert regenerated["content"] == "Research everything"
 
 
+async def test_a_stuck_run_says_so_and_offers_retry(ui_server: Any, page: Any) -> None:
+    fake = await PageSocket().install(page)
+    await open_page(page, ui_server.url)
+    await start_run(page, fake, "Find the museum's hours")
+    fake.emit(
+        "agent_completion",
+        steps=4,
+        final_answer="I stopped here because I kept trying the same thing.",
+        stop_reason="stuck",
+        usage={},
+    )
+    fake.emit("response_complete")
+    await expect(page.locator(".run-meta").last).to_have_text(
+        "Stopped after 4 steps: the same thing kept failing"
+    )
+    await expect(page.get_by_role("button", name="Retry")).to_be_visible()
+    await expect(page.get_by_role("button", name="Continue")).to_have_count(0)
+    await page.get_by_role("button", name="Retry").click()
+    await fake.wait_sent(lambda f: f == {"type": "agent_control", "action": "retry"})
+
+
 async def test_a_stopped_run_offers_retry(ui_server: Any, page: Any, fake_llm: FakeLLM) -> None:
     fake_llm.script("reason", Reply(chunks=["Thinking", " slowly"], hang_after=1))
     await open_page(page, ui_server.url)  # the real server this time
