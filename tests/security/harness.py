@@ -3,7 +3,6 @@
 Reusable outside pytest (a review of the next change runs the same attacks):
 
     async with serve(hostile_site()) as address: ...        # pages that hurt parsers
-    async with LoopLag() as lag: ...; lag.worst             # how long the loop was stuck
     await raw_exchange(address, b"GET / HTTP/1.1\\r\\n...")  # what the server answers, if anything
     sockets = await open_idle(address, 300)                  # connections that never send
 
@@ -14,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,7 +22,6 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 __all__ = [
-    "LoopLag",
     "hostile_site",
     "open_idle",
     "raw_exchange",
@@ -59,33 +56,6 @@ def hostile_site() -> Starlette:
         return HTMLResponse(body)
 
     return Starlette(routes=[Route("/{name}", page)])
-
-
-@dataclass
-class LoopLag:
-    """Measure the event loop's worst stall while the block runs (ticks every `tick_s`)."""
-
-    tick_s: float = 0.02
-    worst: float = 0.0
-    _task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    async def _watch(self) -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self.tick_s)
-            now = time.monotonic()
-            self.worst = max(self.worst, now - last - self.tick_s)
-            last = now
-
-    async def __aenter__(self) -> LoopLag:
-        self._task = asyncio.create_task(self._watch())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
 
 async def raw_exchange(address: str, data: bytes, timeout: float = 5.0) -> bytes:
