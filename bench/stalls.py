@@ -37,9 +37,14 @@ from server.app import create_app
 from server.runner import AgentServer
 from server.settings import load_settings
 from tests.fakes.client import Client
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason
+from tests.fakes.openai_server import FakeLLM, observe, reason
 from tests.fakes.servers import run_server, serve
-from tests.security.harness import hostile_site, titles_page, wide_table_page
+from tests.security.harness import (
+    hostile_site,
+    script_hostile_run,
+    titles_page,
+    wide_table_page,
+)
 
 __all__ = ["LoopLag", "main"]
 
@@ -133,13 +138,7 @@ async def extract_timeout() -> tuple[float, float]:
 async def hostile_run() -> tuple[float, float]:
     fake = FakeLLM()
     async with serve(hostile_site()) as site:
-        urls = [f"http://{site}/table", f"http://{site}/table", f"http://{site}/titles"]
-        fake.script("act", act(FakeToolCall("web_fetch", {"urls": urls})))
-        fake.script("observe", observe("Those pages were unreadable.", final="Sorry."))
-        tools = {
-            "enabled": ["web_fetch"],
-            "web_fetch": {"allow_hosts": ["127.0.0.1"], "timeout_s": 3, "extract_workers": 2},
-        }
+        tools = script_hostile_run(fake, site)
         async with (
             agent_server(fake, tools) as address,
             httpx.AsyncClient(base_url=f"http://{address}") as http,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,6 +26,7 @@ __all__ = [
     "hostile_site",
     "open_idle",
     "raw_exchange",
+    "script_hostile_run",
     "status_of",
     "titles_page",
     "wide_table_page",
@@ -39,6 +41,20 @@ def titles_page(count: int = 28_572) -> bytes:
 def wide_table_page(cells: int = 100_000) -> bytes:
     """One table row of many cells: trafilatura spends minutes of CPU on it."""
     return b"<html><body><table><tr>" + b"<td>x</td>" * cells + b"</tr></table></body></html>"
+
+
+def script_hostile_run(llm: Any, site: str) -> dict[str, Any]:
+    """Script `llm` (a FakeLLM) for one run whose `web_fetch` reads two `/table` pages and
+    `/titles` of `hostile_site()` at `site`; return the `[tools]` table the server needs."""
+    from tests.fakes.openai_server import FakeToolCall, act, observe
+
+    urls = [f"http://{site}/table", f"http://{site}/table", f"http://{site}/titles"]
+    llm.script("act", act(FakeToolCall("web_fetch", {"urls": urls})))
+    llm.script("observe", observe("Those pages were unreadable.", final="Sorry."))
+    return {
+        "enabled": ["web_fetch"],
+        "web_fetch": {"allow_hosts": ["127.0.0.1"], "timeout_s": 3, "extract_workers": 2},
+    }
 
 
 def hostile_site() -> Starlette:

@@ -14,9 +14,14 @@ import pytest
 from agent.tools import ExtractorPool
 from agent.tools.page_text import extract_text
 from tests.fakes.client import kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
+from tests.fakes.openai_server import FakeLLM
 from tests.fakes.servers import serve
-from tests.security.harness import hostile_site, titles_page, wide_table_page
+from tests.security.harness import (
+    hostile_site,
+    script_hostile_run,
+    titles_page,
+    wide_table_page,
+)
 
 
 def worker_pids() -> list[int]:
@@ -164,13 +169,7 @@ async def test_hostile_pages_through_a_real_run_leave_other_clients_served(
     server_factory: object, fake_llm: FakeLLM
 ) -> None:
     async with serve(hostile_site()) as site:
-        urls = [f"http://{site}/table", f"http://{site}/table", f"http://{site}/titles"]
-        fake_llm.script("act", act(FakeToolCall("web_fetch", {"urls": urls})))
-        fake_llm.script("observe", observe("Those pages were unreadable.", final="Sorry."))
-        tools = {
-            "enabled": ["web_fetch"],
-            "web_fetch": {"allow_hosts": ["127.0.0.1"], "timeout_s": 3, "extract_workers": 2},
-        }
+        tools = script_hostile_run(fake_llm, site)
         async with (
             server_factory(tools=tools) as running,  # type: ignore[operator]
             httpx.AsyncClient(base_url=f"http://{running.address}") as http,
