@@ -9,7 +9,7 @@ the tests used to assert. Exits 1 when one is missed. Not part of `python -m ben
 - tables: the worst loop stall while LazyExactCounter loads its tables under an event loop;
 - megabyte chat: the worst loop stall while a real server (in this process, a fake model)
   runs a 1 MB chat;
-- title scan: `_title` over four hostile pages, all together;
+- title scan: `_title` over three hostile pages, all together;
 - extract timeout: how long after its 3 s timeout a call on a hopeless page returns, and the
   worst loop stall meanwhile;
 - hostile run: the slowest `/healthz` and the worst loop stall while a run's `web_fetch`
