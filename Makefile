@@ -5,22 +5,34 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install dev serve test test-unit test-deps lint bench screenshots clean
+.PHONY: install dev serve test test-unit test-deps lint bench screenshots clean lock
 
 # The server alone (what `make serve` needs); `make dev` adds the test, lint and bench tools.
+# Both install the exact versions in requirements.txt / requirements-dev.txt (pinned, with
+# hashes: what the suite passed with), then the project itself without resolving again.
 install: $(STAMP)
 
 dev: $(DEV)
 
-$(STAMP): pyproject.toml
+$(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-$(DEV): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+$(DEV): $(STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements-dev.txt
 	touch $(DEV)
+
+# Rewrite the lockfiles from pyproject.toml after its dependencies change. Versions already
+# pinned stay where they still fit; `make lock UPGRADE=1` moves every pin to the newest release.
+# The dev file is constrained by the runtime one, so a version is the same in both.
+LOCK := CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --generate-hashes \
+	--allow-unsafe --strip-extras --no-emit-find-links $(if $(UPGRADE),--upgrade)
+lock: dev
+	$(LOCK) -o requirements.txt pyproject.toml
+	$(LOCK) --extra dev -c requirements.txt -o requirements-dev.txt pyproject.toml
 
 serve: install
 	$(BIN)/agent-server serve --config config.toml

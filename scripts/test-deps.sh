@@ -4,7 +4,8 @@
 #   - Debian's chromium-headless-shell (Chromium's headless-only build, what Playwright runs
 #     for headless tests), driven by Playwright in tests/ui (browser downloads are impossible
 #     here, so `playwright install` is never run);
-#   - the Python `playwright` package in .venv (if pyproject's dev extras do not bring it);
+#   - the Python `playwright` package in .venv, at its pin in requirements-dev.txt (if
+#     `make dev` did not bring it);
 #   - Go >= 1.22, which builds FerretDB (tests/fakes/ferretdb.py) on first use: Debian's
 #     golang-go when its candidate is new enough (Debian 13), else a versioned golang-1.2x-go
 #     package (bookworm-backports), linked as /usr/local/bin/go; when apt has none, what to
@@ -97,14 +98,17 @@ if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
         || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends haproxy >/dev/null; }
 fi
 
+# `make dev` installs both from requirements-dev.txt; a venv made another way gets the same pins.
+pinned() { grep -m1 -E "^$1==" requirements-dev.txt | cut -d' ' -f1; }
+
 if ! "$VENV_PY" -c "import playwright" >/dev/null 2>&1; then
     echo "test-deps: installing the playwright Python package into .venv"
-    "$VENV_PY" -m pip install --quiet playwright
+    "$VENV_PY" -m pip install --quiet "$(pinned playwright)"
 fi
 
 if ! "$VENV_PY" -c "import mcp_server_time" >/dev/null 2>&1; then
     echo "test-deps: installing mcp-server-time into .venv"
-    "$VENV_PY" -m pip install --quiet "mcp-server-time==2026.10.19"
+    "$VENV_PY" -m pip install --quiet "$(pinned mcp-server-time)"
 fi
 
 MCP_NPM="${AGENT_SERVER_NPM_CACHE:-$HOME/.cache/agent-server/npm}"

@@ -166,30 +166,38 @@ class LLMSettings(_Section):
         return value
 
 
+# A run's own defaults (agent/run.py): the `[agent]` keys that set a RunLimits field start
+# from them, so each default is written once.
+_RUN = RunLimits()
+
+
 class AgentSettings(_Section):
     """`[agent]`. Every key named like a `RunLimits` field is that limit of each run."""
 
     default_mode: bool = True
-    default_max_steps: int = Field(10, ge=1)
+    default_max_steps: int = Field(_RUN.max_steps, ge=1)
     max_steps_limit: int = Field(50, ge=1)
-    request_input_timeout_s: float = Field(300.0, gt=0)
+    request_input_timeout_s: float = Field(_RUN.request_input_timeout_s, gt=0)
     max_concurrent_runs_per_tenant: int = Field(20, ge=1)
     # Runs one tenant may start a minute (bursts of a sixth of it); 0: 600 when auth tokens
     # are configured (one tenant cannot start and stop runs in a loop), else no limit.
     run_starts_per_minute_per_tenant: int = Field(0, ge=0)
-    tool_timeout_s: float = Field(30.0, gt=0)
-    tool_result_max_bytes: int = Field(262_144, ge=1024)
-    reply_max_chars: int = Field(200_000, ge=1000)
-    chat_tool_rounds: int = Field(5, ge=0)
+    tool_timeout_s: float = Field(_RUN.tool_timeout_s, gt=0)
+    tool_result_max_bytes: int = Field(_RUN.tool_result_max_bytes, ge=1024)
+    reply_max_chars: int = Field(_RUN.reply_max_chars, ge=1000)
+    chat_tool_rounds: int = Field(_RUN.chat_tool_rounds, ge=0)
     run_timeout_s: float = Field(1800.0, gt=0)
-    style: Style = "balanced"
-    plan_every: int = Field(0, ge=0)  # 0: no rolling plan
+    style: Style = _RUN.style
+    plan_every: int = Field(_RUN.plan_every, ge=0)  # 0: no rolling plan
     max_run_tokens: int = Field(0, ge=0)  # 0: unlimited
     max_run_cost: float = Field(0.0, ge=0)  # 0: unlimited; needs llm.prices for the model
     pre_task_research: bool = False  # search once before a session's first task (web_search)
-    control_retries: int = Field(2, ge=0, le=5)  # asks for a missing control block, per phase
-    max_verifications: int = Field(2, ge=0, le=10)  # isolated checks of a suspect finish, per run
-    stuck_steps: int = Field(3, ge=0)  # steps in a row only repeating failed calls: "stuck"
+    # asks for a missing control block, per phase
+    control_retries: int = Field(_RUN.control_retries, ge=0, le=5)
+    # isolated checks of a suspect finish, per run
+    max_verifications: int = Field(_RUN.max_verifications, ge=0, le=10)
+    # steps in a row only repeating failed calls: the run ends as "stuck"
+    stuck_steps: int = Field(_RUN.stuck_steps, ge=0)
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:

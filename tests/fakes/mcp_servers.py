@@ -43,8 +43,8 @@ def npm_server(
     return {"command": "sh", "args": ["-c", script, str(wire_log), str(binary), *args], **extra}
 
 
-def kill_processes(marker: str) -> list[int]:
-    """SIGKILL this test process's descendants whose command line contains `marker`."""
+def descendants(marker: str) -> list[int]:
+    """This test process's live (not zombie) descendants whose command line contains `marker`."""
     me = os.getpid()
     children: dict[int, list[int]] = {}
     commands: dict[int, bytes] = {}
@@ -56,18 +56,27 @@ def kill_processes(marker: str) -> list[int]:
             commands[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes()
         except OSError:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry))
-    killed, todo = [], list(children.get(me, []))
+        state, parent = stat.rsplit(")", 1)[1].split()[:2]
+        if state != "Z":
+            children.setdefault(int(parent), []).append(int(entry))
+    found, todo = [], list(children.get(me, []))
     while todo:
         pid = todo.pop()
         todo.extend(children.get(pid, []))
         if marker.encode() in commands.get(pid, b""):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            except ProcessLookupError:
-                pass
+            found.append(pid)
+    return found
+
+
+def kill_processes(marker: str) -> list[int]:
+    """SIGKILL this test process's descendants whose command line contains `marker`."""
+    killed = []
+    for pid in descendants(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+        except ProcessLookupError:
+            pass
     return killed
 
 

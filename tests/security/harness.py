@@ -3,7 +3,6 @@
 Reusable outside pytest (a review of the next change runs the same attacks):
 
     async with serve(hostile_site()) as address: ...        # pages that hurt parsers
-    async with LoopLag() as lag: ...; lag.worst             # how long the loop was stuck
     await raw_exchange(address, b"GET / HTTP/1.1\\r\\n...")  # what the server answers, if anything
     sockets = await open_idle(address, 300)                  # connections that never send
 
@@ -14,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -24,10 +23,10 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 __all__ = [
-    "LoopLag",
     "hostile_site",
     "open_idle",
     "raw_exchange",
+    "script_hostile_run",
     "status_of",
     "titles_page",
     "wide_table_page",
@@ -42,6 +41,20 @@ def titles_page(count: int = 28_572) -> bytes:
 def wide_table_page(cells: int = 100_000) -> bytes:
     """One table row of many cells: trafilatura spends minutes of CPU on it."""
     return b"<html><body><table><tr>" + b"<td>x</td>" * cells + b"</tr></table></body></html>"
+
+
+def script_hostile_run(llm: Any, site: str) -> dict[str, Any]:
+    """Script `llm` (a FakeLLM) for one run whose `web_fetch` reads two `/table` pages and
+    `/titles` of `hostile_site()` at `site`; return the `[tools]` table the server needs."""
+    from tests.fakes.openai_server import FakeToolCall, act, observe
+
+    urls = [f"http://{site}/table", f"http://{site}/table", f"http://{site}/titles"]
+    llm.script("act", act(FakeToolCall("web_fetch", {"urls": urls})))
+    llm.script("observe", observe("Those pages were unreadable.", final="Sorry."))
+    return {
+        "enabled": ["web_fetch"],
+        "web_fetch": {"allow_hosts": ["127.0.0.1"], "timeout_s": 3, "extract_workers": 2},
+    }
 
 
 def hostile_site() -> Starlette:
@@ -59,33 +72,6 @@ def hostile_site() -> Starlette:
         return HTMLResponse(body)
 
     return Starlette(routes=[Route("/{name}", page)])
-
-
-@dataclass
-class LoopLag:
-    """Measure the event loop's worst stall while the block runs (ticks every `tick_s`)."""
-
-    tick_s: float = 0.02
-    worst: float = 0.0
-    _task: asyncio.Task[None] | None = field(default=None, repr=False)
-
-    async def _watch(self) -> None:
-        last = time.monotonic()
-        while True:
-            await asyncio.sleep(self.tick_s)
-            now = time.monotonic()
-            self.worst = max(self.worst, now - last - self.tick_s)
-            last = now
-
-    async def __aenter__(self) -> LoopLag:
-        self._task = asyncio.create_task(self._watch())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._task is not None
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
 
 
 async def raw_exchange(address: str, data: bytes, timeout: float = 5.0) -> bytes:

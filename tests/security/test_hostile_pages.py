@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,9 +14,14 @@ import pytest
 from agent.tools import ExtractorPool
 from agent.tools.page_text import extract_text
 from tests.fakes.client import kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
+from tests.fakes.openai_server import FakeLLM
 from tests.fakes.servers import serve
-from tests.security.harness import LoopLag, hostile_site, titles_page, wide_table_page
+from tests.security.harness import (
+    hostile_site,
+    script_hostile_run,
+    titles_page,
+    wide_table_page,
+)
 
 
 def worker_pids() -> list[int]:
@@ -42,6 +47,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def busy_workers() -> list[int]:
+    """Extraction workers that have begun to spend CPU (on a page, after their start-up)."""
+    busy = []
+    for pid in worker_pids():
+        with contextlib.suppress(OSError):  # it may exit meanwhile
+            if cpu_seconds(pid) > 0:
+                busy.append(pid)
+    return busy
+
+
 def proc_limits(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/limits").read_text().splitlines()
 
@@ -64,30 +79,55 @@ async def pool() -> AsyncIterator[ExtractorPool]:
         await extractor.aclose()
 
 
+class Watched(bytes):
+    """A page that records how far into it each read reached."""
+
+    reach: list[int]
+
+    def __getitem__(self, key):  # type: ignore[no-untyped-def, override]
+        stop = key.stop if isinstance(key, slice) else key + 1
+        self.reach.append(len(self) if stop is None else stop)
+        return bytes(self)[key]
+
+
 def test_the_title_scan_is_linear_and_reads_only_the_head() -> None:
-    started = time.monotonic()
+    """A lazy `<title>(.*?)</title>` regex took ~29 s on 200 KB of `<title>` tags: now plain
+    `find`s run over the page's first 32 KB, whatever its size."""
     title, _ = extract_text(titles_page() + b"</title>", "text/plain", None, "http://x/")
     assert title is None  # plain text: no title scan at all
-    from agent.tools.page_text import _title
+    from agent.tools.page_text import _HEAD_BYTES, _title
 
-    assert _title(titles_page(), None) is None  # was ~29 s with a lazy regex over 200 KB
-    assert _title(b"<h1>" * 50_000, None) is None
-    assert _title(b"<html><title>A &amp; B</title>" + b"x" * 100_000, None) == "A & B"
-    assert _title(b"x" * 40_000 + b"<title>late</title>", None) is None  # past the head
-    assert time.monotonic() - started < 1.0
+    for page, expected in [
+        (titles_page(), None),
+        (b"<h1>" * 50_000, None),
+        (b"<html><title>A &amp; B</title>" + b"x" * 100_000, "A & B"),
+        (b"x" * 40_000 + b"<title>late</title>", None),  # past the head
+    ]:
+        watched = Watched(page)
+        watched.reach = []
+        assert _title(watched, None) == expected
+        assert watched.reach and max(watched.reach) <= _HEAD_BYTES
 
 
 async def test_a_timeout_kills_the_busy_worker_and_the_loop_never_stalls(
     pool: ExtractorPool,
 ) -> None:
-    async with LoopLag() as lag:
-        started = time.monotonic()
+    """The page (minutes of CPU) is parsed in a worker process: the event loop runs on
+    meanwhile, and the timeout ends the call at once and kills the worker."""
+    busy: list[int] = []
+
+    async def watch() -> None:  # runs on the event loop while the worker parses
+        await wait_for(busy_workers, timeout=20)
+        busy.extend(busy_workers())
+
+    watcher = asyncio.create_task(watch())
+    async with asyncio.timeout(60):  # a timeout that waited for the page would end here
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(3):
                 await pool.extract(wide_table_page(), "text/html", None, "http://x/")
-        elapsed = time.monotonic() - started
-    assert elapsed < 4.5
-    assert lag.worst < 0.5, f"the event loop stalled {lag.worst:.2f} s"
+    await watcher
+    (pid,) = busy
+    await wait_for(lambda: pid not in worker_pids(), timeout=5)
     await wait_for(lambda: not worker_pids(), timeout=5)
     # The pool replaces the killed worker on the next call.
     title, text = await pool.extract(b"<title>ok</title><p>fine</p>", "text/html", None, "u")
@@ -129,30 +169,21 @@ async def test_hostile_pages_through_a_real_run_leave_other_clients_served(
     server_factory: object, fake_llm: FakeLLM
 ) -> None:
     async with serve(hostile_site()) as site:
-        urls = [f"http://{site}/table", f"http://{site}/table", f"http://{site}/titles"]
-        fake_llm.script("act", act(FakeToolCall("web_fetch", {"urls": urls})))
-        fake_llm.script("observe", observe("Those pages were unreadable.", final="Sorry."))
-        tools = {
-            "enabled": ["web_fetch"],
-            "web_fetch": {"allow_hosts": ["127.0.0.1"], "timeout_s": 3, "extract_workers": 2},
-        }
+        tools = script_hostile_run(fake_llm, site)
         async with (
             server_factory(tools=tools) as running,  # type: ignore[operator]
             httpx.AsyncClient(base_url=f"http://{running.address}") as http,
         ):
-            worst_health = 0.0
-            async with LoopLag() as lag, await running.client() as client:
+            async with await running.client() as client:
                 await client.recv()
                 await client.send({"type": "chat", "content": "read these", "agent_max_steps": 1})
                 run = asyncio.create_task(client.until("response_complete", timeout=20))
-                while not run.done():
-                    started = time.monotonic()
-                    assert (await http.get("/healthz", timeout=5)).status_code == 200
-                    worst_health = max(worst_health, time.monotonic() - started)
-                    await asyncio.wait({run}, timeout=0.1)
+                # While workers parse the pages, the server answers others: the parsing is
+                # not on its event loop (the health check comes back before the run ends).
+                await wait_for(busy_workers, timeout=10)
+                assert (await http.get("/healthz", timeout=5)).status_code == 200
+                assert not run.done()
                 frames = await run
-            assert lag.worst < 0.5, f"the event loop stalled {lag.worst:.2f} s"
-            assert worst_health < 0.5
             (outcome,) = [f for f in frames if kind(f) in ("tool_complete", "tool_error")]
             shown = str(outcome.get("result") or outcome.get("error"))
             assert shown.count("timed out after 3 s") >= 2  # both tables, each within its 3 s

@@ -170,12 +170,9 @@ async def test_stop_during_a_long_mcp_call_ends_the_run_and_cancels_the_request(
             await c.recv()
             await c.send({"type": "chat", "content": "run the slow thing"})
             await c.until("tool_start")
-            loop = asyncio.get_running_loop()
             await _wire_until(wire, lambda sent: any(_is_call(m) for m in sent))
-            started = loop.time()
             await c.send({"type": "agent_control", "action": "stop"})
-            frames = await c.until("response_complete")
-            assert loop.time() - started < 1.0
+            frames = await c.until("response_complete")  # long before the call's 30 s
             assert [kind(f) for f in frames] == ["tool_error", "agent_stopped", "response_complete"]
         sent = await _wire_until(wire, lambda sent: any(_is_cancel(m) for m in sent))
         call = next(m for m in sent if _is_call(m))

@@ -394,3 +394,13 @@ def test_the_readme_says_where_relative_mcp_commands_are_found() -> None:
     assert "MCP server's `command`" in paragraph and "working directory" in paragraph
     tools = (REPO / "docs" / "tools.md").read_text(encoding="utf-8")
     assert "relative to the server's working directory" in tools
+
+
+def test_a_run_under_the_default_settings_has_the_runs_own_defaults():
+    """`[agent]` starts from RunLimits' defaults (each written once, in agent/run.py); the
+    limits that come from elsewhere (steps, budget, approval timeout) default the same."""
+    settings = load_settings(None, environ={})
+    limits = settings.agent.limits(
+        budget=Budget(), approval_timeout_s=settings.tools.approval_timeout_s
+    )
+    assert limits == RunLimits()

@@ -11,7 +11,6 @@ conditions, each with a deadline.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -162,16 +161,14 @@ async def test_memory_tools_keep_their_memories_in_the_mongodb_database(
 # -- the database dies -------------------------------------------------------------------------
 
 
-async def run_fails_with_storage_error(client: Client) -> tuple[list[Frame], float]:
-    """Frames up to `response_complete` (bounded), and how long they took to arrive."""
-    started = time.monotonic()
+async def run_fails_with_storage_error(client: Client) -> list[Frame]:
+    """Frames up to `response_complete`, which must come within FAILURE_BOUND_S."""
     frames = await client.until("response_complete", timeout=FAILURE_BOUND_S)
-    elapsed = time.monotonic() - started
     errors = [f for f in frames if f["type"] == "error"]
     assert [e["code"] for e in errors] == ["storage_error"], frames
     assert frames[-1]["type"] == "response_complete"
     assert frames.index(errors[0]) < len(frames) - 1  # error first, then response_complete
-    return frames, elapsed
+    return frames
 
 
 async def assert_still_serving(running: Running) -> None:
@@ -180,8 +177,7 @@ async def assert_still_serving(running: Running) -> None:
         hello = await fresh.recv()
         assert hello["type"] == "session" and hello["resumed"] is False
         await fresh.send({"type": "chat", "content": "anyone there?"})
-        _, elapsed = await run_fails_with_storage_error(fresh)
-        assert elapsed < FAILURE_BOUND_S
+        await run_fails_with_storage_error(fresh)
     status, body = await get_json(running, "/healthz")
     assert (status, body) == (200, {"status": "ok"})
     status, body = await get_json(running, "/api/sessions")
@@ -204,8 +200,7 @@ async def test_database_killed_while_streaming_ends_the_run_then_the_session_rec
         before = await c.until("agent_reason_delta")
 
         await asyncio.to_thread(database.kill)
-        frames, elapsed = await run_fails_with_storage_error(c)
-        assert elapsed < FAILURE_BOUND_S
+        frames = await run_fails_with_storage_error(c)
         assert "agent_completion" not in [kind(f) for f in frames]
         await assert_still_serving(running)
 
@@ -253,8 +248,7 @@ async def test_stop_while_the_database_is_down_completes_and_the_session_takes_a
 
         await asyncio.to_thread(database.kill)
         await c.send({"type": "agent_control", "action": "stop"})
-        _, elapsed = await run_fails_with_storage_error(c)
-        assert elapsed < FAILURE_BOUND_S
+        await run_fails_with_storage_error(c)
         await fake_llm.wait_disconnects(1)  # the hanging model call was abandoned
         await assert_still_serving(running)
 

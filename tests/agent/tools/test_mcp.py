@@ -17,7 +17,7 @@ from agent.tools.mcp import McpServer, _describe_failure, exposed_name
 from agent.tools.mcp_content import fill_form
 from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.mcp_sdk import mcp_sdk_over_http, mcp_sdk_server
-from tests.fakes.mcp_servers import npm_server
+from tests.fakes.mcp_servers import descendants, npm_server
 
 
 @asynccontextmanager
@@ -225,14 +225,13 @@ async def test_a_start_whose_tool_list_never_comes_fails_within_start_timeout():
 
     config = McpServerConfig(**mcp_raw_server(hang_on="tools/list"), start_timeout_s=1.5)
     server = McpServer("raw", config)
-    loop = asyncio.get_running_loop()
-    began = loop.time()
     server.start()
     try:
         async with asyncio.timeout(10):
             await server.wait_started()
-        took = loop.time() - began
-        assert 1.4 < took < 2.5, took  # the SDK's teardown of the hung server: 2 s more
+        # Reported while the SDK still tears the hung server down (a grace period of 2 s for
+        # it to exit, then a kill): it is still running, and is not waited for.
+        assert descendants("--hang-on")
         assert server.state == "down" and not server.tools
         assert server.error == "no answer to tools/list within start_timeout_s (1.5 s)"
     finally:
