@@ -17,6 +17,12 @@ output limit) is closed the same way, its text ending with a note that says it w
 events that carry a reply's whole text stay well under the 1 MiB a WebSocket client takes.
 A character that JSON escapes as six (a control character) counts six.
 Thinking counts toward the same limit: a model thinking without end is cut like one talking.
+A reply going round in circles (agent/repetition.py) is closed the same way, in any phase.
+
+Every call is bounded: without `[llm] max_tokens`, each phase has its own bound
+(`PHASE_MAX_TOKENS`), so no call runs until the model server's context is full. Before a
+run's first call, the model server is asked for its context window (llama.cpp `/props`,
+vLLM `/v1/models`); a window smaller than the configured one is the one the run fits.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import orjson
 
@@ -32,17 +39,30 @@ from agent.events import ThinkingDelta
 from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ModelTurn, Thinking, ToolChoice, ToolSpec
+from agent.repetition import RepeatWatch
 from agent.run import RunContext, RunRecorder
 from agent.tokens import EstimatedCounter, message_tokens
 from agent.tracing import model_call_span, record_turn
 
-__all__ = ["call_model"]
+__all__ = ["PHASE_MAX_TOKENS", "call_model"]
+
+# Each phase's bound on a reply when `[llm] max_tokens` is unset: room for what the phase
+# writes (a final answer in Observe and the summary, a long reply in chat), none for a loop.
+PHASE_MAX_TOKENS = {
+    "reason": 1024,
+    "act": 1024,
+    "observe": 2048,
+    "summarize": 2048,
+    "chat": 4096,
+}
+_OTHER_PHASE_MAX_TOKENS = 1024
 
 TextSink = Callable[[str], Awaitable[None]]
 Enough = Callable[[], bool]
 
 _ESTIMATE = EstimatedCounter()
 _CUT_NOTE = "\n\n[Cut here: the reply went on past {:,} characters; the rest was not read.]"
+_LOOP_NOTE = "\n\n[Cut here: the reply began to repeat itself.]"
 
 
 async def call_model(
@@ -54,15 +74,24 @@ async def call_model(
     *,
     tools: Sequence[ToolSpec] = (),
     tool_choice: ToolChoice = "auto",
+    response_format: dict[str, object] | None = None,
     on_text: TextSink | None = None,
     enough: Enough | None = None,
 ) -> ModelTurn:
     """Build the messages with `build`, make the call, and return the whole turn (what was
     read of it, when `enough` said so after some text)."""
     most = ctx.limits.reply_max_chars
+    if not rec.window_asked:
+        rec.window_asked = True
+        ask = getattr(ctx.model, "context_window", None)  # optional: not part of the port
+        if ask is not None:
+            rec.fit_window(await ask())
+    shape = _Shape(
+        tools, tool_choice, response_format, PHASE_MAX_TOKENS.get(phase, _OTHER_PHASE_MAX_TOKENS)
+    )
     try:
         return await _drain(
-            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough, most)
+            ctx, rec, step, phase, await build(), shape, _Reader(on_text, enough, most)
         )
     except ContextTooLong as exc:
         if not rec.shrink_window(exc.window_tokens):
@@ -70,10 +99,20 @@ async def call_model(
         ctx.metrics[Metric.CONTEXT_OVERFLOW_RETRIES] += 1
     try:
         return await _drain(
-            ctx, rec, step, phase, await build(), tools, tool_choice, _Reader(on_text, enough, most)
+            ctx, rec, step, phase, await build(), shape, _Reader(on_text, enough, most)
         )
     except ContextTooLong as exc:
         raise ModelError(_too_small(exc.window_tokens or rec.window_tokens)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a call asks of the model besides its messages."""
+
+    tools: Sequence[ToolSpec]
+    tool_choice: ToolChoice
+    response_format: dict[str, object] | None
+    max_tokens: int
 
 
 async def _drain(
@@ -82,8 +121,7 @@ async def _drain(
     step: int,
     phase: str,
     messages: list[Message],
-    tools: Sequence[ToolSpec],
-    tool_choice: ToolChoice,
+    shape: _Shape,
     reader: _Reader,
 ) -> ModelTurn:
     turn: ModelTurn | None = None  # the model's own, with its usage, once it came
@@ -95,8 +133,14 @@ async def _drain(
         step=step,
         phase=phase,
     ) as span:
+        tools = shape.tools
         stream = ctx.model.stream(
-            messages, tools=tools, call=ctx.call(step, phase), tool_choice=tool_choice
+            messages,
+            tools=tools,
+            call=ctx.call(step, phase),
+            tool_choice=shape.tool_choice,
+            response_format=shape.response_format,
+            max_tokens=shape.max_tokens,
         )
         try:
             async for item in stream:
@@ -114,6 +158,7 @@ async def _drain(
                     await _close(stream)
                     turn = reader.cut_turn(messages, tools)
                     ctx.metrics[Metric.REPLIES_CUT] += 1
+                    ctx.metrics[Metric.REPLIES_LOOPING] += reader.looping
                     break
         except asyncio.CancelledError:  # a stop: the usage it reports counts this call too
             rec.count(phase, turn if turn is not None else reader.cut_turn(messages, tools))
@@ -134,14 +179,20 @@ class _Reader:
         self._text: list[str] = []
         self._most = most
         self._room = most  # characters the reply may still have (see `_size`)
+        self._watch = RepeatWatch()
+        self.looping = False  # the reply was closed because it went round in circles
 
     async def text(self, piece: str, *, cut: bool = False) -> bool:
         """Pass `piece` on; True when the caller has read enough of the reply, or the reply
-        is too long, or `cut` says so (its text then ends with a note that says so)."""
+        is too long or going round in circles, or `cut` says so (its text then ends with a
+        note that says so)."""
         size = _size(piece)
         too_long = cut or size > self._room
         if too_long:
             piece = _within(piece, size, self._room) + _CUT_NOTE.format(self._most)
+        elif self._watch.feed(piece):
+            self.looping = too_long = True
+            piece += _LOOP_NOTE
         self._room -= size
         self._text.append(piece)
         if self._on_text is not None:

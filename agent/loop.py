@@ -16,13 +16,13 @@ verdict sends it into another step. Before each LLM call the run's budget is che
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from agent import clock
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.calling import call_model
-from agent.echo import copied_from
+from agent.echo import EchoGate, copied_from
 from agent.events import (
     AnswerDelta,
     CompletionReason,
@@ -36,7 +36,7 @@ from agent.events import (
     RunStarted,
 )
 from agent.findings import budget_answer, step_limit_answer, stuck_answer
-from agent.messages import Message
+from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -53,6 +53,7 @@ from agent.ports import ToolSpec
 from agent.research import research_first_task
 from agent.run import RunContext, RunRecorder
 from agent.stopping import stop_recorded
+from agent.structured import PhaseStream, call_schema, observe_schema, reason_schema
 from agent.textcalls import read_text_tool_calls
 from agent.verify import needs_verification, verify_finish
 
@@ -78,7 +79,9 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     max_steps = ctx.limits.max_steps
     await ctx.sink.emit(RunStarted(max_steps))
     tools = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
-    system = system_message(ctx, "agent_system")
+    system = system_message(
+        ctx, "agent_system", style=ctx.prompts.render(f"style_{ctx.limits.style}")
+    )
     asked = _named_in_task(rec, tools)
     rec.expect_tools(asked)
     if ctx.research is not None:
@@ -118,11 +121,12 @@ async def _reason(
         step=step,
         tools=", ".join(t.name for t in tools),
         extra=ctx.prompts.render("agent_plan_prompt") if planning else "",
-        style_guidance=ctx.prompts.render(f"style_{ctx.limits.style}"),
     )
-    keys = REASON_KEYS | {"plan_steps"}
+    schema = reason_schema(
+        [t.name for t in tools], plan_steps=planning, may_finish=not _first_look(rec, tools)
+    )
     content, block, _ = await _stream_phase(
-        ctx, rec, step, "reason", system, instruction, keys, tools
+        ctx, rec, step, "reason", system, instruction, tools, schema, REASON_KEYS | {"plan_steps"}
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
@@ -173,9 +177,12 @@ async def _act(
     """Let the model call tools.
 
     Act's instructions carry a state message (the plan, the tools Reason named, those the
-    user's task names that no call has used yet, and every call so far) for this call only; its
-    reply is kept as the model's plan of action. Calls the model wrote as text instead of
-    `tool_calls` are read and run like native ones (agent/textcalls.py).
+    user's task names that no call has used yet, and every call so far) for this call only.
+    Calls the model wrote as text instead of `tool_calls` are read and run like native ones
+    (agent/textcalls.py). When Reason planned a tool and no call came, the model is asked once
+    more, for the call as JSON of a given schema (a server that constrains decoding can then
+    only write an offered tool with valid arguments, or "none"); once that was what worked,
+    the run asks that way first. The reply kept is the model's plan of action.
     """
     _check_budget(rec)
     instruction = _instruction(
@@ -183,23 +190,73 @@ async def _act(
     )
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
-    turn = await call_model(
-        ctx,
-        rec,
-        step,
-        "act",
-        lambda: rec.messages(step, "act", system, [instruction]),
-        tools=tools,
-    )
-    calls, content = rec.own_call_ids(turn.tool_calls), turn.content
-    if not calls:
-        calls, content = read_text_tool_calls(content, {t.name for t in tools})
-        ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
+    offered = {t.name for t in tools}
+    calls: tuple[ToolCall, ...] = ()
+    content = ""
+    planned = [n for n in named if n != REQUEST_INPUT] or _unused(rec, named, asked)
+    schema_first = _schema_first(ctx, rec)
+    by_schema = planned or (schema_first and _first_look(rec, tools))  # a call is wanted
+    if not (by_schema and schema_first):
+        turn = await call_model(
+            ctx,
+            rec,
+            step,
+            "act",
+            lambda: rec.messages(step, "act", system, [instruction]),
+            tools=tools,
+            tool_choice="required" if planned else "auto",
+        )
+        calls, content = rec.own_call_ids(turn.tool_calls), turn.content
+        ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
+        if not calls:
+            calls, content = read_text_tool_calls(content, offered)
+            ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
+    if not calls and by_schema:
+        _check_budget(rec)
+        ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
+        turn = await call_model(
+            ctx,
+            rec,
+            step,
+            "act",
+            lambda: rec.messages(step, "act", system, [instruction, ask]),
+            tools=tools,
+            tool_choice="none",
+            response_format=call_schema(tools),
+        )
+        calls = read_text_tool_calls(turn.content, offered)[0]
+        ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
+        if calls:
+            rec.act_by_schema = True
+            content = ""
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
     if calls:
         await run_tool_calls(ctx, rec, step, calls)
+
+
+def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
+    """No tool has been called in this run yet, and tools besides `request_input` are offered.
+    Until then Reason's schema does not let it finish (small models "finish" with an answer
+    made up instead of looked up): whether a tool is needed is Act's to decide, with the
+    tools in hand, and Act may answer "none"."""
+    return not rec.ledger.records and any(t.name != REQUEST_INPUT for t in tools)
+
+
+def _schema_first(ctx: RunContext, rec: RunRecorder) -> bool:
+    """Ask for the call as JSON first: it was what worked earlier in this run, or the model
+    has made more calls that way than as tool calls (a model that does not call tools
+    natively: each Act would otherwise cost a call that brings nothing)."""
+    schema = ctx.metrics[Metric.SCHEMA_TOOL_CALLS]
+    native = ctx.metrics[Metric.NATIVE_TOOL_CALLS] + ctx.metrics[Metric.TEXT_TOOL_CALLS]
+    return rec.act_by_schema or (schema >= 2 and schema > native)
+
+
+def _unused(rec: RunRecorder, named: Sequence[str], asked: Sequence[str]) -> list[str]:
+    """The tools the user's task names that Reason left out and no call has used yet."""
+    used = {record.name for record in rec.ledger.successes()}
+    return [t for t in asked if t not in named and t not in used]
 
 
 async def _observe(
@@ -209,7 +266,7 @@ async def _observe(
     _check_budget(rec)
     instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step)
     content, block, answer = await _stream_phase(
-        ctx, rec, step, "observe", system, instruction, OBSERVE_KEYS, tools, observe_ends_run
+        ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
     if not content and control is not None:
@@ -300,10 +357,10 @@ def _plan_steps(block: dict[str, object] | None) -> tuple[str, ...]:
     return tuple(s.strip() for s in steps if isinstance(s, str) and s.strip())[:8]
 
 
-def system_message(ctx: RunContext, prompt: str) -> str:
+def system_message(ctx: RunContext, prompt: str, **values: object) -> str:
     """The one system message of a run: the same for every call, so it stays cacheable."""
     base = ctx.prompts.render("system", today=clock.today())
-    return f"{base}\n\n{ctx.prompts.render(prompt)}"
+    return f"{base}\n\n{ctx.prompts.render(prompt, **values)}"
 
 
 def _instruction(
@@ -326,8 +383,7 @@ def _state(
 ) -> str:
     plan = "; ".join(rec.plan) if rec.plan else _reasoning_pointer(rec)
     tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""
-    used = {record.name for record in rec.ledger.successes()}
-    unused = [t for t in asked if t not in named and t not in used]
+    unused = _unused(rec, named, asked)
     if unused:  # Reason left them out (it may even have said it can answer without them)
         tools += f"Tools the user asked for: {', '.join(unused)}.\n"
     calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
@@ -353,15 +409,23 @@ async def _stream_phase(
     phase: str,
     system: str,
     instruction: Message,
-    keys: frozenset[str],
     tools: list[ToolSpec],
-    answer_after: Callable[[dict[str, Any]], bool] | None = None,
+    schema: dict[str, Any],
+    keys: frozenset[str],
 ) -> tuple[str, dict[str, Any] | None, str]:
-    """Stream a Reason/Observe reply; if its control block is missing, ask for the block
-    alone (up to `control_retries` times, not shown to the user), then fall back to text.
-    Returns (the shown text, the block or None, the answer written after the block)."""
-    stream = ControlStream(keys, answer_after=answer_after)
-    content = await stream_text(ctx, rec, step, phase, system, [instruction], stream, tools)
+    """Stream a Reason/Observe reply, asked for as one JSON object of `schema`
+    (agent/structured.py); if its control block is missing, ask for the block alone (up to
+    `control_retries` times, not shown to the user), then fall back to text.
+    Returns (the shown text, the block or None, the answer written after or in the block)."""
+    if phase == "observe":
+        stream = PhaseStream(
+            keys, shown="observation", answer="final_answer", answer_after=observe_ends_run
+        )
+    else:
+        stream = PhaseStream(keys, shown="thought")
+    content = await stream_text(
+        ctx, rec, step, phase, system, [instruction], stream, tools, response_format=schema
+    )
     block = stream.control
     if block is None:  # `key: value` lines instead of JSON: small models do that
         content, block = read_loose_control(content, keys)
@@ -379,6 +443,7 @@ async def _stream_phase(
             lambda: rec.messages(step, "repair", system, retry),
             tools=tools,
             tool_choice="none",
+            response_format=schema,
         )
         block = split_control(turn.content, keys)[1] or read_loose_control(turn.content, keys)[1]
         if block is not None:
@@ -395,8 +460,10 @@ async def stream_text(
     phase: str,
     system: str,
     extra: Sequence[Message],
-    stream: ControlStream,
+    stream: ControlStream | PhaseStream,
     tools: Sequence[ToolSpec] = (),
+    *,
+    response_format: dict[str, Any] | None = None,
 ) -> str:
     """Stream a call that may not use tools through `stream`, emitting the shown text as
     deltas (and the answer after an answer-starting block as `AnswerDelta`s); everything the
@@ -407,8 +474,10 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
+    gate = EchoGate(system, *(m.content for m in extra)) if phase != "summarize" else None
 
     async def show(shown: str) -> None:
+        """Emit text that may be shown (through the gate already), and answer text."""
         if shown:
             rec.add_streamed(shown, answer=make_delta is AnswerDelta)
             await ctx.sink.emit(make_delta(step, shown))
@@ -417,8 +486,12 @@ async def stream_text(
             rec.add_streamed(answer, answer=True)
             await ctx.sink.emit(AnswerDelta(step, answer))
 
+    def gated() -> bool:  # a field of one JSON object: text the model wrote for that field
+        return gate is not None and isinstance(stream, PhaseStream) and stream.is_object
+
     async def feed(piece: str) -> None:
-        await show(stream.feed(piece))
+        shown = stream.feed(piece)
+        await show(gate.feed(shown) if gated() else shown)
 
     await call_model(
         ctx,
@@ -428,8 +501,14 @@ async def stream_text(
         lambda: rec.messages(step, phase, system, extra),
         tools=tools,
         tool_choice="none",
+        response_format=response_format,
         on_text=feed,
         enough=lambda: stream.settled,
     )
-    await show(stream.finish())
+    last = stream.finish()
+    if gated():
+        last = gate.feed(last) + gate.finish()  # type: ignore[union-attr]
+    await show(last)
+    if gated() and gate.copy:  # type: ignore[union-attr]  # the instructions read back
+        return ""
     return stream.content

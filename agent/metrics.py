@@ -24,6 +24,9 @@ class Metric(StrEnum):
     VERIFICATIONS_NOT_DONE = "verifications_not_done"
     VERIFY_UNREADABLE = "verify_unreadable"
     TEXT_TOOL_CALLS = "text_tool_calls"
+    SCHEMA_TOOL_CALLS = "schema_tool_calls"
+    NATIVE_TOOL_CALLS = "native_tool_calls"
+    REPLIES_LOOPING = "replies_looping"
     CONTROL_BLOCK_LOOSE = "control_block_loose"
     CONTROL_BLOCK_RETRIES = "control_block_retries"
     CONTROL_BLOCK_FALLBACKS = "control_block_fallbacks"
@@ -58,6 +61,11 @@ _HELP = {
     Metric.VERIFICATIONS_NOT_DONE: "Verifications that sent the run into another step.",
     Metric.VERIFY_UNREADABLE: "Verification replies that could not be read.",
     Metric.TEXT_TOOL_CALLS: "Tool calls read from the model's text rather than its tool calls.",
+    Metric.SCHEMA_TOOL_CALLS: (
+        "Tool calls Act got by asking for the call as JSON after no native call came."
+    ),
+    Metric.NATIVE_TOOL_CALLS: "Tool calls the model made as tool calls, as the API intends.",
+    Metric.REPLIES_LOOPING: "Replies closed because they went round in circles.",
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",
     Metric.CONTROL_BLOCK_RETRIES: "Model calls repeated for a missing control block.",
     Metric.CONTROL_BLOCK_FALLBACKS: "Phases that went on without a control block.",

@@ -178,7 +178,10 @@ class RunRecorder:
         self._streaming: str | None = None  # the phase whose text is streaming now
         self._streamed: list[str] = []  # what that phase has shown so far
         self._answer_streamed = False  # answer deltas went out for the answer being written
-        self._window_tokens: int | None = None  # the server's window, once it refused one
+        self._window_tokens: int | None = None  # the server's window, once said or refused
+        self.window_asked = False  # the model server was asked for its window
+        # Act's native tool call did not come and a call asked for as JSON did: ask that way.
+        self.act_by_schema = False
         self._earlier = EarlierTurns()  # the turns before the run, built once for its calls
         self._tools_size: int | None = None  # tokens of the run's tool lists, once counted
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent
@@ -336,6 +339,15 @@ class RunRecorder:
     def unanswered_calls(self) -> list[ToolCall]:
         """The run's tool calls that have no result in the conversation yet, in order."""
         return list(self._unanswered.values())
+
+    def fit_window(self, server_window: int | None) -> None:
+        """The model server said its window: later calls fit it when it is the smaller."""
+        context = self._ctx.context
+        if context is None or not server_window or server_window < 512:
+            return
+        current = self._window_tokens or context.window_tokens
+        if server_window < current:
+            self._window_tokens = server_window
 
     def shrink_window(self, server_window: int | None) -> bool:
         """After the server refused a prompt as too long: fit later calls into the window it

@@ -51,9 +51,12 @@ _TEXT = {"type": "string"}
 _YES_NO = {"type": "boolean"}
 
 
-def reason_schema(tool_names: Sequence[str], *, plan_steps: bool = False) -> dict[str, Any]:
+def reason_schema(
+    tool_names: Sequence[str], *, plan_steps: bool = False, may_finish: bool = True
+) -> dict[str, Any]:
     """`{"thought", "plan", "tools_to_consider", "finish"}` (and `plan_steps` when a rolling
-    plan is due); the tools are the offered ones."""
+    plan is due); the tools are the offered ones. Without `may_finish`, `finish` can only be
+    false."""
     names: dict[str, Any] = {"type": "string"}
     if tool_names:
         names["enum"] = list(tool_names)
@@ -61,7 +64,7 @@ def reason_schema(tool_names: Sequence[str], *, plan_steps: bool = False) -> dic
         "thought": _TEXT,
         "plan": _TEXT,
         "tools_to_consider": {"type": "array", "items": names},
-        "finish": _YES_NO,
+        "finish": _YES_NO if may_finish else {"type": "boolean", "enum": [False]},
     }
     if plan_steps:
         properties["plan_steps"] = {"type": "array", "items": _TEXT}
@@ -90,7 +93,10 @@ def call_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
         {"type": "object", "properties": {"tool": {"const": NO_TOOL}}, "required": ["tool"]}
     )
     schema = {"anyOf": choices}
-    return {"type": "json_schema", "json_schema": {"name": "call", "strict": False, "schema": schema}}
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "call", "strict": False, "schema": schema},
+    }
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +142,11 @@ class PhaseStream:
         self._json: _ObjectReader | None = None
         self._answer_out: list[str] = []
         self._answer_taken = 0
+
+    @property
+    def is_object(self) -> bool:
+        """The reply is one JSON object (known from its first character on)."""
+        return self._json is not None
 
     # -- the ControlStream surface ------------------------------------------------------------
 

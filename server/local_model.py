@@ -27,6 +27,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import httpx
 
@@ -225,7 +226,7 @@ class LlamaServer:
             "1",
         ]
         self._process: subprocess.Popen[bytes] | None = None
-        self._log = open(log, "w+b") if log else tempfile.TemporaryFile()  # noqa: SIM115
+        self._log: IO[bytes] = open(log, "w+b") if log else tempfile.TemporaryFile()  # noqa: SIM115
         self.log_path = str(log) if log else None
         self.mark = 0  # a position in log(): tests look at what came after it
 

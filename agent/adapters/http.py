@@ -184,9 +184,10 @@ class AiohttpTransport:
         except _FAILURES:
             return None
         try:
-            return json.loads(data)
+            parsed: object = json.loads(data)
         except ValueError:
             return None
+        return parsed
 
     async def aclose(self) -> None:
         if self._session is not None:

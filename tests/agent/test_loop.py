@@ -135,14 +135,15 @@ async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness:
 async def test_a_finish_without_any_call_to_the_tool_the_user_named_is_checked(
     harness: Harness,
 ):
-    """The model acts without calling the tool the user named and then answers: the answer
-    goes to the finish check, as one after failed calls does."""
+    """The model acts without calling the tool the user named, also when asked for the call as
+    JSON, and then answers: the answer goes to the finish check, as one after failed calls
+    does."""
     harness.model.script("reason", reason("I know the time.", finish=True))
-    harness.model.script("act", text("No call needed."))
+    harness.model.script("act", text("No call needed."), text('{"tool": "none"}'))
     harness.model.script("observe", observe("Known.", final="It is noon."))
     harness.model.script("verify", text('```json\n{"done": true, "reason": "Fine."}\n```'))
     record = await harness.run("What time is it? Use the get_current_time tool.", max_steps=1)
-    assert harness.model.phases() == ["reason", "act", "observe", "verify"]
+    assert harness.model.phases() == ["reason", "act", "act", "observe", "verify"]
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
@@ -204,7 +205,7 @@ async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_wo
     harness: Harness,
 ):
     """Qwen2.5-0.5B on llama.cpp wrote only a block whose plan was a line of its guidance."""
-    copied = "Work out the single next thing to do for the person's latest request."
+    copied = "Choose the single next thing to do, from what happened so far."
     own = "Look up the time in Tokyo."
 
     def block_only(**fields: object) -> Reply:
@@ -217,7 +218,10 @@ async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_wo
     )
     harness.model.script(
         "observe",
-        block_only(observation="what you learned, in one sentence", should_continue=True),
+        block_only(
+            observation="one or two short sentences for the person about what you found",
+            should_continue=True,
+        ),
         observe("Found it.", final="It is noon."),
     )
 
@@ -443,10 +447,11 @@ async def test_calls_that_ask_at_once_ask_in_turn_and_get_their_own_answers(harn
 async def test_a_reply_that_goes_on_too_long_is_closed_and_says_it_was_cut(harness: Harness):
     # A model in a loop on a server without an output limit: the events that carry the whole
     # reply would pass the 1 MiB a client takes. The call is closed at the limit.
-    harness.model.script("chat", text(*["All work and no play. " * 20] * 40))  # 17,600 chars
+    pieces = [" ".join(f"word{i}-{j}" for j in range(40)) + " " for i in range(40)]
+    harness.model.script("chat", text(*pieces))  # about 19,000 characters, none repeated
     record = await harness.run("write", agent=False, reply_max_chars=2_000)
     answer = record.of(ChatDone)[-1].content
-    assert answer.startswith("All work and no play.") and len(answer) < 2_100
+    assert answer.startswith("word0-0 word0-1") and len(answer) < 2_100
     assert answer.endswith(
         "[Cut here: the reply went on past 2,000 characters; the rest was not read.]"
     )

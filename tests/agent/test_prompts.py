@@ -16,6 +16,7 @@ from agent.parsing import (
     split_control,
 )
 from agent.prompts import FilePromptProvider, default_prompt_dir
+from agent.structured import PhaseStream
 
 PROMPTS = default_prompt_dir()
 PHASES = [
@@ -32,7 +33,7 @@ VALUES = {
     "tools": "get_current_time",
     "extra": "",
     "today": "x",
-    "style_guidance": "g",
+    "style": "g",
     "keys": "finish",
     "state": "s",
     "task": "t",
@@ -76,26 +77,42 @@ def _part(title: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("part", "keys"), [("Think", REASON_KEYS), ("Look at the results", OBSERVE_KEYS)]
+    ("part", "keys", "shown"),
+    [("Think", REASON_KEYS, "thought"), ("Look at the results", OBSERVE_KEYS, "observation")],
 )
-def test_the_prompt_and_the_parser_agree_on_the_block(part: str, keys: frozenset[str]):
-    """The example block a phase's rules show is exactly what the parser cuts out."""
-    example = re.search(r"```json\n(.*?)\n```", _part(part), re.S)
+def test_the_prompt_and_the_parser_agree_on_the_object(
+    part: str, keys: frozenset[str], shown: str
+):
+    """The example object a phase's rules show is exactly what the phase's reader takes: its
+    control keys, and the field the person reads."""
+    example = re.search(r"^\{.*\}$", _part(part), re.M)
     assert example is not None, part
-    reply = f"Some words for the person.\n```json\n{example.group(1)}\n```"
-    content, control = split_control(reply, keys)
-    assert content == "Some words for the person."
-    assert control is not None and set(control) == keys - {"final_answer"}
+    stream = PhaseStream(keys, shown=shown)
+    stream.feed(example.group(0))
+    stream.finish()
+    assert stream.control is not None and set(stream.control) == keys | {shown}
 
 
-def test_observe_asks_for_the_answer_after_a_block_that_ends_the_run():
+def test_observe_asks_for_the_answer_in_the_object_that_ends_the_run():
+    reply = '{"observation": "Found it.", "should_continue": false, "final_answer": "The answer."}'
+    stream = PhaseStream(
+        OBSERVE_KEYS, shown="observation", answer="final_answer", answer_after=observe_ends_run
+    )
+    shown = stream.feed(reply) + stream.finish()
+    assert shown == "Found it." and stream.take_answer() == "The answer."
+    rules = _part("Look at the results")
+    assert _mentions(rules, "final_answer", "should_continue false")
+
+
+def test_the_older_form_is_still_read():
+    """Prose and then a block, as servers that ignore the schema may still answer."""
     block = '```json\n{"observation": "o", "should_continue": false}\n```\n'
     stream = ControlStream(OBSERVE_KEYS, answer_after=observe_ends_run)
     stream.feed("Found it.\n" + block + "The answer.")
     stream.finish()
     assert stream.content == "Found it." and stream.answer == "The answer."
-    rules = _part("Look at the results")
-    assert _mentions(rules, "after the block") and '"should_continue": false' in rules
+    content, control = split_control("Words.\n" + block, OBSERVE_KEYS)
+    assert content == "Words." and control is not None
 
 
 def test_prompts_require_acknowledging_failures_and_changing_approach():

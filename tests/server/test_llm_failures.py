@@ -223,7 +223,9 @@ async def test_a_runaway_reply_is_closed_and_every_frame_fits_a_default_client(
     """A model that never stops (no output limit on its server) would make `chat_response`
     carry megabytes, and every replay of the session would close a default client with
     1009. The server closes the model's stream at `agent.reply_max_chars` instead."""
-    fake_llm.script("chat", Reply(chunks=["All work and no play. " * 500] * 400, delay_s=0.001))
+    # Text that never repeats itself (a loop is closed sooner: agent/repetition.py).
+    chunks = [" ".join(f"w{i}-{j}" for j in range(500)) + " " for i in range(400)]
+    fake_llm.script("chat", Reply(chunks=chunks, delay_s=0.001))
     async with server_factory(agent={"reply_max_chars": 100_000}) as s:
         async with await s.client() as c:
             session = (await c.recv())["session_id"]
