@@ -1,9 +1,11 @@
 """web_fetch: read up to three web pages at once, as plain text, safely.
 
 Every limit is enforced here rather than trusted to the client: a wall-clock budget per URL,
-a byte cap while streaming (reading stops at the cap), redirects followed by hand so each
-hop passes the SSRF guard (agent/tools/ssrf.py) before any connection is made, and retries
-of 429/5xx with exponential backoff (honouring a short Retry-After). Each request connects
+a byte cap while streaming (reading and decoding stop at the cap: agent/tools/decoding.py
+inflates gzip and deflate in bounded steps and refuses stacked encodings), redirects
+followed by hand so each hop passes the SSRF guard (agent/tools/ssrf.py) before any
+connection is made, and retries of 429/5xx with exponential backoff (honouring a short
+Retry-After). Each request connects
 to an address the guard checked: the URL's host is replaced by that IP, with the original
 Host header and TLS server name, and `Connection: close` so no pooled connection is ever
 shared between two host names. One URL failing never fails the others.
@@ -18,6 +20,7 @@ import ipaddress
 import logging
 import re
 import ssl
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +37,7 @@ from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
 from agent.tools.config import WebFetchConfig
+from agent.tools.decoding import UnsupportedEncoding, read_decoded
 from agent.tools.extractor import ExtractionFailed, ExtractorPool
 from agent.tools.python import make_tool
 from agent.tools.ssrf import AddressGuard, Refused
@@ -208,23 +212,25 @@ class _Fetcher:
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type and not _TEXT_TYPES.match(content_type):
             raise _Failed(f"unsupported content type {content_type!r} (only text and HTML)")
-        cap = self._config.max_bytes
-        chunks: list[bytes] = []
-        size = 0
-        truncated = False
-        async for chunk in response.aiter_bytes():
-            if size + len(chunk) > cap:
-                chunks.append(chunk[: cap - size])
-                truncated = True
-                break  # leaving the stream closes the connection: the rest is never read
-            chunks.append(chunk)
-            size += len(chunk)
+        try:
+            # The raw body, decoded here in bounded steps: httpx would inflate each chunk
+            # whole, before any cap (agent/tools/decoding.py). Leaving the stream early
+            # closes the connection: the rest is never read.
+            body = await read_decoded(
+                response.aiter_raw(),
+                response.headers.get("content-encoding", ""),
+                self._config.max_bytes,
+            )
+        except UnsupportedEncoding as exc:
+            raise _Failed(str(exc)) from None
+        except zlib.error:
+            raise _Failed("the page's compressed body is corrupt") from None
         return _Response(
             status,
             content_type=content_type,
             charset=response.charset_encoding,
-            body=b"".join(chunks),
-            truncated=truncated,
+            body=body.data,
+            truncated=body.truncated,
         )
 
 

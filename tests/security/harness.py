@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -25,6 +27,8 @@ from starlette.routing import Route
 
 __all__ = [
     "LoopLag",
+    "bomb_site",
+    "gzipped",
     "hostile_site",
     "open_idle",
     "raw_exchange",
@@ -59,6 +63,36 @@ def hostile_site() -> Starlette:
         return HTMLResponse(body)
 
     return Starlette(routes=[Route("/{name}", page)])
+
+
+def gzipped(data: bytes) -> bytes:
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return squeeze.compress(data) + squeeze.flush()
+
+
+@functools.cache
+def zeros_gzipped(megabytes: int) -> bytes:
+    """`megabytes` MiB of zeros, gzipped once (about a thousandth of the size)."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1 << 20)
+    return b"".join(squeeze.compress(block) for _ in range(megabytes)) + squeeze.flush()
+
+
+def bomb_site(megabytes: int = 256) -> Starlette:
+    """`/gzip`: `megabytes` MiB of zeros as one gzip layer; `/gzip2`: gzipped twice and sent
+    as `Content-Encoding: gzip, gzip` (a few hundred bytes); `/html.gz`: a page, honestly."""
+    once = zeros_gzipped(megabytes)
+    pages = {
+        "/gzip": (once, "gzip"),
+        "/gzip2": (gzipped(once), "gzip, gzip"),
+        "/html.gz": (gzipped(b"<html><title>Fine</title><p>A real page.</p></html>"), "gzip"),
+    }
+
+    async def page(request: Request) -> Response:
+        body, coding = pages[request.url.path]
+        return HTMLResponse(body, headers={"Content-Encoding": coding})
+
+    return Starlette(routes=[Route(path, page) for path in pages])
 
 
 @dataclass
