@@ -114,6 +114,11 @@ class McpServerConfig(_Config):
     health_interval_s: float = Field(10.0, gt=0)
     restart_backoff_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(60.0, gt=0)
+    max_message_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=64 * 1024,
+        description="stdio: a longer message is not parsed; the call it answers fails alone.",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -85,9 +85,8 @@ async def test_bombs_in_a_run_leave_another_tenant_served(
     def by_tenant(fetching: Reply, plain: Reply) -> Any:
         return lambda body: fetching if "read these" in json.dumps(body["messages"]) else plain
 
-    fake_llm.script(
-        "act", by_tenant(act(FakeToolCall("web_fetch", {"urls": urls})), Reply(chunks=[]))
-    )
+    calls = by_tenant(act(FakeToolCall("web_fetch", {"urls": urls})), Reply(chunks=[]))
+    fake_llm.script("act", calls, calls)
     done = observe("Nothing useful.", final="Sorry.")
     fake_llm.script("observe", *[by_tenant(done, done)] * 2)
     tools = {"enabled": ["web_fetch"], "web_fetch": {"allow_hosts": ["127.0.0.1"]}}
