@@ -51,6 +51,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
             connection_cap(server.max_connections),
             server.request_timeout_s,
             server.write_timeout_s,
+            server.max_silent_per_source,
         ),
         h11_max_incomplete_event_size=2 * MAX_HEAD_BYTES,  # the guard answers 431 first
         timeout_keep_alive=max(1, round(server.keep_alive_timeout_s)),

@@ -125,8 +125,14 @@ class ServerSettings(_Section):
     # configured (so one tenant cannot take every slot), else no cap of its own.
     max_sockets_per_tenant: int = Field(0, ge=0)
     request_timeout_s: float = Field(10.0, gt=0)
+    # Connections one address may hold without having sent a complete request head; its next
+    # one takes the slot of its own oldest such connection (server/guard.py).
+    max_silent_per_source: int = Field(64, ge=1)
     write_timeout_s: float = Field(60.0, gt=0)  # an HTTP response's client reading nothing
     keep_alive_timeout_s: float = Field(5.0, gt=0)
+    # A listener of its own that answers only GET /healthz, for probes that must be answered
+    # whatever the main port endures (server/health.py); unset: none.
+    health_port: int | None = Field(None, ge=1, le=65535)
     # Host headers served (DNS-rebinding defence); server.host is always added. "*" = any.
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     # Inbound WebSocket frames per connection: a burst, refilled at a steady rate; a client

@@ -6,6 +6,7 @@ Reusable outside pytest (a review of the next change runs the same attacks):
     async with LoopLag() as lag: ...; lag.worst             # how long the loop was stuck
     await raw_exchange(address, b"GET / HTTP/1.1\\r\\n...")  # what the server answers, if anything
     sockets = await open_idle(address, 300)                  # connections that never send
+    async with reconnecting_flood(address, 120, 5000) as f:  # ... reopened when closed
 
 Every helper takes a count or a timeout; nothing here may reach beyond 127.0.0.1.
 """
@@ -32,6 +33,7 @@ __all__ = [
     "hostile_site",
     "open_idle",
     "raw_exchange",
+    "reconnecting_flood",
     "status_of",
     "titles_page",
     "wide_table_page",
@@ -202,3 +204,62 @@ async def idle_connections(
         yield sockets
     finally:
         await sockets.close()
+
+
+@dataclass
+class Flood:
+    """What a reconnecting flood did: connections opened, and whether it ran out of them."""
+
+    opened: int = 0
+    budget: int = 0
+    filled: asyncio.Event = field(default_factory=asyncio.Event)
+    spent: asyncio.Event = field(default_factory=asyncio.Event)  # the budget is used up
+
+    @property
+    def exhausted(self) -> bool:
+        return self.opened >= self.budget
+
+
+@contextlib.asynccontextmanager
+async def reconnecting_flood(
+    address: str, sockets: int, budget: int, source: str | None = None
+) -> AsyncIterator[Flood]:
+    """Hold `sockets` silent connections (from the loopback address `source`, e.g.
+    127.0.0.2), each opened again as soon as the server closes it, until the block ends or
+    `budget` connections were opened in all. `filled` is set once every socket was opened
+    at least once."""
+    local = (source, 0) if source else None
+    host, port = address.rsplit(":", 1)
+    flood = Flood(budget=budget)
+    first_round = 0
+
+    async def hold() -> None:
+        nonlocal first_round
+        counted = False
+        while flood.opened < budget:
+            flood.opened += 1
+            if flood.exhausted:
+                flood.spent.set()
+            try:
+                reader, writer = await asyncio.open_connection(host, int(port), local_addr=local)
+            except OSError:
+                continue
+            if not counted:
+                counted = True
+                first_round += 1
+                if first_round == sockets:
+                    flood.filled.set()
+            try:
+                await reader.read()  # until the server closes it
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+    tasks = [asyncio.create_task(hold()) for _ in range(sockets)]
+    try:
+        yield flood
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
