@@ -640,8 +640,8 @@ def _describe(
             line = bare[n]  # an unknown key's value may be a secret under a misspelled name
         elif isinstance(given, float) and not math.isfinite(given):
             line = f"{bare[n]} (got {given})"  # as JSON, inf would read null
-        elif loc == ("llm", "base_url") and isinstance(given, str):
-            line = f"{bare[n]} (got {json.dumps(safe_url(given))})"  # it may hold a password
+        elif isinstance(given, str) and "://" in given:  # any URL may hold a password
+            line = f"{bare[n]} (got {json.dumps(safe_url(given))})"
         source = _source(loc, variables, overrides)
         from_file = from_file or source is None
         lines.append(f"{line} (from {source})" if source else line)

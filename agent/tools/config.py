@@ -125,7 +125,8 @@ class McpServerConfig(_Config):
         if bool(self.command) == bool(self.url):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
         if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https:// (got {self.url!r})")
+            scheme = self.url.partition(":")[0][:20]  # never the rest: it may hold a password
+            raise ValueError(f"url must start with http:// or https:// (got {scheme!r}: ...)")
         if self.command and self.headers_env:
             raise ValueError("headers_env needs url: stdio servers take env instead")
         return self

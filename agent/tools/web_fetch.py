@@ -51,6 +51,10 @@ _REDIRECTS = {301, 302, 303, 307, 308}
 _RETRY_STATUSES = {429, 500, 502, 503, 504}
 _TRANSIENT = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)
 _TEXT_TYPES = re.compile(r"^(text/[\w.+-]+|application/(xhtml\+xml|json|xml|[\w.-]+\+(json|xml)))$")
+_REFUSED = (
+    "refused: {host} is not an address web_fetch may reach (only public internet addresses "
+    "are; an operator can allow others in tools.web_fetch.allow_hosts)"
+)
 _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.1"
 
 
@@ -129,7 +133,10 @@ class _Fetcher:
                 port = current.port or (443 if current.scheme == "https" else 80)
                 addresses = await self._guard.addresses(_host(current), port)
             except Refused as exc:
-                raise _Failed(f"refused: {exc}") from None
+                # Why goes to the log only: "could not be resolved" and "<name> (10.0.0.5) is
+                # a private address" told a tenant which internal names exist, and where.
+                log.info("web_fetch refused %s: %s", current, exc)
+                raise _Failed(_REFUSED.format(host=_host(current))) from None
             response = await self._with_retries(current, addresses)
             if response.location is None:
                 return str(current), response
