@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -87,7 +88,7 @@ async def test_extraction_workers_inherit_no_credentials(monkeypatch: pytest.Mon
         title, _ = await pool.extract(b"<title>t</title>", "text/html", None, "http://x/")
         assert title == "t"
         (pid,) = worker_pids()
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        environ = (await asyncio.to_thread(Path(f"/proc/{pid}/environ").read_bytes)).split(b"\0")
     finally:
         await pool.aclose()
     names = {entry.split(b"=", 1)[0].decode() for entry in environ if entry}
@@ -124,8 +125,8 @@ def test_a_refused_url_setting_is_shown_without_its_userinfo(
 
 
 async def test_a_refusal_says_only_that_the_address_is_not_allowed() -> None:
-    """"runsc (127.0.0.1) is a loopback address" and "could not be resolved" told a tenant
-    which internal names exist and where they point."""
+    """Messages such as "runsc (127.0.0.1) is a loopback address" and "could not be resolved"
+    told a tenant which internal names exist and where they point."""
     extractor = ExtractorPool(workers=1, memory_mb=768)
     try:
         async with create_http_client(timeout_s=5) as http:
