@@ -34,16 +34,18 @@ import sys
 import termios
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 __all__ = [
     "HEALTH_SLOTS",
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
     "HeadScan",
+    "LingeringWebSocketProtocol",
     "MAX_LINE_BYTES",
     "RateLimitedExceptionHandler",
     "RepeatedLogFilter",
@@ -60,6 +62,7 @@ MAX_HEADERS = 100
 FD_RESERVE = 256  # descriptors kept for the store, the LLM, web_fetch and its workers
 HEALTH_SLOTS = 8  # connections past the cap that may only ask for /healthz
 HEALTH_HEAD_TIMEOUT_S = 2.0  # how long one of those may take to send its request head
+LINGER_S = 2.0  # how long a failed WebSocket is read (and discarded) before it is closed
 _SILENT_SCAN = 64  # connections looked at for one that is silent, oldest first
 _HEALTH_CHECKS = (b"GET /healthz ", b"GET /healthz?", b"HEAD /healthz ", b"HEAD /healthz?")
 
@@ -321,6 +324,50 @@ def guarded_protocol(
             self.transport.close()
 
     return GuardedH11Protocol
+
+
+class LingeringWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, except that a connection it fails (a message
+    over `ws_max_size`: 1009) is closed only once its client stopped sending, or after
+    `LINGER_S`. Closing a socket with unread data in it sends a reset: a client still
+    sending the fragments of an oversized message lost the 1009 close frame before it could
+    read it, and saw the connection drop for no reason."""
+
+    _lingering = False
+
+    def data_received(self, data: bytes) -> None:
+        if not self._lingering:  # the rest of the refused message: read, not parsed
+            super().data_received(data)
+
+    def handle_parser_exception(self) -> None:
+        close = self.conn.close_sent
+        assert close is not None
+        self.queue.put_nowait(
+            {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
+        )
+        transport = self.transport
+        transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self._lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()  # the client reads the close frame, then our end
+        # uvicorn closes the transport once the app has seen the disconnect: not yet. The
+        # client's own close (EOF) or the timer ends it.
+        self.transport = cast(Any, _Lingering(transport))
+        self.loop.call_later(LINGER_S, transport.close)
+
+
+class _Lingering:
+    """A transport whose close() waits: see LingeringWebSocketProtocol."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class RateLimitedExceptionHandler:

@@ -8,7 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
 from agent.tools import ExtractorPool, create_http_client
 from agent.tools.config import WebFetchConfig
@@ -19,6 +22,7 @@ from tests.conftest import ServerFactory
 from tests.fakes.client import Client, kind
 from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
+from tests.fakes.processes import free_port, start_server_process
 from tests.security.test_hostile_pages import worker_pids
 
 TOKENS = {
@@ -150,3 +154,47 @@ async def _fetch_all(tool: Any, urls: list[str]) -> list[dict[str, Any]]:
         text = str(exc).removeprefix("No page could be fetched. ")
         return [{"error": part.split(": ", 1)[1]} for part in text.split("; http")]
     return list(result["results"])
+
+
+# -- 8: AG-UI refusals readable by allowed origins only; oversized fragmented messages get 1009
+
+
+async def test_a_refusal_of_a_foreign_origin_is_not_readable_by_it(
+    server_factory: ServerFactory,
+) -> None:
+    async with (
+        server_factory(auth={"tokens": TOKENS}) as running,
+        httpx.AsyncClient(base_url=f"http://{running.address}") as http,
+    ):
+        body = {"threadId": "t1", "runId": "r1", "messages": [], "tools": [], "context": []}
+        foreign = {"Origin": "https://evil.example", **bearer("a")}
+        refused = await http.post("/agui", json=body, headers=foreign)
+        preflight = await http.options("/agui", headers={"Origin": "https://evil.example"})
+        allowed = await http.options("/agui", headers={"Origin": f"http://{running.address}"})
+    assert refused.status_code == 403 and preflight.status_code == 403
+    assert "access-control-allow-origin" not in refused.headers
+    assert "access-control-allow-origin" not in preflight.headers
+    assert allowed.headers["access-control-allow-origin"] == f"http://{running.address}"
+
+
+async def test_an_oversized_message_in_many_fragments_is_closed_with_1009(
+    tmp_path: Path,
+) -> None:
+    """The server closed the socket with the rest of the message unread: a reset, and the
+    client never read the 1009 (a real server process; the fragments keep coming)."""
+    port = free_port()
+    env = {"AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db")}
+    server = await start_server_process(tmp_path, port, env)
+    try:
+        codes = []
+        for _ in range(3):
+            async with connect(f"ws://127.0.0.1:{port}/ws", max_size=None) as ws:
+                await ws.recv()
+                with pytest.raises(ConnectionClosed) as closed:
+                    await ws.send(iter(["x" * 64] * 20_000))  # 1.28 MB in 64-byte fragments
+                    await asyncio.wait_for(ws.recv(), 10)
+                codes.append(closed.value.rcvd.code if closed.value.rcvd else None)
+    finally:
+        server.terminate()
+        await server.wait()
+    assert codes == [1009] * 3
