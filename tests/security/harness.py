@@ -16,18 +16,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import time
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
+import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 __all__ = [
+    "TENANT_TOKENS",
     "LoopLag",
+    "attack_while_another_runs",
+    "bearer",
+    "by_content",
     "bomb_site",
     "gzipped",
     "hostile_site",
@@ -263,3 +270,57 @@ async def reconnecting_flood(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# -- two tenants: one attacks, the other must be served ----------------------------------------
+
+TENANT_TOKENS = {
+    "tenant-a-token-0123456789": {"tenant": "a", "user": "alice"},
+    "tenant-b-token-0123456789": {"tenant": "b", "user": "bob"},
+    "operator-token-0123456789": {"tenant": "ops", "user": "olga", "operator": True},
+}
+
+
+def bearer(tenant: str) -> dict[str, str]:
+    """The Authorization header of TENANT_TOKENS' tenant `tenant` ("a", "b", "operator")."""
+    token = f"tenant-{tenant}-token-0123456789"
+    if tenant == "operator":
+        token = "operator-token-0123456789"
+    return {"Authorization": f"Bearer {token}"}
+
+
+def by_content(marker: str, attack: Any, other: Any) -> Any:
+    """A scripted FakeLLM reply: `attack` for the conversation that mentions `marker`."""
+    return lambda body: attack if marker in json.dumps(body["messages"]) else other
+
+
+@dataclass
+class TwoTenants:
+    attack: list[dict[str, Any]]  # tenant a's frames, up to response_complete
+    other: list[dict[str, Any]]  # tenant b's
+    probes: int  # /healthz answers 200 "ok" while both ran
+
+
+async def attack_while_another_runs(
+    address: str, attack: str, other: str, timeout: float
+) -> TwoTenants:
+    """Tenant a chats `attack`, tenant b chats `other` at once (one step each); /healthz is
+    asked until both runs end and must answer 200 `ok` every time."""
+    from tests.fakes.client import Client
+
+    async with (
+        httpx.AsyncClient(base_url=f"http://{address}") as http,
+        await Client.connect(address, headers=bearer("a")) as a,
+        await Client.connect(address, headers=bearer("b")) as b,
+    ):
+        await a.recv(), await b.recv()
+        await a.send({"type": "chat", "content": attack, "agent_max_steps": 1})
+        attacking = asyncio.create_task(a.until("response_complete", timeout=timeout))
+        running = asyncio.create_task(b.run(other, timeout=timeout, agent_max_steps=1))
+        probes = 0
+        while not (attacking.done() and running.done()):
+            health = await http.get("/healthz", timeout=timeout)
+            assert health.status_code == 200 and health.json()["status"] == "ok"
+            probes += 1
+            await asyncio.wait({attacking, running}, timeout=0.05)
+        return TwoTenants(await attacking, await running, probes)

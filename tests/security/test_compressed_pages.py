@@ -7,13 +7,11 @@ the size cap was looked at.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tracemalloc
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 
 from agent.tools import ExtractorPool, create_http_client
@@ -21,15 +19,15 @@ from agent.tools.config import WebFetchConfig
 from agent.tools.web_fetch import build_web_fetch
 from tests.agent.tools.conftest import call
 from tests.conftest import ServerFactory
-from tests.fakes.client import Client, kind
+from tests.fakes.client import kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
 from tests.fakes.servers import serve
-from tests.security.harness import bomb_site
-
-TOKENS = {
-    "tenant-a-token-0123456789": {"tenant": "a", "user": "alice"},
-    "tenant-b-token-0123456789": {"tenant": "b", "user": "bob"},
-}
+from tests.security.harness import (
+    TENANT_TOKENS,
+    attack_while_another_runs,
+    bomb_site,
+    by_content,
+)
 
 
 @pytest.fixture
@@ -81,38 +79,15 @@ async def test_bombs_in_a_run_leave_another_tenant_served(
     """Tenant a's model fetches three bombs; tenant b's run completes meanwhile and /healthz
     is answered throughout."""
     urls = [f"{bombs}/gzip2", f"{bombs}/gzip", f"{bombs}/gzip2"]
-
-    def by_tenant(fetching: Reply, plain: Reply) -> Any:
-        return lambda body: fetching if "read these" in json.dumps(body["messages"]) else plain
-
-    calls = by_tenant(act(FakeToolCall("web_fetch", {"urls": urls})), Reply(chunks=[]))
+    calls = by_content("read these", act(FakeToolCall("web_fetch", {"urls": urls})), Reply())
     fake_llm.script("act", calls, calls)
-    done = observe("Nothing useful.", final="Sorry.")
-    fake_llm.script("observe", *[by_tenant(done, done)] * 2)
+    fake_llm.script("observe", *[observe("Nothing useful.", final="Sorry.")] * 2)
     tools = {"enabled": ["web_fetch"], "web_fetch": {"allow_hosts": ["127.0.0.1"]}}
-    async with (
-        server_factory(tools=tools, auth={"tokens": TOKENS}) as running,
-        httpx.AsyncClient(base_url=f"http://{running.address}") as http,
-        await Client.connect(running.address, headers=_bearer("a")) as a,
-        await Client.connect(running.address, headers=_bearer("b")) as b,
-    ):
-        await a.recv(), await b.recv()
-        await a.send({"type": "chat", "content": "read these", "agent_max_steps": 1})
-        attack = asyncio.create_task(a.until("response_complete", timeout=30))
-        other = asyncio.create_task(b.run("what time is it?", timeout=30))
-        probes = 0
-        while not (attack.done() and other.done()):
-            assert (await http.get("/healthz", timeout=10)).status_code == 200
-            probes += 1
-            await asyncio.wait({attack, other}, timeout=0.05)
-        frames, theirs = await attack, await other
-    assert probes >= 1 and kind(theirs[-1]) == "response_complete"
-    assert not [f for f in theirs if kind(f) == "error"]
-    (outcome,) = [f for f in frames if kind(f) in ("tool_complete", "tool_error")]
+    async with server_factory(tools=tools, auth={"tokens": TENANT_TOKENS}) as running:
+        seen = await attack_while_another_runs(running.address, "read these", "time?", 30)
+    assert seen.probes >= 1 and kind(seen.other[-1]) == "response_complete"
+    assert not [f for f in seen.other if kind(f) == "error"]
+    (outcome,) = [f for f in seen.attack if kind(f) in ("tool_complete", "tool_error")]
     shown = json.dumps(outcome.get("result") or outcome.get("error"))
     assert shown.count("stacked content encodings") == 2
     assert '"truncated": true' in shown  # the single layer, read up to the cap
-
-
-def _bearer(tenant: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer tenant-{tenant}-token-0123456789"}

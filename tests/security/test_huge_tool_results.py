@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
@@ -20,27 +19,21 @@ from agent.errors import ToolError
 from agent.tools.config import McpServerConfig
 from agent.tools.mcp import McpServer
 from agent.tools.mcp_stdio import TooLong, read_lines
+from tests.agent.tools.test_mcp import running
 from tests.conftest import ServerFactory
-from tests.fakes.client import Client, kind
+from tests.fakes.client import kind
 from tests.fakes.mcp_raw import mcp_raw_server
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
+from tests.security.harness import (
+    TENANT_TOKENS,
+    attack_while_another_runs,
+    bearer,
+    by_content,
+)
 
-TOKENS = {
-    "tenant-a-token-0123456789": {"tenant": "a", "user": "alice"},
-    "tenant-b-token-0123456789": {"tenant": "b", "user": "bob"},
-    "operator-token-0123456789": {"tenant": "ops", "user": "olga", "operator": True},
-}
 
-
-@asynccontextmanager
-async def raw_server(**extra: Any) -> AsyncIterator[McpServer]:
-    server = McpServer("raw", McpServerConfig(**mcp_raw_server(), **extra))
-    server.start()
-    try:
-        await server.wait_started()
-        yield server
-    finally:
-        await server.stop()
+def raw_server(**extra: Any) -> AbstractAsyncContextManager[McpServer]:
+    return running("raw", McpServerConfig(**mcp_raw_server(), **extra))
 
 
 @pytest.mark.parametrize("where", ["first", "tail"])
@@ -97,44 +90,23 @@ async def test_a_huge_answer_in_a_run_leaves_the_server_to_the_other_tenant(
     server_factory: ServerFactory, fake_llm: FakeLLM
 ) -> None:
     """Tenant a's model asks for 20 MB; tenant b's run, which calls the same server, completes
-    meanwhile, /healthz is answered throughout, and the server is never restarted."""
-
-    def by_tenant(attack: Reply, other: Reply) -> Any:
-        return lambda body: attack if "be huge" in json.dumps(body["messages"]) else other
-
-    calls = by_tenant(
+    meanwhile, /healthz says `ok` throughout, and the server is never restarted."""
+    calls = by_content(
+        "be huge",
         act(FakeToolCall("raw__huge", {"text": "20"})),
         act(FakeToolCall("raw__echo", {"text": "still here"})),
     )
     fake_llm.script("act", calls, calls)
-    done = observe("Done.", final="Done.")
-    fake_llm.script("observe", *[by_tenant(done, done)] * 2)
+    fake_llm.script("observe", *[observe("Done.", final="Done.")] * 2)
     tools = {"enabled": [], "mcp": {"raw": {**mcp_raw_server(), "approval": "never"}}}
     async with (
-        server_factory(tools=tools, auth={"tokens": TOKENS}) as running,
+        server_factory(tools=tools, auth={"tokens": TENANT_TOKENS}) as running,
         httpx.AsyncClient(base_url=f"http://{running.address}") as http,
-        await Client.connect(running.address, headers=_bearer("a")) as a,
-        await Client.connect(running.address, headers=_bearer("b")) as b,
     ):
-        await a.recv(), await b.recv()
-        await a.send({"type": "chat", "content": "be huge", "agent_max_steps": 1})
-        attack = asyncio.create_task(a.until("response_complete", timeout=60))
-        other = asyncio.create_task(b.run("echo", timeout=60, agent_max_steps=1))
-        probes = 0
-        while not (attack.done() and other.done()):
-            health = await http.get("/healthz", timeout=30)
-            assert health.status_code == 200 and health.json()["status"] == "ok"
-            probes += 1
-            await asyncio.wait({attack, other}, timeout=0.05)
-        frames, theirs = await attack, await other
-        operator = {"Authorization": "Bearer operator-token-0123456789"}
-        after = (await http.get("/healthz", headers=operator)).json()
-    assert probes >= 1 and after["mcp"]["raw"] == {"state": "up", "tools": 10, "restarts": 0}
-    (failed,) = [f for f in frames if kind(f) == "tool_error"]
+        seen = await attack_while_another_runs(running.address, "be huge", "echo", 60)
+        after = (await http.get("/healthz", headers=bearer("operator"))).json()
+    assert seen.probes >= 1 and after["mcp"]["raw"] == {"state": "up", "tools": 10, "restarts": 0}
+    (failed,) = [f for f in seen.attack if kind(f) == "tool_error"]
     assert "more than this server may send" in json.dumps(failed)
-    (echoed,) = [f for f in theirs if kind(f) == "tool_complete"]
+    (echoed,) = [f for f in seen.other if kind(f) == "tool_complete"]
     assert "echo: still here" in json.dumps(echoed)
-
-
-def _bearer(tenant: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer tenant-{tenant}-token-0123456789"}

@@ -23,17 +23,8 @@ from tests.fakes.client import Client, kind
 from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
 from tests.fakes.processes import free_port, start_server_process
+from tests.security.harness import TENANT_TOKENS, bearer
 from tests.security.test_hostile_pages import worker_pids
-
-TOKENS = {
-    "tenant-a-token-0123456789": {"tenant": "a", "user": "alice"},
-    "tenant-b-token-0123456789": {"tenant": "b", "user": "bob"},
-}
-
-
-def bearer(tenant: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer tenant-{tenant}-token-0123456789"}
-
 
 # -- 1: permission is checked before approval is asked --------------------------------------
 
@@ -48,7 +39,7 @@ async def test_another_tenants_mcp_tool_is_refused_without_asking_approval(
     raw = {**mcp_raw_server(), "tenants": ["a"], "approval": "always"}
     tools = {"enabled": [], "mcp": {"raw": raw}}
     async with (
-        server_factory(tools=tools, auth={"tokens": TOKENS}) as running,
+        server_factory(tools=tools, auth={"tokens": TENANT_TOKENS}) as running,
         await Client.connect(running.address, headers=bearer("b")) as b,
     ):
         await b.recv()
@@ -163,7 +154,7 @@ async def test_a_refusal_of_a_foreign_origin_is_not_readable_by_it(
     server_factory: ServerFactory,
 ) -> None:
     async with (
-        server_factory(auth={"tokens": TOKENS}) as running,
+        server_factory(auth={"tokens": TENANT_TOKENS}) as running,
         httpx.AsyncClient(base_url=f"http://{running.address}") as http,
     ):
         body = {"threadId": "t1", "runId": "r1", "messages": [], "tools": [], "context": []}

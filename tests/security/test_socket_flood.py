@@ -24,11 +24,8 @@ from server.health import HealthListener
 from tests.fakes.client import Client, kind
 from tests.fakes.openai_server import FakeLLM
 from tests.fakes.processes import REPO, free_port, start_server_process
-from tests.security.harness import raw_exchange, status_of
+from tests.security.harness import TENANT_TOKENS, bearer, raw_exchange, status_of
 from tests.storage.test_load_balancer import HAVE_HAPROXY, haproxy
-
-TOKENS = {"tenant-b-token-0123456789": {"tenant": "b", "user": "bob"}}
-BEARER = {"Authorization": "Bearer tenant-b-token-0123456789"}
 
 
 async def test_a_reconnecting_flood_leaves_runs_and_health_probes_served(
@@ -71,7 +68,7 @@ async def agent_server(
     port = free_port()
     env = {
         "AGENT__STORAGE__SQLITE_PATH": str(tmp_path / "a.db"),
-        "AGENT__AUTH__TOKENS": json.dumps(TOKENS),
+        "AGENT__AUTH__TOKENS": json.dumps(TENANT_TOKENS),
         "AGENT__LLM__BASE_URL": fake_llm.base_url,  # type: ignore[attr-defined]
         "AGENT__SERVER__REQUEST_TIMEOUT_S": "2",
         **env,
@@ -108,7 +105,7 @@ async def tenant_under_flood(
         assert await asyncio.wait_for(flood.stdout.readline(), 30) == b"filled\n"
         async with (
             httpx.AsyncClient() as http,
-            await Client.connect(address, headers=BEARER) as tenant,
+            await Client.connect(address, headers=bearer("b")) as tenant,
         ):
             assert (await tenant.recv(timeout=10))["type"] == "session"
             runs = []
