@@ -304,7 +304,7 @@ def create_app(
             yield
         finally:
             if probes is not None:
-                await probes.aclose()  # first: a process shutting down is not healthy
+                await probes.aclose()  # before the teardown: a process going away is not healthy
             await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await asyncio.gather(*(s.stop() for s in registry.servers.values()))

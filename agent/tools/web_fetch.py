@@ -5,10 +5,11 @@ a byte cap while streaming (reading and decoding stop at the cap: agent/tools/de
 inflates gzip and deflate in bounded steps and refuses stacked encodings), redirects
 followed by hand so each hop passes the SSRF guard (agent/tools/ssrf.py) before any
 connection is made, and retries of 429/5xx with exponential backoff (honouring a short
-Retry-After). Each request connects
-to an address the guard checked: the URL's host is replaced by that IP, with the original
-Host header and TLS server name, and `Connection: close` so no pooled connection is ever
-shared between two host names. One URL failing never fails the others.
+Retry-After). Each request connects to an address the guard checked: the URL's host is
+replaced by that IP, with the original Host header and TLS server name, and
+`Connection: close` so no pooled connection is ever shared between two host names. One URL
+failing never fails the others. A refusal tells the model only that the address may not be
+reached; why (which address a name has, that it has none) goes to the log.
 Text extraction runs in a killable worker process (agent/tools/extractor.py) inside the same
 per-URL deadline: a page that makes the parser spin costs its URL the timeout, nothing more.
 """
