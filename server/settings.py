@@ -141,6 +141,12 @@ class ServerSettings(_Section):
     message_burst: int = Field(200, ge=1)
 
     @model_validator(mode="after")
+    def _health_port_is_another(self) -> ServerSettings:
+        if self.health_port is not None and self.health_port == self.port:
+            raise ValueError("server.health_port must differ from server.port")
+        return self
+
+    @model_validator(mode="after")
     def _origins_follow_the_port(self) -> ServerSettings:
         # An explicit list equal to the defaults is still the operator's choice.
         if "allowed_origins" not in self.model_fields_set and self.port not in (8765, 0):

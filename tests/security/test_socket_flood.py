@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from server.health import HealthListener
+from server.settings import ConfigError, load_settings
 from tests.fakes.client import Client, kind
 from tests.fakes.openai_server import FakeLLM
 from tests.fakes.processes import REPO, free_port, start_server_process
@@ -141,3 +142,9 @@ async def test_the_health_listener_answers_only_health_checks() -> None:
         assert await raw_exchange(address, b"GET /healthz", timeout=5) == b""  # head deadline
     finally:
         await listener.aclose()
+
+
+def test_the_health_port_must_be_another_port() -> None:
+    overrides = {"server": {"port": 9000, "health_port": 9000}}
+    with pytest.raises(ConfigError, match="health_port must differ from server.port"):
+        load_settings(None, overrides)
