@@ -39,6 +39,9 @@ __all__ = ["RECALL_DETAILS_SPEC", "REQUEST_INPUT", "REQUEST_INPUT_SPEC", "run_to
 
 log = logging.getLogger(__name__)
 
+# Arguments nested deeper are refused: orjson, which stores and sends them, stops at 255.
+_MAX_DEPTH = 64
+
 # Why a call may name a tool the run did not offer: the model knows it from earlier turns.
 _NOT_OFFERED = "it was not chosen for this conversation, or its MCP server is not running."
 
@@ -58,6 +61,8 @@ async def run_tool_calls(
     questions = [c for c in calls if c.name == REQUEST_INPUT]
     most = ctx.limits.tool_result_max_bytes
     parsed = {c.id: _parse_arguments(c.arguments, most) for c in calls}
+    for call in ordinary:  # before any approval is asked: a tool not offered is never shown
+        parsed[call.id] = _refuse_unoffered(ctx, call, parsed[call.id])
     for call in ordinary:
         await rec.open_call(step, call, parsed[call.id][0])
     await approve_calls(ctx, step, ordinary, parsed)  # risky calls wait for the user's yes
@@ -75,6 +80,23 @@ async def run_tool_calls(
         await _cancel_all(tasks)
     for call in questions:
         await _ask(ctx, rec, step, call, parsed[call.id])
+
+
+def _refuse_unoffered(
+    ctx: RunContext, call: ToolCall, parsed: tuple[dict[str, Any], str | None]
+) -> tuple[dict[str, Any], str | None]:
+    """A call of a tool not offered for this run (`chat.tools`, the tenant's tools) becomes a
+    problem: a model repeating a call it saw earlier, or naming another tenant's MCP tool,
+    must neither reach the tool nor have its call shown to the user for approval."""
+    args, problem = parsed
+    offered = ctx.tool_names is None or call.name in ctx.tool_names
+    if (
+        problem is None
+        and not offered
+        and not (call.name == RECALL_DETAILS and ctx.context is not None)
+    ):
+        problem = f"{call.name} is not available now: {_NOT_OFFERED}"
+    return args, problem
 
 
 def _refuse_repeat(
@@ -156,10 +178,6 @@ async def _run_tool(
         return _Outcome(False, problem, 0)
     if call.name == RECALL_DETAILS and ctx.context is not None:
         return _recall(ctx, rec, args)
-    if ctx.tool_names is not None and call.name not in ctx.tool_names:
-        # Not offered for this run (`chat.tools`, the tenant's tools): a model repeating a
-        # call it saw earlier in the conversation must not reach a tool the client left out.
-        return _Outcome(False, f"{call.name} is not available now: {_NOT_OFFERED}", 0)
     try:
         async with asyncio.timeout(ctx.limits.tool_timeout_s) as deadline:
             ask = make_ask(ctx, rec.step, call, deadline)  # a tool may ask the person (MCP)
@@ -280,13 +298,32 @@ def _parse_arguments(raw: str, most: int) -> tuple[dict[str, Any], str | None]:
         return {}, f"The arguments are {size} bytes long; at most {most} are accepted."
     if not raw.strip():
         return {}, None
+    deep = f"The arguments are nested more than {_MAX_DEPTH} levels deep."
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         return {}, f"The arguments are not valid JSON ({exc.msg} at position {exc.pos})."
+    except RecursionError:  # thousands of levels: the parser's own recursion gives out
+        return {}, deep
     if not isinstance(value, dict):
         return {}, f"The arguments must be a JSON object, got {type(value).__name__}."
+    if _deeper_than(value, _MAX_DEPTH):  # fewer, but too many for the store's JSON writer
+        return {}, deep
     return value, None
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and objects more than `limit` levels (no recursion)."""
+    level: list[tuple[Any, int]] = [(value, 1)]
+    while level:
+        item, depth = level.pop()
+        if depth > limit:
+            return True
+        if isinstance(item, dict):
+            level.extend((v, depth + 1) for v in item.values() if isinstance(v, dict | list))
+        elif isinstance(item, list):
+            level.extend((v, depth + 1) for v in item if isinstance(v, dict | list))
+    return False
 
 
 async def _cancel_all(tasks: Sequence[asyncio.Task[_Outcome]]) -> None:

@@ -5,7 +5,7 @@
 What it answers is a *profile*, set at run time over HTTP, globally or per session (the
 server's `X-Agent-Session` header picks it):
 
-    POST /_bench/default   {"kind": "steps" | "deltas" | "slow" | "paced" | "hang", ...}
+    POST /_bench/default   {"kind": "steps" | "deltas" | "slow" | "paced" | "hang" | "call", ...}
     POST /_bench/session   {"session_id": "...", "profile": {...}}
     GET  /_bench/stats     time the fake itself spent per (run, step), and the prefix-cache
                            share of each call from step 2 on (profile "steps"), then reset
@@ -50,6 +50,14 @@ def reply_for(profile: Profile, phase: str) -> Reply:
             return act(FakeToolCall("get_current_time", {"timezone": "UTC"}))
         if phase == "observe":
             return observe("Noted the time.")
+        return Reply(chunks=["Done."])
+    if kind == "call":  # one call of `tool` with `arguments`, then finish (bench/attacks.py)
+        if phase == "act":
+            return act(FakeToolCall(str(profile["tool"]), profile.get("arguments", {})))
+        if phase == "observe":
+            return observe("ok", final="done")
+        if phase == "reason":
+            return reason("I will call it.")
         return Reply(chunks=["Done."])
     if kind == "deltas":  # a Reason phase of many small deltas, then finish
         if phase == "reason":

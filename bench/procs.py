@@ -152,9 +152,15 @@ def server_env(llm: Proc, **extra: str) -> dict[str, str]:
 
 
 def start_agent_server(
-    workdir: Path, llm: Proc, *, persistence: str = "sqlite", name: str = "agent"
+    workdir: Path,
+    llm: Proc,
+    *,
+    persistence: str = "sqlite",
+    name: str = "agent",
+    env: Mapping[str, str] | None = None,
 ) -> Proc:
-    """The real server, `python -m server --config config.toml`, pointed at the fake LLM.
+    """The real server, `python -m server --config config.toml`, pointed at the fake LLM
+    (`env` adds settings).
 
     persistence "off" runs the same app with an in-memory store (bench/memory_server.py):
     the server itself has no switch for that.
@@ -164,6 +170,7 @@ def start_agent_server(
         llm,
         AGENT__STORAGE__SQLITE_PATH=str(workdir / f"{name}.db"),
         AGENT__AGENT__MAX_STEPS_LIMIT="50",
+        **(env or {}),
     )
     module = "server" if persistence == "sqlite" else "bench.memory_server"
     args = ["-m", module, "--config", str(ROOT / "config.toml"), "--port", str(port)]

@@ -415,6 +415,33 @@ def rows(results: dict[str, Any]) -> list[Row]:
                             "runs",
                         )
                     )
+    out += _attack_rows(results.get("attacks"))
+    return out
+
+
+def _attack_rows(attacks: dict[str, Any] | None) -> list[Row]:
+    """Another session's run and health-check latency under each attack, next to unloaded."""
+    if not attacks or "unloaded" not in attacks:
+        return []
+    b = "9 a tenant's latency under attack"
+    out: list[Row] = []
+    for name, figures in attacks.items():
+        for key, label in (
+            ("run", "one-step run"),
+            ("healthz", "/healthz"),
+            ("health_port", "health_port"),
+        ):
+            ratio = figures.get("ratio_to_unloaded", {}).get(f"{key}_median_ms")
+            out.append(
+                Row(
+                    b,
+                    f"{name}: {label}, median (p95 {figures[f'{key}_p95_ms']} ms)",
+                    _single(figures[f"{key}_median_ms"]),
+                    "ms",
+                    "" if name == "unloaded" else "< 2× unloaded",
+                    None if ratio is None or name == "unloaded" else ratio < 2,
+                )
+            )
     return out
 
 

@@ -522,9 +522,11 @@ async def _abandon(services: Services, live: LiveSession) -> None:
 
 
 def _cors(request: Request, response: Response) -> Response:
-    """Let an allowed browser Origin read the answer (others were refused with 403)."""
+    """Let an allowed browser Origin read the answer; a refused one (403) may not read even
+    the refusal (its page learns nothing: not the error, not that the server is there)."""
     origin = request.headers.get("origin")
-    if origin is not None:
+    services: Services = request.app.state.services
+    if origin is not None and services.auth.origin_allowed(origin):
         response.headers["Access-Control-Allow-Origin"] = origin
         response.headers["Vary"] = "Origin"
     return response

@@ -42,7 +42,8 @@ from agent.tools.catalog import ToolCatalog
 from agent.tools.mcp import McpServer
 from agent.tools.python import load_tool_modules
 from server.auth import Authenticator
-from server.http_api import http_error
+from server.health import HealthListener
+from server.http_api import health, http_error
 from server.http_api import routes as api_routes
 from server.services import Services
 from server.sessions import SessionHub
@@ -298,9 +299,12 @@ def create_app(
             log.info("closed %d run(s) interrupted by the last shutdown", recovered)
         hub.start_upkeep()
         await _start_mcp(registry)
+        probes = await _health_listener(settings, services)
         try:
             yield
         finally:
+            if probes is not None:
+                await probes.aclose()  # before the teardown: a process going away is not healthy
             await hub.stop_upkeep()
             await hub.shutdown(settings.server.shutdown_timeout_s)
             await asyncio.gather(*(s.stop() for s in registry.servers.values()))
@@ -345,6 +349,15 @@ def create_app(
     app.router.redirect_slashes = False
     app.state.services = services
     return app
+
+
+async def _health_listener(settings: Settings, services: Services) -> HealthListener | None:
+    port = settings.server.health_port
+    if port is None:
+        return None
+    listener = HealthListener(lambda: health(services))
+    await listener.start(settings.server.host, port)
+    return listener
 
 
 async def _start_mcp(catalog: ToolCatalog) -> None:

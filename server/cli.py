@@ -36,6 +36,7 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
     from server.guard import (
         MAX_HEAD_BYTES,
         DenialLogFilter,
+        LingeringWebSocketProtocol,
         RepeatedLogFilter,
         connection_cap,
         guarded_protocol,
@@ -51,10 +52,11 @@ def uvicorn_config(app: object, settings: Settings) -> uvicorn.Config:
             connection_cap(server.max_connections),
             server.request_timeout_s,
             server.write_timeout_s,
+            server.max_silent_per_source,
         ),
         h11_max_incomplete_event_size=2 * MAX_HEAD_BYTES,  # the guard answers 431 first
         timeout_keep_alive=max(1, round(server.keep_alive_timeout_s)),
-        ws="websockets-sansio",
+        ws=LingeringWebSocketProtocol,  # uvicorn's websockets-sansio, closing gently
         ws_max_size=server.max_message_bytes,
         ws_ping_interval=server.ping_interval_s,
         ws_ping_timeout=server.ping_timeout_s,

@@ -1,10 +1,17 @@
 """Connection-level defences that sit below the ASGI app, in uvicorn's HTTP protocol.
 
-- A cap on open connections (HTTP and WebSocket together): one more is answered
-  `503 Service Unavailable` and closed at once, so idle sockets cannot use up the process's
-  file descriptors. `HEALTH_SLOTS` more may each ask `GET /healthz` (within
-  `HEALTH_HEAD_TIMEOUT_S`), so that a process full of clients is not taken for a dead one
-  and restarted by its orchestrator's liveness probe; any other request on them is the 503.
+- A cap on open connections (HTTP and WebSocket together), so idle sockets cannot use up
+  the process's file descriptors. At the cap, a newcomer takes the slot of the oldest
+  connection that has not sent a complete request head yet and has no bytes of one waiting
+  to be read (anonymous and half-open: a client that means it sends its head at once).
+  One source address may hold `max_silent_per_source` such connections: its next one takes
+  the slot of its own oldest, so a flood from one address churns only its own slots.
+  With none of those, one more is answered `503 Service Unavailable` and closed at once.
+  `HEALTH_SLOTS` more may each ask `GET /healthz` (within `HEALTH_HEAD_TIMEOUT_S`), so that
+  a process full of clients is not taken for a dead one and restarted by its orchestrator's
+  liveness probe; any other request on them is the 503. A probe that must be answered
+  whatever the main port endures has its own listener (`server.health_port`,
+  server/health.py).
 - A deadline for each request head (the WebSocket handshake request included): a client
   that has not sent a complete head `request_timeout_s` after connecting, or after its
   previous response, gets `408` and is closed.
@@ -19,19 +26,26 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import itertools
 import logging
 import resource
+import sys
+import termios
 import time
-from typing import Any
+from collections import OrderedDict
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 __all__ = [
     "HEALTH_SLOTS",
     "MAX_HEADERS",
     "MAX_HEAD_BYTES",
     "HeadScan",
+    "LingeringWebSocketProtocol",
     "MAX_LINE_BYTES",
     "RateLimitedExceptionHandler",
     "RepeatedLogFilter",
@@ -48,6 +62,8 @@ MAX_HEADERS = 100
 FD_RESERVE = 256  # descriptors kept for the store, the LLM, web_fetch and its workers
 HEALTH_SLOTS = 8  # connections past the cap that may only ask for /healthz
 HEALTH_HEAD_TIMEOUT_S = 2.0  # how long one of those may take to send its request head
+LINGER_S = 2.0  # how long a failed WebSocket is read (and discarded) before it is closed
+_SILENT_SCAN = 64  # connections looked at for one that is silent, oldest first
 _HEALTH_CHECKS = (b"GET /healthz ", b"GET /healthz?", b"HEAD /healthz ", b"HEAD /healthz?")
 
 _REASONS = {
@@ -132,12 +148,54 @@ class HeadScan:
         return None
 
 
+class _Silent:
+    """Connections that have not sent their first complete head, oldest first, in all and
+    per source address: the first of them yields its slot to a newcomer."""
+
+    def __init__(self) -> None:
+        self.all: OrderedDict[Any, str] = OrderedDict()  # protocol -> its source
+        self.by_source: dict[str, OrderedDict[Any, None]] = {}
+
+    def add(self, connection: Any, source: str) -> None:
+        self.all[connection] = source
+        self.by_source.setdefault(source, OrderedDict())[connection] = None
+
+    def discard(self, connection: Any) -> None:
+        source = self.all.pop(connection, None)
+        if source is None:
+            return
+        mine = self.by_source[source]
+        del mine[connection]
+        if not mine:
+            del self.by_source[source]
+
+    def count(self, source: str) -> int:
+        return len(self.by_source.get(source, ()))
+
+    def yield_oldest(self, source: str | None = None) -> bool:
+        """Close the oldest silent connection (of `source`, if given); one with bytes of its
+        head on the way is passed over. False if there is none."""
+        queue: OrderedDict[Any, Any] = (
+            self.all if source is None else self.by_source.get(source, OrderedDict())
+        )
+        for candidate in list(itertools.islice(queue, _SILENT_SCAN)):
+            if not candidate._sending():
+                self.discard(candidate)
+                candidate._yield_slot()
+                return True
+        return False
+
+
 def guarded_protocol(
-    max_connections: int, request_timeout_s: float, write_timeout_s: float = 60.0
+    max_connections: int,
+    request_timeout_s: float,
+    write_timeout_s: float,
+    max_silent_per_source: int,
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the cap, the head deadline, the head limits, and a limit on
     how long a response may wait for a client that reads nothing (a streamed body, /events or
     AG-UI's SSE, would otherwise hold its pages and its session until the socket closes)."""
+    silent = _Silent()
 
     class GuardedH11Protocol(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
@@ -150,16 +208,42 @@ def guarded_protocol(
             open_now = len(self.connections)
             super().connection_made(transport)
             self._head = HeadScan()
+            peer = transport.get_extra_info("peername")
+            source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            if silent.count(source) >= max_silent_per_source and silent.yield_oldest(source):
+                open_now -= 1  # one source's flood churns its own slots, nobody else's
+            if open_now >= max_connections and silent.yield_oldest():
+                open_now = max_connections - 1  # its slot is this one's
             if open_now >= max_connections + HEALTH_SLOTS:
                 self._refuse_over_cap()
                 return
             self._health_only = open_now >= max_connections
+            silent.add(self, source)
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
+            silent.discard(self)
             self._disarm()
             self._reading_again()
             super().connection_lost(exc)
+
+        def _sending(self) -> bool:
+            """Whether bytes from the client wait unread (its head is on its way: the loop
+            has not read them yet, as when a burst of connections was accepted at once)."""
+            sock = self.transport.get_extra_info("socket")
+            try:
+                waiting = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+            except (OSError, AttributeError, ValueError):
+                return False
+            return int.from_bytes(waiting, sys.byteorder) > 0
+
+        def _yield_slot(self) -> None:
+            log.debug("closed a connection that sent no request head, for a newcomer")
+            if self._head or self.conn.trailing_data[0]:
+                self._refuse_over_cap()
+            else:
+                self._disarm()
+                self.transport.close()
 
         def pause_writing(self) -> None:
             super().pause_writing()
@@ -192,6 +276,7 @@ def guarded_protocol(
                     return
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE or self.transport.get_protocol() is not self:
+                silent.discard(self)  # a complete head: no longer anonymous
                 self._head.clear()
                 self._disarm()
 
@@ -239,6 +324,50 @@ def guarded_protocol(
             self.transport.close()
 
     return GuardedH11Protocol
+
+
+class LingeringWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's sans-I/O WebSocket protocol, except that a connection it fails (a message
+    over `ws_max_size`: 1009) is closed only once its client stopped sending, or after
+    `LINGER_S`. Closing a socket with unread data in it sends a reset: a client still
+    sending the fragments of an oversized message lost the 1009 close frame before it could
+    read it, and saw the connection drop for no reason."""
+
+    _lingering = False
+
+    def data_received(self, data: bytes) -> None:
+        if not self._lingering:  # the rest of the refused message: read, not parsed
+            super().data_received(data)
+
+    def handle_parser_exception(self) -> None:
+        close = self.conn.close_sent
+        assert close is not None
+        self.queue.put_nowait(
+            {"type": "websocket.disconnect", "code": close.code, "reason": close.reason}
+        )
+        transport = self.transport
+        transport.write(b"".join(self.conn.data_to_send()))
+        self.close_sent = True
+        self._lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()  # the client reads the close frame, then our end
+        # uvicorn closes the transport once the app has seen the disconnect: not yet. The
+        # client's own close (EOF) or the timer ends it.
+        self.transport = cast(Any, _Lingering(transport))
+        self.loop.call_later(LINGER_S, transport.close)
+
+
+class _Lingering:
+    """A transport whose close() waits: see LingeringWebSocketProtocol."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+
+    def close(self) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class RateLimitedExceptionHandler:

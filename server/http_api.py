@@ -21,7 +21,7 @@ from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
 
-__all__ = ["routes"]
+__all__ = ["health", "routes"]
 
 MAX_LIMIT = 500
 EVENTS_PAGE = 500  # events read at a time for /events (and at most 4 MiB)
@@ -111,15 +111,20 @@ async def healthz(request: Request) -> Response:
     why, to an operator only (no token is needed here: the servers' names and errors, some of
     them one tenant's, are not for anyone who asks)."""
     services = _services(request)
+    return JSONResponse(health(services, operator=services.auth.is_operator(request.headers)))
+
+
+def health(services: Services, *, operator: bool = False) -> dict[str, Any]:
+    """The `/healthz` body (server.health_port serves it too, without the operator's detail)."""
     tools = services.tools
     if tools is None or not tools.servers:
-        return JSONResponse({"status": "ok"})
+        return {"status": "ok"}
     servers = tools.health()
     up = all(server["state"] == "up" for server in servers.values())
     body: dict[str, Any] = {"status": "ok" if up else "degraded"}
-    if services.auth.is_operator(request.headers):
+    if operator:
         body["mcp"] = servers
-    return JSONResponse(body)
+    return body
 
 
 @_handler

@@ -125,14 +125,26 @@ class ServerSettings(_Section):
     # configured (so one tenant cannot take every slot), else no cap of its own.
     max_sockets_per_tenant: int = Field(0, ge=0)
     request_timeout_s: float = Field(10.0, gt=0)
+    # Connections one address may hold without having sent a complete request head; its next
+    # one takes the slot of its own oldest such connection (server/guard.py).
+    max_silent_per_source: int = Field(64, ge=1)
     write_timeout_s: float = Field(60.0, gt=0)  # an HTTP response's client reading nothing
     keep_alive_timeout_s: float = Field(5.0, gt=0)
+    # A listener of its own that answers only GET /healthz, for probes that must be answered
+    # whatever the main port endures (server/health.py); unset: none.
+    health_port: int | None = Field(None, ge=1, le=65535)
     # Host headers served (DNS-rebinding defence); server.host is always added. "*" = any.
     allowed_hosts: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
     # Inbound WebSocket frames per connection: a burst, refilled at a steady rate; a client
     # past it gets `rate_limited` and is closed with 1008.
     max_messages_per_s: float = Field(20.0, gt=0)
     message_burst: int = Field(200, ge=1)
+
+    @model_validator(mode="after")
+    def _health_port_is_another(self) -> ServerSettings:
+        if self.health_port is not None and self.health_port == self.port:
+            raise ValueError("server.health_port must differ from server.port")
+        return self
 
     @model_validator(mode="after")
     def _origins_follow_the_port(self) -> ServerSettings:
@@ -643,8 +655,8 @@ def _describe(
             line = bare[n]  # an unknown key's value may be a secret under a misspelled name
         elif isinstance(given, float) and not math.isfinite(given):
             line = f"{bare[n]} (got {given})"  # as JSON, inf would read null
-        elif loc == ("llm", "base_url") and isinstance(given, str):
-            line = f"{bare[n]} (got {json.dumps(safe_url(given))})"  # it may hold a password
+        elif isinstance(given, str) and "://" in given:  # any URL may hold a password
+            line = f"{bare[n]} (got {json.dumps(safe_url(given))})"
         source = _source(loc, variables, overrides)
         from_file = from_file or source is None
         lines.append(f"{line} (from {source})" if source else line)

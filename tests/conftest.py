@@ -154,6 +154,7 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
                 "http",
                 "h11_max_incomplete_event_size",
                 "timeout_keep_alive",
+                "ws",
                 "ws_max_size",
                 "ws_ping_interval",
                 "ws_ping_timeout",

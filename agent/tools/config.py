@@ -114,13 +114,19 @@ class McpServerConfig(_Config):
     health_interval_s: float = Field(10.0, gt=0)
     restart_backoff_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(60.0, gt=0)
+    max_message_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=64 * 1024,
+        description="stdio: a longer message is not parsed; the call it answers fails alone.",
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
         if bool(self.command) == bool(self.url):
             raise ValueError("give exactly one of command (stdio) or url (streamable HTTP)")
         if self.url and not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https:// (got {self.url!r})")
+            scheme = self.url.partition(":")[0][:20]  # never the rest: it may hold a password
+            raise ValueError(f"url must start with http:// or https:// (got {scheme!r}: ...)")
         if self.command and self.headers_env:
             raise ValueError("headers_env needs url: stdio servers take env instead")
         return self

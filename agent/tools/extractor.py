@@ -5,7 +5,8 @@ therefore never runs in the server's process nor in its default thread pool (sha
 getaddrinfo): each call goes to a worker process (`python -m agent.tools.extract_worker`)
 whose address space is capped (RLIMIT_AS), and the caller's deadline or cancellation
 (a run stop) kills that worker at once. A killed or crashed worker is replaced on the next
-call. Workers start lazily, at most `workers` of them, and are reused between calls.
+call. A worker gets a minimal environment: no key or token of the server's. Workers start
+lazily, at most `workers` of them, and are reused between calls.
 
 Wire between parent and worker, both directions length-prefixed (4 bytes, big endian):
 request = JSON header `{"content_type", "charset", "url"}`, then the body bytes;
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import struct
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
@@ -28,6 +31,16 @@ __all__ = ["ExtractionFailed", "ExtractorPool"]
 log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
+
+
+_PACKAGES = Path(__file__).resolve().parents[2]  # the folder that holds agent/
+# What a worker inherits of the environment: what MCP servers get (the MCP SDK's list), no
+# credential (the model's key, the auth tokens) for a process that parses hostile pages.
+_INHERITED = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC_ALL", "TMPDIR")
+
+
+def _worker_environment() -> dict[str, str]:
+    return {name: os.environ[name] for name in _INHERITED if name in os.environ}
 
 
 class ExtractionFailed(Exception):
@@ -137,6 +150,8 @@ class ExtractorPool:
             str(self._recycle_mb),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            cwd=_PACKAGES,  # `-m` finds agent/ there, wherever the server was started
+            env=_worker_environment(),
         )
         return _Worker(proc)
 

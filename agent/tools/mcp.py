@@ -17,7 +17,8 @@ Results: text blocks and `structuredContent` become the result; images, audio an
 are described (type, size, URI) instead of dropped; `isError` results raise ToolError.
 Cancelling a call (a stop) abandons the request, and the SDK sends MCP's
 `notifications/cancelled` for it. A stdio answer the SDK's parser refuses is mended or fails
-its call at once (`_MendingReader`), instead of being dropped while the call waits.
+its call at once (`_MendingReader`), instead of being dropped while the call waits; one longer
+than `max_message_bytes` fails its call unparsed (agent/tools/mcp_stdio.py).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from agent.errors import ToolError
 from agent.ports import ToolSpec
 from agent.tools.config import McpServerConfig
 from agent.tools.mcp_content import Ask, describe_result, elicit
+from agent.tools.mcp_stdio import bounded_stdio_client
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -239,7 +241,6 @@ class McpServer:
         # The SDK costs over half a second of CPU to import: load it once a server is configured.
         import httpx2
         from mcp import Client, StdioServerParameters
-        from mcp.client.stdio import stdio_client
         from mcp.client.streamable_http import streamable_http_client
 
         config = self.config
@@ -259,7 +260,10 @@ class McpServer:
                 # to end the reader and wedge every later call.
                 encoding_error_handler="replace",
             )
-            server = _mending(stdio_client(params), self.name)
+            stdio = bounded_stdio_client(
+                params, max_message_bytes=config.max_message_bytes, server=self.name
+            )
+            server = _mending(stdio, self.name)
         return Client(
             server,
             elicitation_callback=self._elicit,

@@ -1,12 +1,15 @@
 """web_fetch: read up to three web pages at once, as plain text, safely.
 
 Every limit is enforced here rather than trusted to the client: a wall-clock budget per URL,
-a byte cap while streaming (reading stops at the cap), redirects followed by hand so each
-hop passes the SSRF guard (agent/tools/ssrf.py) before any connection is made, and retries
-of 429/5xx with exponential backoff (honouring a short Retry-After). Each request connects
-to an address the guard checked: the URL's host is replaced by that IP, with the original
-Host header and TLS server name, and `Connection: close` so no pooled connection is ever
-shared between two host names. One URL failing never fails the others.
+a byte cap while streaming (reading and decoding stop at the cap: agent/tools/decoding.py
+inflates gzip and deflate in bounded steps and refuses stacked encodings), redirects
+followed by hand so each hop passes the SSRF guard (agent/tools/ssrf.py) before any
+connection is made, and retries of 429/5xx with exponential backoff (honouring a short
+Retry-After). Each request connects to an address the guard checked: the URL's host is
+replaced by that IP, with the original Host header and TLS server name, and
+`Connection: close` so no pooled connection is ever shared between two host names. One URL
+failing never fails the others. A refusal tells the model only that the address may not be
+reached; why (which address a name has, that it has none) goes to the log.
 Text extraction runs in a killable worker process (agent/tools/extractor.py) inside the same
 per-URL deadline: a page that makes the parser spin costs its URL the timeout, nothing more.
 """
@@ -18,6 +21,7 @@ import ipaddress
 import logging
 import re
 import ssl
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,7 @@ from agent.errors import ToolError
 from agent.ports import ToolContext
 from agent.tools.base import Tool
 from agent.tools.config import WebFetchConfig
+from agent.tools.decoding import UnsupportedEncoding, read_decoded
 from agent.tools.extractor import ExtractionFailed, ExtractorPool
 from agent.tools.python import make_tool
 from agent.tools.ssrf import AddressGuard, Refused
@@ -47,6 +52,10 @@ _REDIRECTS = {301, 302, 303, 307, 308}
 _RETRY_STATUSES = {429, 500, 502, 503, 504}
 _TRANSIENT = (httpx.ConnectError, httpx.ReadError, httpx.RemoteProtocolError)
 _TEXT_TYPES = re.compile(r"^(text/[\w.+-]+|application/(xhtml\+xml|json|xml|[\w.-]+\+(json|xml)))$")
+_REFUSED = (
+    "refused: {host} is not an address web_fetch may reach (only public internet addresses "
+    "are; an operator can allow others in tools.web_fetch.allow_hosts)"
+)
 _ACCEPT = "text/html,application/xhtml+xml,text/plain;q=0.9,application/json;q=0.8,*/*;q=0.1"
 
 
@@ -125,7 +134,10 @@ class _Fetcher:
                 port = current.port or (443 if current.scheme == "https" else 80)
                 addresses = await self._guard.addresses(_host(current), port)
             except Refused as exc:
-                raise _Failed(f"refused: {exc}") from None
+                # Why goes to the log only: "could not be resolved" and "<name> (10.0.0.5) is
+                # a private address" told a tenant which internal names exist, and where.
+                log.info("web_fetch refused %s: %s", current, exc)
+                raise _Failed(_REFUSED.format(host=_host(current))) from None
             response = await self._with_retries(current, addresses)
             if response.location is None:
                 return str(current), response
@@ -208,23 +220,25 @@ class _Fetcher:
         content_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type and not _TEXT_TYPES.match(content_type):
             raise _Failed(f"unsupported content type {content_type!r} (only text and HTML)")
-        cap = self._config.max_bytes
-        chunks: list[bytes] = []
-        size = 0
-        truncated = False
-        async for chunk in response.aiter_bytes():
-            if size + len(chunk) > cap:
-                chunks.append(chunk[: cap - size])
-                truncated = True
-                break  # leaving the stream closes the connection: the rest is never read
-            chunks.append(chunk)
-            size += len(chunk)
+        try:
+            # The raw body, decoded here in bounded steps: httpx would inflate each chunk
+            # whole, before any cap (agent/tools/decoding.py). Leaving the stream early
+            # closes the connection: the rest is never read.
+            body = await read_decoded(
+                response.aiter_raw(),
+                response.headers.get("content-encoding", ""),
+                self._config.max_bytes,
+            )
+        except UnsupportedEncoding as exc:
+            raise _Failed(str(exc)) from None
+        except zlib.error:
+            raise _Failed("the page's compressed body is corrupt") from None
         return _Response(
             status,
             content_type=content_type,
             charset=response.charset_encoding,
-            body=b"".join(chunks),
-            truncated=truncated,
+            body=body.data,
+            truncated=body.truncated,
         )
 
 

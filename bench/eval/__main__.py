@@ -113,7 +113,7 @@ async def _main(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="agent-eval-") as tmp, ExitStack() as stack:
         work = Path(args.workdir or tmp)
-        work.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(work.mkdir, parents=True, exist_ok=True)
         if args.base_url:
             targets = [(args.model, args.base_url, args.model)]
         else:

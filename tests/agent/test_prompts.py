@@ -80,9 +80,7 @@ def _part(title: str) -> str:
     ("part", "keys", "shown"),
     [("Think", REASON_KEYS, "thought"), ("Look at the results", OBSERVE_KEYS, "observation")],
 )
-def test_the_prompt_and_the_parser_agree_on_the_object(
-    part: str, keys: frozenset[str], shown: str
-):
+def test_the_prompt_and_the_parser_agree_on_the_object(part: str, keys: frozenset[str], shown: str):
     """The example object a phase's rules show is exactly what the phase's reader takes: its
     control keys, and the field the person reads."""
     example = re.search(r"^\{.*\}$", _part(part), re.M)

@@ -47,7 +47,9 @@ def test_the_thought_streams_and_the_block_is_read(size: int):
 
 
 def test_the_answer_streams_once_the_block_says_the_run_ends():
-    reply = '{"observation": "Found it.", "should_continue": false, "final_answer": "It is **9:00**."}'
+    reply = (
+        '{"observation": "Found it.", "should_continue": false, "final_answer": "It is **9:00**."}'
+    )
     stream = _observe()
     shown, answer = _feed(stream, reply)
     assert (shown, answer) == ("Found it.", "It is **9:00**.")

@@ -1,8 +1,8 @@
 """A hand-written MCP stdio server (newline-delimited JSON-RPC) for what the reference
 servers never do: a stray line that is not UTF-8 on stdout, tool names that collide once made
 model-safe, a tool list that changes, answers the SDK cannot parse (a lone surrogate escape),
-a method that never gets its answer. Run as `python -m tests.fakes.mcp_raw`;
-`mcp_raw_server()` is its config."""
+a method that never gets its answer, answers of many megabytes. Run as
+`python -m tests.fakes.mcp_raw`; `mcp_raw_server()` is its config."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ TOOLS = [
     {
         "name": "misshapen",
         "description": "Answer with a result that is a number, not an object.",
+        "inputSchema": _SCHEMA,
+    },
+    {
+        "name": "huge",
+        "description": "Answer with `text` megabytes of text (`tail` in the text: the id last).",
         "inputSchema": _SCHEMA,
     },
     {
@@ -78,6 +83,11 @@ def _answer(request: dict[str, Any]) -> dict[str, Any] | None:
         result = {"content": [{"type": "text", "text": f"{name}: {text}"}]}
         if name == "misshapen":
             return {"jsonrpc": "2.0", "id": request["id"], "result": 5}
+        if name == "huge":
+            size = int(float(text.split()[0]) * 1e6)
+            result = {"content": [{"type": "text", "text": "x" * size}]}
+            if "tail" in text:
+                return {"jsonrpc": "2.0", "result": result, "id": request["id"]}
         if name == "shapeless":
             return {"jsonrpc": "2.0", "id": request["id"], "result": "\udcff"}
     elif method == "ping":

@@ -64,7 +64,8 @@ async def start_server_process(
         str(port),
         *(extra or []),
         cwd=cwd,
-        env={**os.environ, **env},
+        # This checkout's packages, not those the venv was installed from (a worktree).
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
         stdout=output,
         stderr=asyncio.subprocess.STDOUT if capture else output,
     )

@@ -48,18 +48,44 @@ async def test_a_flood_of_idle_sockets_is_capped_refused_and_timed_out(
     server = {"max_connections": cap, "request_timeout_s": timeout}
     async with server_factory(server=server) as running:
         async with idle_connections(running.address, 3 * cap) as flood:
-            # While the cap is full, a newcomer gets a clear 503, not a hang.
-            refused = await raw_exchange(running.address, b"GET /healthz HTTP/1.1\r\n\r\n")
-            assert status_of(refused) == 503
+            # At the cap, each newcomer took the slot of the oldest silent socket; so does a
+            # health check now, and it is answered.
+            probe = f"GET /healthz HTTP/1.1\r\nHost: {running.address}\r\n\r\n"
+            answer = await raw_exchange(running.address, probe.encode())
+            assert status_of(answer) == 200
             answers = await flood.answers(timeout=timeout + 5)
         assert None not in answers, "a silent connection outlived the request deadline"
-        assert sum(status_of(a) == 503 for a in answers) == 2 * cap - HEALTH_SLOTS
-        # The silent ones, closed at the deadline: those within the cap and its health slots.
-        assert sum(a == b"" for a in answers) == cap + HEALTH_SLOTS
+        assert answers == [b""] * (3 * cap)  # silent: closed without a word, never a 503
         async with httpx.AsyncClient(base_url=f"http://{running.address}") as http:
             assert (await http.get("/healthz")).status_code == 200
         async with await running.client() as client:
             assert (await client.recv())["type"] == "session"
+
+
+async def test_a_server_full_of_established_sockets_refuses_a_newcomer_with_503(
+    server_factory: ServerFactory,
+) -> None:
+    """Only sockets without a complete head yield their slot: with the cap held by WebSockets
+    and the health slots by kept-alive connections, one more is a clear 503, not a hang."""
+    cap = 3
+    async with server_factory(server={"max_connections": cap}) as running:
+        clients = [await running.client() for _ in range(cap)]
+        probe = f"GET /healthz HTTP/1.1\r\nHost: {running.address}\r\n\r\n".encode()
+        host, port = running.address.rsplit(":", 1)
+        kept = []
+        try:
+            for _ in range(HEALTH_SLOTS):  # each asks before the next opens: none is silent
+                reader, writer = await asyncio.open_connection(host, int(port))
+                kept.append(writer)
+                writer.write(probe)
+                assert (await reader.readuntil(b'{"status":"ok"}')).startswith(b"HTTP/1.1 200")
+            refused = await raw_exchange(running.address, probe)
+            assert status_of(refused) == 503
+        finally:
+            for client in clients:
+                await client.close()
+            for writer in kept:
+                writer.close()
 
 
 async def test_a_server_full_of_clients_still_answers_its_health_check(
@@ -85,9 +111,12 @@ async def test_a_server_full_of_clients_still_answers_its_health_check(
             assert status_of(await raw_exchange(address, other)) == 503
             assert status_of(await raw_exchange(address, upgrade(address))) == 503
             assert status_of(await raw_exchange(address, b"GET /healthzz HTTP/1.1\r\n")) == 503
-            # The health slots are few: held by silent sockets, a check is refused too.
-            async with idle_connections(address, HEALTH_SLOTS):
-                assert status_of(await raw_exchange(address, health.encode())) == 503
+            # Silent sockets holding the health slots yield them to a check (they held them
+            # for HEALTH_HEAD_TIMEOUT_S each, and a flood that reopened them got every probe
+            # a 503).
+            async with idle_connections(address, HEALTH_SLOTS) as silent:
+                assert status_of(await raw_exchange(address, health.encode())) == 200
+                assert (await silent.answers(timeout=5))[0] == b""  # the oldest, closed
         finally:
             for client in clients:
                 await client.close()

@@ -1,0 +1,112 @@
+"""A huge MCP answer fails its own call, not the server (issue 42, MEDIUM).
+
+An MCP tool answering 20 MB cost 12.7 s of CPU in the SDK's stdio reader (the square of the
+size), on the event loop: every tenant waited, the health check timed out and the server was
+restarted, its tools gone for everyone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import httpx
+import pytest
+
+from agent.errors import ToolError
+from agent.tools.config import McpServerConfig
+from agent.tools.mcp import McpServer
+from agent.tools.mcp_stdio import TooLong, read_lines
+from tests.agent.tools.test_mcp import running
+from tests.conftest import ServerFactory
+from tests.fakes.client import kind
+from tests.fakes.mcp_raw import mcp_raw_server
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe
+from tests.security.harness import (
+    TENANT_TOKENS,
+    attack_while_another_runs,
+    bearer,
+    by_content,
+)
+
+
+def raw_server(**extra: Any) -> AbstractAsyncContextManager[McpServer]:
+    return running("raw", McpServerConfig(**mcp_raw_server(), **extra))
+
+
+@pytest.mark.parametrize("where", ["first", "tail"])
+async def test_an_answer_over_the_cap_fails_its_call_and_the_server_stays_up(where: str) -> None:
+    async with raw_server() as server:
+        huge = server.tools["raw__huge"]
+        with pytest.raises(ToolError) as failed:
+            async with asyncio.timeout(30):
+                await server.call(huge, {"text": f"20 {where}"}, None)
+        assert "its answer was 20,000,0" in str(failed.value)  # 20 MB and the JSON around it
+        assert "more than this server may send (max_message_bytes, 8,388,608)" in str(failed.value)
+        assert await server.call(server.tools["raw__echo"], {"text": "on"}, None) == "echo: on"
+        assert server.state == "up" and server.restarts == 0
+
+
+async def test_an_answer_under_the_cap_arrives_whole() -> None:
+    async with raw_server(max_message_bytes=6_000_000) as server:
+        text = await server.call(server.tools["raw__huge"], {"text": "5"}, None)
+        assert text == "x" * 5_000_000
+
+
+class Chunks:
+    """A byte stream cut where the test says."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self._chunks = iter(chunks)
+
+    def __aiter__(self) -> Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+
+async def test_lines_are_split_however_the_reads_cut_them() -> None:
+    long = b'{"jsonrpc": "2.0", "id": 7, "result": "' + b"y" * 5000 + b'"}'
+    stream = Chunks(b"a\nb", b"c\n", long[:3000], long[3000:] + b"\n\nlast", b"\n")
+    lines = [line async for line in read_lines(stream, 4096)]  # type: ignore[arg-type]
+    assert lines[:2] == [b"a", b"bc"] and lines[3:] == [b"", b"last"]
+    over = lines[2]
+    assert isinstance(over, TooLong) and over.size == len(long) and over.request_id() == 7
+    tail_id = b'{"result": "' + b"z" * 5000 + b'", "id": "q-1", "jsonrpc": "2.0"}\n'
+    (line,) = [x async for x in read_lines(Chunks(tail_id), 4096)]  # type: ignore[arg-type]
+    assert isinstance(line, TooLong) and line.request_id() == "q-1"
+    nested = b'{"result": {"id": 3, "v": "' + b"z" * 5000 + b'"}}\n'
+    (line,) = [x async for x in read_lines(Chunks(nested), 4096)]  # type: ignore[arg-type]
+    assert isinstance(line, TooLong) and line.request_id() is None  # an inner id is no id
+
+
+async def test_a_huge_answer_in_a_run_leaves_the_server_to_the_other_tenant(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """Tenant a's model asks for 20 MB; tenant b's run, which calls the same server, completes
+    meanwhile, /healthz says `ok` throughout, and the server is never restarted."""
+    calls = by_content(
+        "be huge",
+        act(FakeToolCall("raw__huge", {"text": "20"})),
+        act(FakeToolCall("raw__echo", {"text": "still here"})),
+    )
+    fake_llm.script("act", calls, calls)
+    fake_llm.script("observe", *[observe("Done.", final="Done.")] * 2)
+    tools = {"enabled": [], "mcp": {"raw": {**mcp_raw_server(), "approval": "never"}}}
+    async with (
+        server_factory(tools=tools, auth={"tokens": TENANT_TOKENS}) as running,
+        httpx.AsyncClient(base_url=f"http://{running.address}") as http,
+    ):
+        seen = await attack_while_another_runs(running.address, "be huge", "echo", 60)
+        after = (await http.get("/healthz", headers=bearer("operator"))).json()
+    assert seen.probes >= 1 and after["mcp"]["raw"] == {"state": "up", "tools": 10, "restarts": 0}
+    (failed,) = [f for f in seen.attack if kind(f) == "tool_error"]
+    assert "more than this server may send" in json.dumps(failed)
+    (echoed,) = [f for f in seen.other if kind(f) == "tool_complete"]
+    assert "echo: still here" in json.dumps(echoed)
