@@ -486,12 +486,15 @@ async def stream_text(
             rec.add_streamed(answer, answer=True)
             await ctx.sink.emit(AnswerDelta(step, answer))
 
-    def gated() -> bool:  # a field of one JSON object: text the model wrote for that field
-        return gate is not None and isinstance(stream, PhaseStream) and stream.is_object
+    def gated() -> EchoGate | None:
+        """The gate, for a field of one JSON object: text the model wrote for that field."""
+        held = gate is not None and isinstance(stream, PhaseStream) and stream.is_object
+        return gate if held else None
 
     async def feed(piece: str) -> None:
         shown = stream.feed(piece)
-        await show(gate.feed(shown) if gated() else shown)
+        active = gated()
+        await show(active.feed(shown) if active is not None else shown)
 
     await call_model(
         ctx,
@@ -506,9 +509,10 @@ async def stream_text(
         enough=lambda: stream.settled,
     )
     last = stream.finish()
-    if gated():
-        last = gate.feed(last) + gate.finish()  # type: ignore[union-attr]
+    active = gated()
+    if active is not None:
+        last = active.feed(last) + active.finish()
     await show(last)
-    if gated() and gate.copy:  # type: ignore[union-attr]  # the instructions read back
+    if active is not None and active.copy:  # the instructions read back: not its own words
         return ""
     return stream.content
