@@ -134,7 +134,7 @@ async def _reason(
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
-        rec.expect_tools(t for t in control.tools_to_consider if t != REQUEST_INPUT)
+        rec.expect_tools(t for t in _named(control, tools) if t != REQUEST_INPUT)
     plan = _plan_steps(block) if planning else ()
     if plan:
         rec.adopt_plan(plan)
@@ -160,9 +160,13 @@ _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
 def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:
-    """The offered tools that Reason's block named, in its order."""
+    """The offered tools that Reason's block named, in its order. A list of most of the
+    offered tools (a small model copies the whole list it was given) chooses nothing."""
     offered = {t.name for t in tools}
-    return [t for t in (control.tools_to_consider if control else ()) if t in offered]
+    named = list(
+        dict.fromkeys(t for t in (control.tools_to_consider if control else ()) if t in offered)
+    )
+    return [] if len(named) >= 4 and len(named) * 2 > len(offered) else named
 
 
 async def _act(
