@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import threading
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -88,11 +89,46 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
+    with ExitStack() as stack:
+        if settings.llm.unconfigured and settings.llm.bundled_model and not args.worker:
+            try:
+                settings = _with_bundled_model(settings, config_path, args, stack)
+            except (OSError, RuntimeError, subprocess.SubprocessError, TimeoutError) as exc:
+                print(f"agent-server: cannot start the bundled model: {exc}", file=sys.stderr)
+                return 2
+        return _serve_with(args, settings, config_path)
+
+
+def _with_bundled_model(
+    settings: Settings, config_path: Path | None, args: argparse.Namespace, stack: ExitStack
+) -> Settings:
+    """No model is configured: start the bundled small local model (built and cached on
+    first use, minutes once) and serve with it. Workers find it through the environment."""
+    from server.local_model import BUNDLED_NAME, start_bundled_model
+    from server.settings import load_settings
+
+    _log.warning(
+        "no model is configured: starting the bundled local model (%s on llama.cpp). It is a "
+        "small model, for trying the server out: it gets simple tasks wrong. To use a real "
+        "one, set OPENAI_API_KEY, or OPENAI_BASE_URL and AGENT__LLM__MODEL (docs/models.md)",
+        BUNDLED_NAME,
+    )
+    server = start_bundled_model()
+    stack.callback(server.close)
+    _log.info("bundled model serving at %s", server.base_url)
+    os.environ["OPENAI_BASE_URL"] = server.base_url
+    os.environ["AGENT__LLM__MODEL"] = BUNDLED_NAME
+    os.environ.setdefault(settings.llm.api_key_env, "unused")
+    return load_settings(config_path, {"server": {"host": args.host, "port": args.port}})
+
+
+def _serve_with(args: argparse.Namespace, settings: Settings, config_path: Path | None) -> int:
     if args.workers > 1:
         return _supervise(args, settings, config_path)
     from server.app import create_app
     from server.guard import raise_open_file_limit
     from server.runner import AgentServer
+    from server.settings import ConfigError
     from server.telemetry import configure_tracing
 
     try:

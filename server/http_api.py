@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from agent.errors import StorageError
 from agent.validation import quoted
+from server.local_model import BUNDLED_NAME
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
@@ -141,8 +142,12 @@ async def whoami(request: Request) -> Response:
     """Whom the caller's token names: the page shows it, so that a sign-in link someone else
     made (their token in `?token=`) cannot pass for the reader's own account."""
     scope = _scope(request)
-    signed_in = bool(_services(request).settings.auth.tokens)
-    return _json({"tenant_id": scope.tenant_id, "user_id": scope.user_id, "auth": signed_in})
+    settings = _services(request).settings
+    signed_in = bool(settings.auth.tokens)
+    model = {"name": settings.llm.model, "bundled": settings.llm.model == BUNDLED_NAME}
+    return _json(
+        {"tenant_id": scope.tenant_id, "user_id": scope.user_id, "auth": signed_in, "model": model}
+    )
 
 
 @_handler

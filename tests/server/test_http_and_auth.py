@@ -44,6 +44,7 @@ async def test_healthz_and_session_listing(server, fake_llm: FakeLLM):
 async def test_without_tokens_the_one_local_user_is_named(server):
     async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
         me = (await http.get("/api/me")).json()
+    assert me.pop("model")["bundled"] is False  # a configured model, not the bundled one
     assert me == {"tenant_id": "local", "user_id": "local", "auth": False}
 
 
@@ -153,6 +154,7 @@ async def test_tokens_scope_everything_by_tenant(server_factory, fake_llm: FakeL
             assert [m["session_id"] for m in mine] == [session]
             # Whom a token names: the page shows it (a sign-in link may be someone else's).
             me = (await http.get("/api/me", headers=as_bob)).json()
+            assert me.pop("model")["bundled"] is False
             assert me == {"tenant_id": "globex", "user_id": "bob", "auth": True}
             assert (await http.get("/api/me")).status_code == 401
 
