@@ -92,7 +92,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
             control = await _reason(ctx, rec, step, system, tools)
             if control is None or not control.finish or rec.expected_tool_unused:
                 named = _named(control, tools)
-                await _act(ctx, rec, step, system, tools, named, asked)
+                plan = control.plan if control is not None else ""
+                await _act(ctx, rec, step, system, tools, named, asked, plan)
             final_answer = await _observe(ctx, rec, step, system, tools)
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
@@ -177,6 +178,7 @@ async def _act(
     tools: list[ToolSpec],
     named: Sequence[str],
     asked: Sequence[str] = (),
+    plan: str = "",
 ) -> None:
     """Let the model call tools.
 
@@ -189,18 +191,18 @@ async def _act(
     the run asks that way first. The reply kept is the model's plan of action.
     """
     _check_budget(rec)
-    instruction = _instruction(
-        ctx, rec, "agent_act_prompt", step=step, state=_state(ctx, rec, step, named, asked)
-    )
+    state = _state(ctx, rec, step, named, asked, plan)
+    instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
     offered = {t.name for t in tools}
     calls: tuple[ToolCall, ...] = ()
     content = ""
     planned = [n for n in named if n != REQUEST_INPUT] or _unused(rec, named, asked)
-    schema_first = _schema_first(ctx, rec)
-    by_schema = planned or (schema_first and _first_look(rec, tools))  # a call is wanted
-    if not (by_schema and schema_first):
+    # A call is wanted: Reason planned one, or no tool has been used yet (Act decides).
+    wanted = bool(planned) or _first_look(rec, tools)
+    by_schema = wanted and getattr(ctx.model, "structured_output", False)  # optional
+    if not (by_schema and _schema_first(ctx, rec)):
         turn = await call_model(
             ctx,
             rec,
@@ -212,7 +214,7 @@ async def _act(
         )
         calls, content = rec.own_call_ids(turn.tool_calls), turn.content
         ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
-        if not calls:
+        if not calls and not by_schema:  # no better way to ask: read calls written as text
             calls, content = read_text_tool_calls(content, offered)
             ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
     if not calls and by_schema:
@@ -273,15 +275,17 @@ async def _observe(
         ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
+    fallback = content  # the answer's last resort, when the model wrote no answer
     if not content and control is not None:
-        content = control.observation
-        if control.should_continue and copied_from(content, system, instruction.content):
-            content = ""  # not the answer, and not something the model found
+        fallback = control.observation
+        prompt = (system, instruction.content, *(t.description for t in tools))
+        # the instructions read back are not something the model found
+        content = "" if copied_from(fallback, *prompt) else fallback
     await rec.commit_stream(Message("assistant", content, phase="observe", run_id=ctx.run_id))
     await ctx.sink.emit(ObserveDone(step, content))
     if control is None or control.should_continue:
         return None
-    return answer or control.final_answer.strip() or content
+    return answer or control.final_answer.strip() or fallback
 
 
 async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> bool:
@@ -383,17 +387,26 @@ def _instruction(
 
 
 def _state(
-    ctx: RunContext, rec: RunRecorder, step: int, named: Sequence[str], asked: Sequence[str]
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    named: Sequence[str],
+    asked: Sequence[str],
+    step_plan: str = "",
 ) -> str:
-    plan = "; ".join(rec.plan) if rec.plan else _reasoning_pointer(rec)
+    """Act's state line: the request, the plan, the tools named or asked for, every call so
+    far. The request is said again: a small model reads the last message most."""
+    plan = "; ".join(rec.plan) if rec.plan else (step_plan.strip() or _reasoning_pointer(rec))
+    request = " ".join(rec.task().split())
+    request = request if len(request) <= 300 else request[:299] + "…"
     tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""
     unused = _unused(rec, named, asked)
     if unused:  # Reason left them out (it may even have said it can answer without them)
         tools += f"Tools the user asked for: {', '.join(unused)}.\n"
     calls = f"\n{rec.ledger.summary()}" if rec.ledger.records else " none."
     return (
-        f"[Current state] Step {step} of {ctx.limits.max_steps}. Plan: {plan}.\n"
-        f"{tools}Tool calls so far in this task:{calls}"
+        f"[Current state] Step {step} of {ctx.limits.max_steps}. Request: {request}\n"
+        f"Plan: {plan.rstrip('.')}.\n{tools}Tool calls so far in this task:{calls}"
     )
 
 
@@ -478,7 +491,8 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    gate = EchoGate(system, *(m.content for m in extra)) if phase != "summarize" else None
+    sources = (system, *(m.content for m in extra), *(t.description for t in tools))
+    gate = EchoGate(*sources) if phase != "summarize" else None
 
     async def show(shown: str) -> None:
         """Emit text that may be shown (through the gate already), and answer text."""

@@ -129,6 +129,11 @@ class OpenAIChatModel:
         self._window_asked_at: float | None = None
 
     @property
+    def structured_output(self) -> bool:
+        """Whether a `response_format` is sent: until the server refused one."""
+        return self._structured
+
+    @property
     def model_name(self) -> str:
         """The model requested, for traces (`gen_ai.request.model`)."""
         return self._model

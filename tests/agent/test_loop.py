@@ -26,7 +26,9 @@ from agent.events import (
     ChatDone,
     FinishVerified,
     InputRequested,
+    ObserveDelta,
     ObserveDone,
+    ReasonDelta,
     ReasonDone,
     RunCompleted,
     RunStopped,
@@ -135,15 +137,14 @@ async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness:
 async def test_a_finish_without_any_call_to_the_tool_the_user_named_is_checked(
     harness: Harness,
 ):
-    """The model acts without calling the tool the user named, also when asked for the call as
-    JSON, and then answers: the answer goes to the finish check, as one after failed calls
-    does."""
+    """The model acts without calling the tool the user named and then answers: the answer
+    goes to the finish check, as one after failed calls does."""
     harness.model.script("reason", reason("I know the time.", finish=True))
-    harness.model.script("act", text("No call needed."), text('{"tool": "none"}'))
+    harness.model.script("act", text("No call needed."))
     harness.model.script("observe", observe("Known.", final="It is noon."))
     harness.model.script("verify", text('```json\n{"done": true, "reason": "Fine."}\n```'))
     record = await harness.run("What time is it? Use the get_current_time tool.", max_steps=1)
-    assert harness.model.phases() == ["reason", "act", "act", "observe", "verify"]
+    assert harness.model.phases() == ["reason", "act", "observe", "verify"]
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
@@ -615,3 +616,93 @@ async def test_call_ids_a_model_server_repeats_are_made_unique(harness: Harness)
     assert ids[0] == "call_0" and len(set(ids)) == 3
     results = {e.call_id: e.result for e in record.of(ToolCompleted)}
     assert sorted(r["echo"] for r in results.values()) == ["one", "three", "two"]
+
+
+# -- servers that constrain decoding (agent/structured.py) -------------------------------------
+
+
+def _thinks(thought: str, tools: list[str]) -> Reply:
+    """Reason's reply as one JSON object, naming `tools`."""
+    fields = {"thought": thought, "plan": thought, "tools_to_consider": tools, "finish": False}
+    return text(json.dumps(fields))
+
+
+async def test_phases_ask_for_one_json_object_and_every_call_is_bounded(harness: Harness):
+    harness.model.script("reason", _thinks("Looking.", ["get_current_time"]))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Found.", final="Noon."))
+    await harness.run("What time is it?")
+    by_phase = {c.phase: c for c in harness.model.calls}
+    reason_schema = by_phase["reason"].response_format["json_schema"]["schema"]
+    assert list(reason_schema["properties"]) == ["thought", "plan", "tools_to_consider", "finish"]
+    # no tool used yet in this run: Reason may not finish, whether a tool is needed is Act's
+    assert reason_schema["properties"]["finish"]["enum"] == [False]
+    assert (
+        "should_continue"
+        in by_phase["observe"].response_format["json_schema"]["schema"]["properties"]
+    )
+    assert by_phase["act"].response_format is None and by_phase["act"].tool_choice == "required"
+    assert {c.phase: c.max_tokens for c in harness.model.calls} == {
+        "reason": 1024,
+        "act": 1024,
+        "observe": 2048,
+    }
+
+
+async def test_act_asks_for_the_call_as_json_when_no_native_call_came(harness: Harness):
+    """A model that writes prose where a call was planned, on a server that constrains
+    decoding: asked once more for the call as JSON of the call schema, it calls; from then on
+    the run asks that way first."""
+    harness.model.structured_output = True
+    harness.model.script("reason", _thinks("Check Tokyo.", ["get_current_time"]))
+    call = '{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
+    harness.model.script(
+        "act",
+        text("Call the get_current_time tool to get the time in Tokyo."),  # prose, no call
+        text(call),
+        text(call),
+    )
+    harness.model.script("observe", observe("Got it."), observe("Done.", final="9:00 in Tokyo."))
+    harness.model.script("reason", _thinks("Check again.", ["get_current_time"]))
+    record = await harness.run("What time is it in Tokyo?", max_steps=2)
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert [a.response_format is not None for a in acts] == [False, True, True]
+    schema = acts[1].response_format["json_schema"]["schema"]
+    assert {o["properties"]["tool"]["const"] for o in schema["anyOf"]} >= {
+        "get_current_time",
+        "none",
+    }
+    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time", "get_current_time"]
+    assert harness.metrics[Metric.SCHEMA_TOOL_CALLS] == 2
+
+
+async def test_a_copy_of_the_instructions_in_a_json_field_is_never_shown(harness: Harness):
+    copied = "one or two short sentences for the person about what you found"
+    harness.model.script(
+        "reason",
+        text(
+            '{"thought": "Checking the clock now for you.", '
+            '"plan": "p", "tools_to_consider": [], "finish": true}'
+        ),
+    )
+    harness.model.script(
+        "observe",
+        text(
+            json.dumps({"observation": copied, "should_continue": False, "final_answer": "Noon."})
+        ),
+    )
+    record = await harness.run("What time is it?")
+    shown = [e.delta for e in record.of(ObserveDelta)] + [e.content for e in record.of(ObserveDone)]
+    assert not any("short sentences" in text for text in shown), shown
+    assert "".join(e.delta for e in record.of(ReasonDelta)) == "Checking the clock now for you."
+    assert record.of(RunCompleted)[0].final_answer == "Noon."
+
+
+def test_a_list_of_most_offered_tools_names_none():
+    from agent.loop import _named
+    from agent.parsing import ReasonControl
+    from agent.ports import ToolSpec
+
+    tools = [ToolSpec(n, "", {}) for n in ("a", "b", "c", "d", "e")]
+    assert _named(ReasonControl("p", ("a", "b", "c", "d"), False), tools) == []
+    assert _named(ReasonControl("p", ("b", "b", "x"), False), tools) == ["b"]

@@ -55,6 +55,7 @@ class ScriptedModel:
         self.cancelled = 0
         self.closed_early = 0  # streams the loop closed before their last chunk
         self.hanging = asyncio.Event()  # set when a stream starts to hang
+        self.structured_output = False  # True: plays a server that constrains decoding
 
     def script(self, phase: str, *replies: Reply) -> None:
         self.scripts[phase].extend(replies)
