@@ -317,7 +317,9 @@ ui.message.addEventListener("keydown", (event) => {
     else sendMessage();
   }
 });
-document.addEventListener("keydown", (event) => {
+// Esc stops the run only from the composer: an Esc meant for the search box, a dialog or
+// the drawer must never stop it.
+ui.form.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || !state.running || event.defaultPrevented) return;
   if (banner.current && event.target === ui.message) return; // Esc while answering: never a stop
   event.preventDefault();
