@@ -49,8 +49,14 @@ async def test_every_phase_shows_a_live_timer_and_what_the_model_writes(
     await snap("live-acting")
 
     fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="weather", arguments={})
-    fake.emit("tool_complete", step=1, tool_call_id="c1", tool_name="weather", result="21 °C",
-              duration_ms=40)
+    fake.emit(
+        "tool_complete",
+        step=1,
+        tool_call_id="c1",
+        tool_name="weather",
+        result="21 °C",
+        duration_ms=40,
+    )
     fake.emit("agent_observe_delta", step=1, delta="It is 21 °C.")
     await expect(label).to_have_text(re.compile(rf"^Observing · {TIMER} · 1 token$"))
     await expect(run.locator(".step .observe")).to_have_text("It is 21 °C.")
@@ -63,8 +69,13 @@ async def test_every_phase_shows_a_live_timer_and_what_the_model_writes(
     await snap("live-answer")
 
     fake.emit("agent_observe", step=1, content="It is 21 °C.")
-    fake.emit("agent_completion", steps=1, final_answer="Lisbon is **21 °C** now.",
-              stop_reason="finished", usage={})
+    fake.emit(
+        "agent_completion",
+        steps=1,
+        final_answer="Lisbon is **21 °C** now.",
+        stop_reason="finished",
+        usage={},
+    )
     fake.emit("response_complete")
     await expect(run).to_have_class(re.compile(r"\bcomplete\b"))
     await expect(run.locator(".run-body")).not_to_have_attribute("data-elapsed", re.compile("."))

@@ -15,7 +15,6 @@ from tests.ui.helpers import (
     expect,
     open_chats,
     open_page,
-    send,
     start_run,
 )
 
@@ -40,8 +39,13 @@ async def test_continue_extends_the_turn_without_a_user_bubble(
     await open_page(page, ui_server.url)
     await start_run(page, fake, "Plan a trip", max_steps=1)
     fake.emit("agent_reason", step=1, content="Day one first.")
-    fake.emit("agent_completion", steps=1, final_answer="Day one: the castle.",
-              stop_reason="max_steps", usage={})
+    fake.emit(
+        "agent_completion",
+        steps=1,
+        final_answer="Day one: the castle.",
+        stop_reason="max_steps",
+        usage={},
+    )
     fake.emit("response_complete")
     await page.get_by_role("button", name="Continue").click()
     await fake.wait_sent(lambda f: f.get("action") == "continue")
@@ -51,8 +55,13 @@ async def test_continue_extends_the_turn_without_a_user_bubble(
     fake.emit("agent_start", max_steps=1)
     fake.emit("agent_turn_start", step=1)
     fake.emit("agent_reason", step=1, content="Now day two.")
-    fake.emit("agent_completion", steps=1, final_answer="Day two: the river.",
-              stop_reason="finished", usage={})
+    fake.emit(
+        "agent_completion",
+        steps=1,
+        final_answer="Day two: the river.",
+        stop_reason="finished",
+        usage={},
+    )
     fake.emit("response_complete")
 
     runs = page.locator("article.run")
@@ -89,15 +98,26 @@ async def test_the_end_of_a_run_keeps_what_the_reader_opened(
     await start_run(page, fake, "Read the log")
     fake.emit("agent_reason", step=1, content="Reading it.")
     fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="read_file", arguments={})
-    fake.emit("tool_complete", step=1, tool_call_id="c1", tool_name="read_file",
-              result="3 failed jobs", duration_ms=12)
+    fake.emit(
+        "tool_complete",
+        step=1,
+        tool_call_id="c1",
+        tool_name="read_file",
+        result="3 failed jobs",
+        duration_ms=12,
+    )
     card = page.locator("details.tool")
     await card.locator("summary").click()
     await expect(card).to_have_attribute("open", "")
     fake.emit("agent_observe", step=1, content="Done.")
     fake.emit("agent_answer_delta", step=1, delta="Three jobs failed.")
-    fake.emit("agent_completion", steps=1, final_answer="Three jobs failed.",
-              stop_reason="finished", usage={})
+    fake.emit(
+        "agent_completion",
+        steps=1,
+        final_answer="Three jobs failed.",
+        stop_reason="finished",
+        usage={},
+    )
     fake.emit("response_complete")
     await expect(page.locator("article.run")).to_have_class(re.compile(r"\bcomplete\b"))
     await expect(page.locator("details.work")).to_have_attribute("open", "")
@@ -138,8 +158,9 @@ async def test_the_end_of_a_run_leaves_the_steps_being_read_in_place(
     await start_run(page, fake, "Think it through")
     fake.emit("agent_reason", step=1, content="\n".join(f"Thought {i}." for i in range(60)))
     fake.emit("agent_answer_delta", step=1, delta="The answer.")
-    fake.emit("agent_completion", steps=1, final_answer="The answer.", stop_reason="finished",
-              usage={})
+    fake.emit(
+        "agent_completion", steps=1, final_answer="The answer.", stop_reason="finished", usage={}
+    )
     await expect(page.locator(".answer")).to_have_text("The answer.")
     conversation = page.locator("#conversation")
     await conversation.evaluate("c => c.scrollTo(0, 150)")  # reading the thoughts
@@ -177,10 +198,21 @@ async def test_phone_controls_fit_the_screen_and_a_finger(
     fake = await PageSocket().install(page)
     await open_page(page, ui_server.url)
     await start_run(page, fake, "Delete the old files")
-    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="delete_files",
-              arguments={"path": "/tmp/old"})
-    fake.emit("agent_tool_approval", step=1, tool_call_id="c1", tool_name="delete_files",
-              arguments={"path": "/tmp/old"}, expires_at=fake.clock + 300_000)
+    fake.emit(
+        "tool_start",
+        step=1,
+        tool_call_id="c1",
+        tool_name="delete_files",
+        arguments={"path": "/tmp/old"},
+    )
+    fake.emit(
+        "agent_tool_approval",
+        step=1,
+        tool_call_id="c1",
+        tool_name="delete_files",
+        arguments={"path": "/tmp/old"},
+        expires_at=fake.clock + 300_000,
+    )
     deny = page.locator("#approve-no")
     await expect(deny).to_be_visible()
     width = page.viewport_size["width"]
@@ -205,12 +237,21 @@ async def test_jump_to_latest_never_covers_copy_result(
     await start_run(page, fake, "Show the numbers")
     fake.emit("agent_reason", step=1, content="\n".join(f"Thought {i}." for i in range(40)))
     fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="numbers", arguments={})
-    fake.emit("tool_complete", step=1, tool_call_id="c1", tool_name="numbers",
-              result="1, 2, 3", duration_ms=5)
+    fake.emit(
+        "tool_complete",
+        step=1,
+        tool_call_id="c1",
+        tool_name="numbers",
+        result="1, 2, 3",
+        duration_ms=5,
+    )
     card = page.locator("details.tool")
     await card.locator("summary").click()
-    fake.emit("agent_answer_delta", step=1,
-              delta="\n\n".join(f"Line {i} of a long answer." for i in range(60)))
+    fake.emit(
+        "agent_answer_delta",
+        step=1,
+        delta="\n\n".join(f"Line {i} of a long answer." for i in range(60)),
+    )
     await expect(page.locator(".answer p").last).to_have_text("Line 59 of a long answer.")
     copy = card.get_by_role("button", name="Copy result")
     # the long answer streamed in one piece, and the view followed it to the end
@@ -220,8 +261,12 @@ async def test_jump_to_latest_never_covers_copy_result(
     jump = page.locator("#jump")
     await expect(jump).to_be_visible()
     a, b = await copy.bounding_box(), await jump.bounding_box()
-    apart = (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
-             or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+    apart = (
+        a["x"] + a["width"] <= b["x"]
+        or b["x"] + b["width"] <= a["x"]
+        or a["y"] + a["height"] <= b["y"]
+        or b["y"] + b["height"] <= a["y"]
+    )
     assert apart, (a, b)
     await snap("jump-and-copy")
 
@@ -241,11 +286,14 @@ async def test_no_internal_text_and_the_controls_explain_themselves(
     assert "steps" in (await page.locator("label.steps").get_attribute("title") or "")
     assert "tools" in (await page.locator("label.toggle").get_attribute("title") or "")
     await start_run(page, fake, "Quick one")
-    fake.emit("agent_verify", step=1, done=True,
-              reason="The check could not be read, so the answer stands.")
+    fake.emit(
+        "agent_verify",
+        step=1,
+        done=True,
+        reason="The check could not be read, so the answer stands.",
+    )
     fake.emit("agent_answer_delta", step=1, delta="Done.")
-    fake.emit("agent_completion", steps=1, final_answer="Done.", stop_reason="finished",
-              usage={})
+    fake.emit("agent_completion", steps=1, final_answer="Done.", stop_reason="finished", usage={})
     fake.emit("response_complete")
     conversation = page.locator("#conversation")
     await expect(conversation.locator(".answer")).to_have_text("Done.")
