@@ -374,6 +374,11 @@ class TerminalChat:
             self.last_seq = seq
         if f.get("type") == "error" and not f.get("run_id"):
             return self.on_client_error(f)
+        if f.get("type") == "session_title":
+            self.p.line(self.s.dim(f"(this chat is now called: {clean(str(f.get('title')))})"))
+            return None
+        if not f.get("run_id"):
+            return None  # about the session, not a run: it changes no run state
         self.p.frame(f)
         live = not isinstance(seq, int) or seq > self.history_until
         kind = f.get("update_type") or f["type"]

@@ -189,6 +189,7 @@ class AgentSettings(_Section):
     pre_task_research: bool = False  # search once before a session's first task (web_search)
     control_retries: int = Field(2, ge=0, le=5)  # asks for a missing control block, per phase
     max_verifications: int = Field(2, ge=0, le=10)  # isolated checks of a suspect finish, per run
+    session_titles: bool = True  # one short model call names a session after its first answer
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:
