@@ -73,6 +73,7 @@ function takeToken() {
 
 function onFrame(frame) {
   if (frame.type === "session") return onSession(frame);
+  if (frame.type === "session_title") return chats.refresh(); // the model named the chat
   const live = typeof frame.seq !== "number" || frame.seq > state.sessionLastSeq;
   if (frame.type === "error" && !frame.run_id) return onClientError(frame);
   if (frame.run_id) view.apply(frame);
