@@ -142,6 +142,28 @@ def ws_url(server: Any) -> str:
     return f"ws://{server.address}/ws"
 
 
+async def piped_chat(server: Any, typed: bytes, tmp_path: Path, **env: str) -> str:
+    """Run the client with a pipe for its input and output (a script's way); return what
+    it printed, after checking it exited with 0."""
+    environ = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), **env}
+    if "NO_COLOR" not in env:
+        environ.pop("NO_COLOR", None)
+    proc = await asyncio.create_subprocess_exec(
+        *chat_command(),
+        "--url",
+        ws_url(server),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=environ,
+    )
+    async with asyncio.timeout(20):
+        out, _ = await proc.communicate(typed)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    return text
+
+
 async def test_a_run_streams_its_phases_and_the_final_answer(
     server: Any, fake_llm: FakeLLM, terminals: Any
 ) -> None:
@@ -362,20 +384,7 @@ async def test_piped_input_waits_for_its_run_and_says_so_once(
     # line of its own.
     fake_llm.script("reason", reason("I know this one.", finish=True, delay_s=0.02))
     fake_llm.script("observe", observe("Easy.", final="It is noon.", delay_s=0.02))
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        *chat_command(),
-        "--url",
-        ws_url(server),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    async with asyncio.timeout(20):
-        out, _ = await proc.communicate(b"What time is it?\n")
-    text = out.decode()
-    assert proc.returncode == 0, text
+    text = await piped_chat(server, b"What time is it?\n", tmp_path, NO_COLOR="1")
     assert text.count("(input ended: waiting for the run to finish)") == 1, text
     assert "It is noon." in text
 
@@ -450,20 +459,6 @@ async def test_piped_output_keeps_the_raw_markdown_and_no_status_line(
 ) -> None:
     fake_llm.script("reason", reason("Easy.", finish=True))
     fake_llm.script("observe", observe("Done.", final=MARKDOWN_ANSWER))
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
-    env.pop("NO_COLOR", None)
-    proc = await asyncio.create_subprocess_exec(
-        *chat_command(),
-        "--url",
-        ws_url(server),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    async with asyncio.timeout(20):
-        out, _ = await proc.communicate(b"Show me\n")
-    text = out.decode()
-    assert proc.returncode == 0, text
+    text = await piped_chat(server, b"Show me\n", tmp_path)
     assert MARKDOWN_ANSWER in text  # as the model wrote it, for a file or a script
     assert "\x1b" not in text and "⠋" not in text

@@ -32,6 +32,17 @@ print(datetime.now())
 """
 
 
+async def opened_tool_card(page: Any, fake: PageSocket, result: str) -> Any:
+    """A finished call of step 1, its card opened by the reader; return the card."""
+    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="lookup", arguments={})
+    fake.emit(
+        "tool_complete", step=1, tool_call_id="c1", tool_name="lookup", result=result, duration_ms=5
+    )
+    card = page.locator("details.tool")
+    await card.locator("summary").click()
+    return card
+
+
 async def test_continue_extends_the_turn_without_a_user_bubble(
     ui_server: Any, page: Any, viewport: str, snap: Any
 ) -> None:
@@ -97,17 +108,7 @@ async def test_the_end_of_a_run_keeps_what_the_reader_opened(
     await open_page(page, ui_server.url)
     await start_run(page, fake, "Read the log")
     fake.emit("agent_reason", step=1, content="Reading it.")
-    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="read_file", arguments={})
-    fake.emit(
-        "tool_complete",
-        step=1,
-        tool_call_id="c1",
-        tool_name="read_file",
-        result="3 failed jobs",
-        duration_ms=12,
-    )
-    card = page.locator("details.tool")
-    await card.locator("summary").click()
+    card = await opened_tool_card(page, fake, "3 failed jobs")
     await expect(card).to_have_attribute("open", "")
     fake.emit("agent_observe", step=1, content="Done.")
     fake.emit("agent_answer_delta", step=1, delta="Three jobs failed.")
@@ -236,17 +237,7 @@ async def test_jump_to_latest_never_covers_copy_result(
     await open_page(page, ui_server.url)
     await start_run(page, fake, "Show the numbers")
     fake.emit("agent_reason", step=1, content="\n".join(f"Thought {i}." for i in range(40)))
-    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="numbers", arguments={})
-    fake.emit(
-        "tool_complete",
-        step=1,
-        tool_call_id="c1",
-        tool_name="numbers",
-        result="1, 2, 3",
-        duration_ms=5,
-    )
-    card = page.locator("details.tool")
-    await card.locator("summary").click()
+    card = await opened_tool_card(page, fake, "1, 2, 3")
     fake.emit(
         "agent_answer_delta",
         step=1,
