@@ -67,9 +67,10 @@ export class Run {
     this.frameTs = null; // the ts of the frame being applied: when a phase began
     this.markdown = null; // the answer's Markdown source, what "Copy answer" copies
     this.opened = false; // the reader opened part of the work: the end keeps it open
+    this.since = null; // when the run began here (its first event's ts): its own timer
+    this.ticker = null;
     this.body = article.appendChild(el("div", "run-body"));
     if (userText != null) this.setUserText(userText);
-    this.ticker = null;
     // `grow(change)`: make a change that grows the run outside of `apply` (the answer's
     // delayed render); the conversation sets it to keep the end in view when it was
     this.grow = (change) => change();
@@ -166,9 +167,6 @@ export class Run {
     switch (kind) {
       case "agent_user_message":
         this.setUserText(f.content, f.origin);
-        break;
-      case "agent_start":
-        this.maxSteps = f.max_steps; // shown on each step's badge, not as a line of its own
         break;
       case "agent_turn_start":
         this.step(f.step).phase("thinking");
