@@ -215,7 +215,7 @@ class RunDriver:
             request.origin,
         )
         outcome, why = "ended", ""
-        first = False  # the session's first run: its answer gets the session a title
+        first = False  # the session's first run: its answer names the session
         try:
             limits = self._settings.limits(
                 budget=self._budget,
@@ -229,8 +229,8 @@ class RunDriver:
                 repair = self._repairs.pending(live.session_id)
                 if repair is not None:  # the last run's end was never stored: close it first
                     await self._repairs.repair(repair)
+                first = not live.title  # untitled: no run before this one (AG-UI threads too)
                 known = await self._begin(live, run, request)
-                first = bool(known)
                 await sink.emit(
                     UserMessage(
                         request.content, request.agent_mode, request.origin, request.client_id

@@ -149,3 +149,21 @@ def test_a_title_reply_is_cleaned_to_one_short_line() -> None:
     assert clean_title("\n\n") is None
     long = clean_title("word " * 30)
     assert long is not None and len(long) <= 60 and long.endswith("…")
+
+
+async def test_a_thread_started_over_ag_ui_is_titled_too(
+    server_factory: Any, fake_llm: FakeLLM
+) -> None:
+    from tests.agui.test_agui import post, run_input
+
+    fake_llm.script("title", text("Lisbon weather"))
+    async with server_factory(**TITLES_ON) as srv:
+        thread = "t-" + "a" * 20
+        await post(srv.address, run_input(thread, QUESTION))  # AG-UI stores the thread first
+        async with await srv.client(session_id=thread) as watcher:
+            await watcher.recv()
+            async with httpx.AsyncClient(base_url=f"http://{srv.address}") as http:
+                while (await http.get("/api/sessions")).json()["sessions"][0]["title"] != (
+                    "Lisbon weather"
+                ):
+                    await watcher.until("session_title", timeout=5)
