@@ -11,7 +11,6 @@ docs/ag-ui.md is the contract.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,7 +21,6 @@ from ag_ui.core import (
     FunctionCall,
     Message,
     MessagesSnapshotEvent,
-    RunErrorEvent,
     RunFinishedEvent,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
@@ -36,14 +34,13 @@ from starlette.responses import Response, StreamingResponse
 
 from agent.errors import StorageError
 from server.agui import (
-    _KEEPALIVE,
-    _KEEPALIVE_S,
     _SSE_HEADERS,
     _caller,
     _cors,
-    _json,
+    _follow,
     _open,
     _read_input,
+    _refusal,
     _Refused,
     _Stream,
 )
@@ -74,13 +71,7 @@ async def connect_endpoint(request: Request) -> Response:
         frames = await _last_run(services, scope, live.session_id) if running else []
         messages = await _snapshot(services, scope, live.session_id, frames)
     except (_Refused, StorageError) as exc:
-        if live is not None:
-            if stream is not None:
-                live.subscribers.discard(stream)
-            services.hub.release(live)
-        if isinstance(exc, StorageError):
-            exc = _Refused(503, "storage_error", "The conversation store is unavailable.")
-        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
+        return _refusal(request, services, live, stream, exc, "The store is unavailable.")
     run_id = str(frames[0]["run_id"]) if frames else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(live.session_id, run_id, client_tools)
@@ -172,24 +163,8 @@ async def _events(
             if frame.get("update_type") in _INTERRUPTS and answered:
                 continue
             yield encode(translator.translate(frame))
-        while not translator.done:
-            try:
-                async with asyncio.timeout(_KEEPALIVE_S):
-                    text = await stream.next()
-            except TimeoutError:
-                yield _KEEPALIVE
-                continue
-            if text is None:
-                message = f"The stream ended: {stream.why()}."
-                yield encode([RunErrorEvent(message=message, code="stream_closed")])
-                return
-            frame = orjson.loads(text)
-            seq = frame.get("seq")
-            if frame.get("run_id") != translator.run_id or (
-                isinstance(seq, int) and seq <= last_seq
-            ):
-                continue  # another run's, or shown from the store already
-            yield encode(translator.translate(frame))
+        async for text in _follow(stream, translator, encode, last_seq):
+            yield text
     finally:
         live.subscribers.discard(stream)
         stream.closed()
