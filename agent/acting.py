@@ -2,8 +2,9 @@
 
 Order on the wire, for a turn with calls c1..cn:
 1. `tool_start` for every ordinary call, in the model's order; then they all run concurrently;
-2. `tool_complete`/`tool_error` for each, in the model's order, each as soon as it and every
-   call before it have finished;
+2. `tool_complete`/`tool_error` for each as soon as it finishes (calls that finish together
+   in the model's order), its result stored with it: a fast call never shows as running
+   while a slow one works, and a stop meanwhile keeps the result it showed;
 3. then each `request_input` call, one question at a time, in the model's order.
 """
 
@@ -56,7 +57,7 @@ class _Outcome:
 async def run_tool_calls(
     ctx: RunContext, rec: RunRecorder, step: int, calls: Sequence[ToolCall]
 ) -> None:
-    """Run every call of the turn and store one tool message per call, in the model's order."""
+    """Run every call of the turn and store one tool message per call, each as it ends."""
     ordinary = [c for c in calls if c.name != REQUEST_INPUT]
     questions = [c for c in calls if c.name == REQUEST_INPUT]
     most = ctx.limits.tool_result_max_bytes
@@ -72,10 +73,14 @@ async def run_tool_calls(
     ]
     for call, task in zip(ordinary, tasks, strict=True):
         task.add_done_callback(functools.partial(_hold_end, ctx, rec, step, call))
+    order = {task: i for i, task in enumerate(tasks)}
+    running = set(tasks)
     try:
-        for call, task in zip(ordinary, tasks, strict=True):
-            outcome = await task
-            await _finish_call(ctx, rec, step, call, outcome)
+        while running:
+            ended, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in sorted(ended, key=order.__getitem__):
+                call = ordinary[order[task]]
+                await _finish_call(ctx, rec, step, call, task.result())
     finally:
         await _cancel_all(tasks)
     for call in questions:

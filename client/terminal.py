@@ -9,6 +9,9 @@ Type a message and press Enter; the run streams with its phases marked::
     answer (finished in 1 step):
     It is 14:36 in UTC.
 
+On a terminal, answers are rendered as Markdown (client/display.py) and a status line shows
+what works and for how long (`⠹ step 1 · acting · 12 s`); piped output stays raw text.
+
 Ctrl-C during a run stops it (a second Ctrl-C quits); Ctrl-C at the prompt or Ctrl-D (end of
 input) quits. A question from the agent (`request_input`) is answered at an `answer>` prompt.
 The session id is printed so that `--session ID` resumes it later; the last event seen per
@@ -23,7 +26,6 @@ import codecs
 import io
 import json
 import os
-import re
 import shlex
 import signal
 import sys
@@ -37,25 +39,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from client import DEFAULT_URL
+from client.printer import Printer, Style, approval_text, clean
 
 __all__ = ["resume_command", "run_terminal_chat"]
 
 Frame = dict[str, Any]
 RECONNECT_DELAYS_S = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-STOP_REASONS = {
-    "user": "stopped by you",
-    "input_timeout": "stopped: the question was not answered in time",
-    "shutdown": "stopped: the server is shutting down",
-    "interrupted": "interrupted: the server restarted during the run",
-}
-COMPLETIONS = {
-    "finished": "finished",
-    "max_steps": "step limit reached",
-    "budget": "budget ran out",
-    "stuck": "stopped: the same thing kept failing",
-}
-# C0 controls but tab and newline, DEL and C1: model text must not drive the terminal.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class Unreachable(Exception):
@@ -67,15 +56,11 @@ def run_terminal_chat(url: str, session_id: str | None, token: str | None) -> in
     out = sys.stdout
     if isinstance(out, io.TextIOWrapper):
         out.reconfigure(errors="replace")
-    chat = TerminalChat(url, token, out, Style.for_stream(out))
+    chat = TerminalChat(url, token, out, Style.for_stream(out), terminal=out.isatty())
     try:
         return asyncio.run(chat.run(session_id))
     except KeyboardInterrupt:  # before the handler was installed (while connecting)
         return 130
-
-
-def _clean(text: str) -> str:
-    return _CONTROL.sub("", text)
 
 
 def _ws_url(url: str, params: dict[str, str]) -> str:
@@ -104,38 +89,6 @@ def resume_command(url: str, session_id: str, token: str | None) -> str:
     if token or len(query) < len(parse_qsl(parts.query, keep_blank_values=True)):
         command += ["--token", "…"]
     return " ".join(command)
-
-
-class Style:
-    """ANSI styling, only for a terminal and only without NO_COLOR."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-
-    @classmethod
-    def for_stream(cls, stream: TextIO) -> Style:
-        return cls(stream.isatty() and not os.environ.get("NO_COLOR"))
-
-    def _wrap(self, code: str, text: str) -> str:
-        return f"\x1b[{code}m{text}\x1b[0m" if self.enabled else text
-
-    def dim(self, text: str) -> str:
-        return self._wrap("2", text)
-
-    def bold(self, text: str) -> str:
-        return self._wrap("1", text)
-
-    def ok(self, text: str) -> str:
-        return self._wrap("32", text)
-
-    def bad(self, text: str) -> str:
-        return self._wrap("31", text)
-
-    def ask(self, text: str) -> str:
-        return self._wrap("1;33", text)
-
-    def accent(self, text: str) -> str:
-        return self._wrap("1;36", text)
 
 
 class SeenStore:
@@ -206,150 +159,23 @@ class LineReader:
                 return
 
 
-class Printer:
-    """Write run events as readable lines; streamed text grows in place."""
-
-    def __init__(self, out: TextIO, style: Style) -> None:
-        self.out = out
-        self.s = style
-        self.stream_key: tuple[str, str, int] | None = None  # (run, phase, step) streaming now
-        self.held = ""  # trailing whitespace of the stream, written only if more text follows
-        self.streamed: set[tuple[str, str, int]] = set()
-        self.drafted: set[str] = set()  # runs whose answer is streaming (a draft until completion)
-        self.at_prompt = False  # a prompt is shown and the cursor waits after it
-
-    def write(self, text: str) -> None:
-        if self.at_prompt:
-            self.at_prompt = False
-            text = "\n" + text  # news while the prompt waits: start below it
-        self.out.write(text)
-        self.out.flush()
-
-    def prompt(self, text: str) -> None:
-        self.end_stream()
-        self.write(text)
-        self.at_prompt = True
-
-    def line(self, text: str = "") -> None:
-        self.end_stream()
-        self.write(text + "\n")
-
-    def end_stream(self) -> None:
-        if self.stream_key is not None:
-            self.stream_key, self.held = None, ""
-            self.write("\n")
-
-    def stream(
-        self, key: tuple[str, str, int], header: str, delta: str, paint: Callable[[str], str] = str
-    ) -> None:
-        if self.stream_key != key:
-            self.end_stream()
-            self.stream_key = key
-            self.streamed.add(key)
-            self.write(header)
-        text = self.held + _clean(delta)
-        body = text.rstrip()
-        self.held = text[len(body) :]
-        if body:
-            self.write(paint(body))
-
-    def full(self, key: tuple[str, str, int], header: str, content: str) -> None:
-        """The complete text of a streamed block: written only if no delta showed it."""
-        if key in self.streamed:
-            if self.stream_key == key:
-                self.end_stream()
-            return
-        self.line(header + _clean(content).strip())
-
-    def frame(self, f: Frame) -> None:
-        kind = f.get("update_type") or f["type"]
-        run, step = str(f.get("run_id")), int(f.get("step") or 0)
-        s = self.s
-        thinking = s.accent(f"[step {step}]") + " " + s.dim("thinking: ")
-        observing = "  " + s.dim("observing: ")
-        if kind == "agent_start":
-            self.line(s.dim(f"▶ agent run (up to {f.get('max_steps')} steps)"))
-        elif kind == "agent_reason_delta":
-            self.stream((run, "reason", step), thinking, str(f.get("delta", "")))
-        elif kind == "agent_reason":
-            self.full((run, "reason", step), thinking, str(f.get("content", "")))
-        elif kind == "tool_start":
-            args = json.dumps(f.get("arguments"), ensure_ascii=False)
-            self.line(f"  → tool {s.bold(_clean(str(f.get('tool_name'))))} {_clean(args)}")
-        elif kind == "tool_complete":
-            result = json.dumps(f.get("result"), ensure_ascii=False)
-            self.line(f"  {s.ok('✓ result')} ({f.get('duration_ms')} ms): {_short(result)}")
-        elif kind == "tool_error":
-            self.line(f"  {s.bad('✗ error')}: {_short(str(f.get('error')))}")
-        elif kind == "agent_request_input":
-            self.line(f"  {s.ask('? the agent asks:')} {_clean(str(f.get('question')))}")
-        elif kind == "agent_request_input_timeout":
-            self.line("  " + s.bad("⌛ no answer in time"))
-        elif kind == "agent_tool_approval":
-            self.line(f"  {s.ask('? approve this call:')} {_approval(f)}")
-        elif kind == "agent_tool_approval_timeout":
-            self.line("  " + s.bad("⌛ no decision in time"))
-        elif kind == "agent_observe_delta":
-            self.stream((run, "observe", step), observing, str(f.get("delta", "")))
-        elif kind == "agent_observe":
-            self.full((run, "observe", step), observing, str(f.get("content", "")))
-        elif kind == "agent_stopped":
-            reason = STOP_REASONS.get(str(f.get("reason")), f"stopped ({f.get('reason')})")
-            self.line(s.bad(f"■ {reason}" + (f" at step {step}" if step else "")))
-        elif kind == "agent_reasoning_delta":
-            key = (run, f"reasoning {f.get('phase')}", step)
-            self.stream(key, "  " + s.dim("reasoning: "), str(f.get("delta", "")), s.dim)
-        elif kind == "agent_llm_retry":
-            self.line("  " + s.dim(_retry(f)))
-        elif kind == "agent_answer_delta":
-            self.drafted.add(run)
-            self.stream((run, "answer", step), s.bold("answer:") + "\n", str(f.get("delta", "")))
-        elif kind == "agent_verify" and not f.get("done") and run in self.drafted:
-            self.drafted.discard(run)
-            self.line("  " + s.dim("(that answer was a draft: the agent goes on)"))
-        elif kind == "agent_completion":
-            steps = int(f.get("steps") or 0)
-            how = COMPLETIONS.get(str(f.get("stop_reason")), str(f.get("stop_reason")))
-            summary = f"{how} in {steps} step{'' if steps == 1 else 's'}"
-            if run in self.drafted:  # the answer is on screen already
-                self.drafted.discard(run)
-                self.line(s.dim(f"({summary})"))
-            else:
-                self.line(s.bold(f"answer ({summary}):"))
-                self.line(_clean(str(f.get("final_answer", ""))).strip())
-        elif kind == "chat_delta":
-            self.stream((run, "chat", 0), s.bold("assistant: "), str(f.get("delta", "")))
-        elif kind == "chat_response":
-            self.full((run, "chat", 0), s.bold("assistant: "), str(f.get("content", "")))
-        elif kind == "error":
-            self.line(s.bad(f"! {_clean(str(f.get('message')))} ({f.get('code')})"))
-        elif kind == "response_complete":
-            self.end_stream()
-
-
-def _retry(f: Frame) -> str:
-    delay_s = int(f.get("delay_ms") or 0) / 1000
-    return (
-        f"↻ the model call failed ({_clean(str(f.get('reason')))}); "
-        f"attempt {f.get('attempt')} of {f.get('max_attempts')} in {delay_s:.1f} s"
-    )
-
-
-def _short(text: str, limit: int = 400) -> str:
-    text = _clean(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 class TerminalChat:
     """The client's state machine. Stdin lines, socket frames and Ctrl-C all arrive as
     items of one queue and are handled in order, by one coroutine."""
 
     def __init__(
-        self, url: str, token: str | None, out: TextIO, style: Style, seen: SeenStore | None = None
+        self,
+        url: str,
+        token: str | None,
+        out: TextIO,
+        style: Style,
+        seen: SeenStore | None = None,
+        *,
+        terminal: bool = False,
     ) -> None:
         self.url = url
         self.token = token
-        self.p = Printer(out, style)
+        self.p = Printer(out, style, terminal)
         self.s = style
         self.seen = seen or SeenStore()
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -384,10 +210,13 @@ class TerminalChat:
             loop.call_soon_threadsafe(self.events.put_nowait, ("line", line))
 
         LineReader(deliver).start()
+        ticker = asyncio.create_task(self.tick()) if self.p.terminal else None
         try:
             self.prompt()
             return await self.loop()
         finally:
+            if ticker is not None:
+                ticker.cancel()
             loop.remove_signal_handler(signal.SIGINT)
             if self.receiver is not None:
                 self.receiver.cancel()
@@ -400,6 +229,12 @@ class TerminalChat:
                     + resume_command(self.url, str(self.session_id), self.token)
                 )
             )
+
+    async def tick(self) -> None:
+        """Turn the status line's spinner and timer while the client runs (a terminal's)."""
+        while True:
+            await asyncio.sleep(0.1)
+            self.p.tick()
 
     async def loop(self) -> int:
         """Handle queued items until the user quits; return the exit code."""
@@ -513,7 +348,7 @@ class TerminalChat:
         was = (self.approval or {}).get("tool_call_id")
         self.approval = approval if isinstance(approval, dict) else None
         if self.approval is not None and self.approval.get("tool_call_id") != was:
-            self.p.line(f"  {self.s.ask('? approve this call:')} {_approval(self.approval)}")
+            self.p.line(f"  {self.s.ask('? approve this call:')} {approval_text(self.approval)}")
         if reconnected:
             self.p.line(self.s.dim("… reconnected"))
             return
@@ -539,6 +374,11 @@ class TerminalChat:
             self.last_seq = seq
         if f.get("type") == "error" and not f.get("run_id"):
             return self.on_client_error(f)
+        if f.get("type") == "session_title":
+            self.p.line(self.s.dim(f"(this chat is now called: {clean(str(f.get('title')))})"))
+            return None
+        if not f.get("run_id"):
+            return None  # about the session, not a run: it changes no run state
         self.p.frame(f)
         live = not isinstance(seq, int) or seq > self.history_until
         kind = f.get("update_type") or f["type"]
@@ -559,7 +399,7 @@ class TerminalChat:
             self.status, self.question, self.approval = "running", None, None
 
     def on_client_error(self, f: Frame) -> None:
-        self.p.line(self.s.bad(f"! {_clean(str(f.get('message')))} ({f.get('code')})"))
+        self.p.line(self.s.bad(f"! {clean(str(f.get('message')))} ({f.get('code')})"))
         code = f.get("code")
         if code in ("invalid_message", "too_many_runs", "no_active_run"):
             self.status, self.stopping = "idle", False
@@ -633,7 +473,7 @@ class TerminalChat:
             self.p.prompt(self.s.accent("you> "))
         elif self.status == "awaiting_input" and self.question is not None:
             if not self.question_shown:
-                question = _clean(str(self.question.get("question")))
+                question = clean(str(self.question.get("question")))
                 self.p.line(f"  {self.s.ask('? the agent asks:')} {question}")
                 self.question_shown = True
             self.p.prompt(self.s.ask("answer> "))
@@ -643,8 +483,3 @@ class TerminalChat:
     def remember(self) -> None:
         if self.session_id is not None:
             self.seen.put(self.session_id, self.last_seq)
-
-
-def _approval(f: Frame) -> str:
-    arguments = json.dumps(f.get("arguments") or {}, ensure_ascii=False)
-    return _clean(f"{f.get('tool_name')} {_short(arguments)}")

@@ -25,7 +25,14 @@ from playwright.async_api import async_playwright, expect  # noqa: E402
 
 from server.app import create_app  # noqa: E402
 from server.settings import load_settings  # noqa: E402
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, act, observe, reason  # noqa: E402
+from tests.fakes.openai_server import (  # noqa: E402
+    FakeLLM,
+    FakeToolCall,
+    Reply,
+    act,
+    observe,
+    reason,
+)
 from tests.fakes.page_socket import PageSocket  # noqa: E402
 from tests.fakes.servers import bind_loopback, run_server, serve  # noqa: E402
 from tests.ui.conftest import CHROMIUM  # noqa: E402
@@ -75,6 +82,7 @@ async def finished_run(browser: Any, url: str, fake_llm: FakeLLM) -> None:
                     reason("I have the time now.", finish=True))
     fake_llm.script("act", act(FakeToolCall("get_current_time", {"timezone": "UTC"})))
     fake_llm.script("observe", observe("The tool returned the current UTC time."), clock_answer)
+    fake_llm.script("title", Reply(chunks=["Time in UTC"]))
     page = await new_page(browser, DESKTOP)
     await open_page(page, url)
     await send(page, "What time is it in UTC?")
@@ -86,7 +94,10 @@ async def finished_run(browser: Any, url: str, fake_llm: FakeLLM) -> None:
     await page.context.close()
 
 
-async def phone_states(browser: Any, url: str) -> None:
+async def phone_states(browser: Any, url: str, fake_llm: FakeLLM) -> None:
+    fake_llm.script(
+        "title", Reply(chunks=["Three days in Lisbon"]), Reply(chunks=["Sourdough starters"])
+    )
     page = await new_page(browser, PHONE)
     for text in ("Plan a three-day trip to Lisbon", "Explain sourdough starters"):
         await open_page(page, url)
@@ -95,9 +106,36 @@ async def phone_states(browser: Any, url: str) -> None:
         await page.locator("#new-chat-top").click()
     await page.locator("#menu").click()
     await expect(page.locator(".session-item")).to_have_count(3)
+    await expect(page.locator(".session-title").first).to_have_text("Sourdough starters")
+    await expect(page.locator("#drawer")).to_have_css("transform", "none")  # slid in
     await page.locator("#chat-search").blur()
     await page.screenshot(path=str(DOCS / "ui" / "drawer-phone.png"))
     print("wrote docs/ui/drawer-phone.png")
+    await page.locator("#chat-search").fill("trip")  # said in a chat, not in its title
+    await expect(page.locator(".session-match mark")).to_have_text("trip")
+    await page.locator("#chat-search").blur()
+    await page.screenshot(path=str(DOCS / "ui" / "search-phone.png"))
+    print("wrote docs/ui/search-phone.png")
+    await page.context.close()
+
+    page = await new_page(browser, PHONE)
+    fake = await PageSocket().install(page)
+    await open_page(page, url)
+    await send(page, "Delete the old build folders")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_user_message", content="Delete the old build folders", agent_mode=True)
+    fake.emit("agent_start", max_steps=10)
+    fake.emit("agent_turn_start", step=1)
+    fake.emit("agent_reason", step=1, content="I will remove the folders under build/.")
+    call = {"step": 1, "tool_call_id": "c1", "tool_name": "delete_files",
+            "arguments": {"path": "build/", "older_than_days": 30}}
+    fake.emit("tool_start", **call)
+    fake.emit("agent_tool_approval", **call, expires_at=int(time.time() * 1000) + 290_000)
+    await expect(page.locator("#approve")).to_be_visible()
+    await page.locator("#message").blur()
+    await page.screenshot(path=str(DOCS / "ui" / "approval-phone.png"))
+    print("wrote docs/ui/approval-phone.png")
     await page.context.close()
 
     page = await new_page(browser, PHONE)
@@ -117,6 +155,32 @@ async def phone_states(browser: Any, url: str) -> None:
     await page.locator("#message").fill("Lisbon")
     await page.screenshot(path=str(DOCS / "ui" / "question-phone.png"))
     print("wrote docs/ui/question-phone.png")
+    await page.context.close()
+
+
+async def live_run(browser: Any, url: str) -> None:
+    """A run at work: the phase's timer and what the model has written so far."""
+    page = await new_page(browser, DESKTOP)
+    fake = await PageSocket().install(page)
+    await open_page(page, url)
+    await send(page, "Which of our services had errors last night?")
+    await fake.wait_sent(lambda f: f["type"] == "chat")
+    fake.new_run()
+    fake.emit("agent_user_message", content="Which of our services had errors last night?",
+              agent_mode=True)
+    fake.emit("agent_start", max_steps=10)
+    fake.emit("agent_turn_start", step=1, after_ms=-40_000)
+    fake.emit("agent_reason", step=1, content="I will read the error log of each service.")
+    fake.emit("tool_start", step=1, tool_call_id="c1", tool_name="read_log",
+              arguments={"service": "billing", "since": "yesterday 18:00"})
+    fake.emit("tool_complete", step=1, tool_call_id="c1", tool_name="read_log",
+              result={"errors": 3}, duration_ms=840)
+    fake.emit("agent_observe", step=1, content="Billing logged 3 errors.")
+    fake.emit("agent_turn_start", step=2, after_ms=-12_000)
+    for piece in ["Billing had ", "three errors. ", "Next I should ", "check the ", "mail queue"]:
+        fake.emit("agent_reason_delta", step=2, delta=piece)
+    await expect(page.locator(".step[data-step='2'] .phase")).to_contain_text("5 tokens")
+    await shoot(page, "ui/live-run.png")
     await page.context.close()
 
 
@@ -164,6 +228,7 @@ async def main() -> None:
             settings = load_settings(None, {
                 "llm": {"base_url": f"http://{llm}/v1", "max_retries": 0, "model": "gpt-4o-mini"},
                 "storage": {"sqlite_path": str(Path(tmp) / "ui.db")},
+                "agent": {"session_titles": True},
                 "server": {"allowed_origins": [f"http://{address}"]},
             })
             async with run_server(create_app(settings), sock=sock), async_playwright() as p:
@@ -172,7 +237,8 @@ async def main() -> None:
                 url = f"http://{address}/"
                 try:
                     await finished_run(browser, url, fake_llm)
-                    await phone_states(browser, url)
+                    await phone_states(browser, url, fake_llm)
+                    await live_run(browser, url)
                     await desktop_states(browser, url)
                 finally:
                     await browser.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -421,15 +421,7 @@ async def agui_endpoint(request: Request) -> Response:
         brought = frozenset(results)
         run_id, step = await _begin(services, live, run_input, results)
     except (_Refused, ProtocolError, StorageError) as exc:
-        if live is not None:
-            if stream is not None:
-                live.subscribers.discard(stream)
-            services.hub.release(live)
-        if isinstance(exc, ProtocolError):
-            exc = _Refused(_STATUS.get(exc.code, 400), exc.code, exc.message)
-        elif isinstance(exc, StorageError):
-            exc = _Refused(503, "storage_error", "The change could not be saved.")
-        return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
+        return _refusal(request, services, live, stream, exc, "The change could not be saved.")
     names = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(
         live.session_id,
@@ -445,6 +437,28 @@ async def agui_endpoint(request: Request) -> Response:
     response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
     response.headers.update(_SSE_HEADERS)
     return _cors(request, response)
+
+
+def _refusal(
+    request: Request,
+    services: Services,
+    live: LiveSession | None,
+    stream: _Stream | None,
+    exc: Exception,
+    storage_failed: str,
+) -> Response:
+    """A request refused (or failed) before its stream began: let go of the session and
+    answer with the error; `storage_failed` says what a store failure stopped."""
+    if live is not None:
+        if stream is not None:
+            live.subscribers.discard(stream)
+        services.hub.release(live)
+    if isinstance(exc, ProtocolError):
+        exc = _Refused(_STATUS.get(exc.code, 400), exc.code, exc.message)
+    elif isinstance(exc, StorageError):
+        exc = _Refused(503, "storage_error", storage_failed)
+    assert isinstance(exc, _Refused)
+    return _cors(request, _json({"code": exc.code, "message": exc.message}, exc.status))
 
 
 async def _begin(
@@ -558,27 +572,41 @@ async def _events(
 
     try:
         yield encode(translator.start(step))
-        while not translator.done:
-            try:
-                async with asyncio.timeout(_KEEPALIVE_S):
-                    text = await stream.next()
-            except TimeoutError:
-                yield _KEEPALIVE  # a run thinking quietly, a question waiting, text held
-                continue
-            if text is None:
-                message = f"The stream ended: {stream.why()}."
-                yield encode([RunErrorEvent(message=message, code="stream_closed")])
-                return
-            frame = orjson.loads(text)
-            if frame.get("run_id") != translator.run_id:
-                continue
-            out = translator.translate(frame)
-            if out:
-                yield encode(out)
+        async for text in _follow(stream, translator, encode):
+            yield text
     finally:
         live.subscribers.discard(stream)
         stream.closed()
         services.hub.release(live)
+
+
+async def _follow(
+    stream: _Stream,
+    translator: Translator,
+    encode: Callable[[list[BaseEvent]], str],
+    after_seq: int = 0,
+) -> AsyncIterator[str]:
+    """The run's live frames, translated, until it ends or the stream does; a comment line
+    while nothing comes. Frames of other runs, and those up to `after_seq` (already shown),
+    are left out."""
+    while not translator.done:
+        try:
+            async with asyncio.timeout(_KEEPALIVE_S):
+                text = await stream.next()
+        except TimeoutError:
+            yield _KEEPALIVE  # a run thinking quietly, a question waiting, text held
+            continue
+        if text is None:
+            message = f"The stream ended: {stream.why()}."
+            yield encode([RunErrorEvent(message=message, code="stream_closed")])
+            return
+        frame = orjson.loads(text)
+        seq = frame.get("seq")
+        if frame.get("run_id") != translator.run_id or (isinstance(seq, int) and seq <= after_seq):
+            continue
+        out = translator.translate(frame)
+        if out:
+            yield encode(out)
 
 
 async def stop_endpoint(request: Request) -> Response:

@@ -205,15 +205,13 @@ def _budget(settings: Settings) -> Budget:
 
 
 def _agui_routes() -> list[Route]:
-    """`POST /agui` and its stop (server/agui.py), that module loaded by the first request, in
-    a thread: the AG-UI SDK's models took ~0.15 s of CPU to import at every start, in
-    deployments that never serve AG-UI too."""
+    """`POST /agui`, its stop (server/agui.py) and its reconnect (server/agui_connect.py), each
+    module loaded by its first request, in a thread: the AG-UI SDK's models took ~0.15 s of
+    CPU to import at every start, in deployments that never serve AG-UI too."""
 
-    def lazy(name: str) -> Callable[[Request], Awaitable[Response]]:
+    def lazy(name: str, path: str = "server.agui") -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            module = sys.modules.get("server.agui") or await asyncio.to_thread(
-                importlib.import_module, "server.agui"
-            )
+            module = sys.modules.get(path) or await asyncio.to_thread(importlib.import_module, path)
             handler: Callable[[Request], Awaitable[Response]] = getattr(module, name)
             return await handler(request)
 
@@ -222,7 +220,9 @@ def _agui_routes() -> list[Route]:
     return [
         Route("/agui", lazy("agui_endpoint"), methods=["POST"]),
         Route("/agui/{thread_id}/stop", lazy("stop_endpoint"), methods=["POST"]),
+        Route("/agui/connect", lazy("connect_endpoint", "server.agui_connect"), methods=["POST"]),
         Route("/agui", lazy("preflight"), methods=["OPTIONS"]),
+        Route("/agui/connect", lazy("preflight"), methods=["OPTIONS"]),
         Route("/agui/{thread_id}/stop", lazy("preflight"), methods=["OPTIONS"]),
     ]
 

@@ -1,6 +1,7 @@
 """The HTTP API of docs/wire-protocol.md: /healthz and /api/sessions/…, all scoped by the caller.
 
-Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 409 or 503.
+Errors are JSON: `{"code": "...", "message": "..."}` with status 400, 401, 404, 409, 501 or
+503.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prome
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
+from server.storage.search import MAX_QUERY_CHARS, SessionSearch
 
 __all__ = ["health", "routes"]
 
@@ -155,8 +157,17 @@ async def list_sessions(request: Request) -> Response:
     scope = _scope(request)
     limit = _int_param(request, "limit", 50, 1, MAX_LIMIT)
     assert limit is not None
-    records = await _services(request).store.list_sessions(scope, limit)
-    return _json({"sessions": [r.to_api() for r in records]})
+    query = request.query_params.get("q", "").strip()
+    store = _services(request).store
+    if not query:
+        records = await store.list_sessions(scope, limit)
+        return _json({"sessions": [r.to_api() for r in records]})
+    if len(query) > MAX_QUERY_CHARS:
+        raise _ApiError(400, "invalid_query", f"q: expected at most {MAX_QUERY_CHARS} characters.")
+    if not isinstance(store, SessionSearch):
+        raise _ApiError(501, "not_implemented", "This server's store cannot search messages.")
+    hits = await store.search_sessions(scope, query, limit)
+    return _json({"sessions": [hit.to_api() for hit in hits]})
 
 
 @_handler

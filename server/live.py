@@ -281,6 +281,12 @@ class LiveSession:
         elif frame.get("run_id"):
             self.status, self.pending_input, self.pending_approval = "running", None, None
 
+    def notify(self, frame_text: str) -> None:
+        """Send a frame about the session that is not a run event (no seq, nothing stored)
+        to every watcher of it in this process."""
+        for sub in list(self.subscribers):
+            sub.deliver(frame_text, None)
+
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""
         for sub in list(self.subscribers):

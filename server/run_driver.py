@@ -43,6 +43,7 @@ from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
 from server.tenant_metrics import TenantMetrics
+from server.titles import SessionTitles, first_words
 
 __all__ = ["RunDriver"]
 
@@ -80,6 +81,7 @@ class RunDriver:
         tools_for: Callable[[str], Sequence[str]],
         budget: Budget | None = None,
         approval_timeout_s: float = 300.0,
+        titles: SessionTitles | None = None,
     ) -> None:
         self._store = store
         self._registry = registry
@@ -92,6 +94,7 @@ class RunDriver:
         self._budget = budget or Budget()
         self._approval_timeout_s = approval_timeout_s
         self._tasks: set[asyncio.Task[None]] = set()
+        self._titles = titles  # None: sessions keep the first words of their first message
 
     async def start_run(
         self,
@@ -174,6 +177,8 @@ class RunDriver:
                 live.run.control.request_stop("shutdown")
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout_s)
+        if self._titles is not None:
+            await self._titles.close()
 
     async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
         """(the last run's user message, its mode, how it ended), from the stored events;
@@ -210,6 +215,7 @@ class RunDriver:
             request.origin,
         )
         outcome, why = "ended", ""
+        first = False  # the session's first run: its answer names the session
         try:
             limits = self._settings.limits(
                 budget=self._budget,
@@ -223,6 +229,7 @@ class RunDriver:
                 repair = self._repairs.pending(live.session_id)
                 if repair is not None:  # the last run's end was never stored: close it first
                     await self._repairs.repair(repair)
+                first = not live.title  # untitled: no run before this one (AG-UI threads too)
                 known = await self._begin(live, run, request)
                 await sink.emit(
                     UserMessage(
@@ -262,13 +269,15 @@ class RunDriver:
             if live.taken_over:
                 outcome, why = "failed", _TAKEN_OVER
             _log_end(run.run_id, outcome, why, time.monotonic() - started)
+        if first and outcome == "ended" and self._titles is not None:
+            self._titles.after_first_run(live, run.run_id)
 
     async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
         """Store the session (on its first run), the user's message and the status. Returns
         the conversation when it is known without reading it back: in a session this run
         created, the one message it just saved."""
         new = not live.stored
-        title = " ".join(request.content.split())[:80]
+        title = first_words(request.content)
         await live.ensure_stored(title)  # a new session is stored with its title: one write
         if not live.title:
             await live.set_title(title)

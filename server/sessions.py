@@ -35,6 +35,7 @@ from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import DeleteOutcome, Scope, Store
 from server.tenant_metrics import TenantMetrics
+from server.titles import SessionTitles
 
 __all__ = ["SessionHub"]
 
@@ -127,6 +128,7 @@ class SessionHub:
             tools_for=tools_for,
             budget=budget,
             approval_timeout_s=approval_timeout_s,
+            titles=SessionTitles(store, model) if settings.session_titles else None,
         )
         self._controls = RunControls(store)
 

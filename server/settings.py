@@ -218,6 +218,7 @@ class AgentSettings(_Section):
     max_verifications: int = Field(_RUN.max_verifications, ge=0, le=10)
     # steps in a row only repeating failed calls: the run ends as "stuck"
     stuck_steps: int = Field(_RUN.stuck_steps, ge=0)
+    session_titles: bool = True  # one short model call names a session after its first answer
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> AgentSettings:

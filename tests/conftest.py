@@ -138,6 +138,9 @@ def server_factory(fake_llm: FakeLLM, tmp_path: Path) -> ServerFactory:
         overrides: dict[str, dict[str, Any]] = {
             "llm": {"base_url": fake_llm.base_url, "max_retries": 1, "timeout_s": 5},
             "storage": {"sqlite_path": str(tmp_path / "agent.db")},
+            # no title call after a first answer: a test that counts model calls would see it
+            # come or not; tests/server/test_titles_and_search.py turns it on
+            "agent": {"session_titles": False},
             "server": {
                 "shutdown_timeout_s": 5,  # a browser on this server's own page is allowed
                 "allowed_origins": ["http://localhost:8765", f"http://{address}"],

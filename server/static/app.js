@@ -73,6 +73,7 @@ function takeToken() {
 
 function onFrame(frame) {
   if (frame.type === "session") return onSession(frame);
+  if (frame.type === "session_title") return chats.refresh(); // the model named the chat
   const live = typeof frame.seq !== "number" || frame.seq > state.sessionLastSeq;
   if (frame.type === "error" && !frame.run_id) return onClientError(frame);
   if (frame.run_id) view.apply(frame);
@@ -317,7 +318,9 @@ ui.message.addEventListener("keydown", (event) => {
     else sendMessage();
   }
 });
-document.addEventListener("keydown", (event) => {
+// Esc stops the run only from the composer: an Esc meant for the search box, a dialog or
+// the drawer must never stop it.
+ui.form.addEventListener("keydown", (event) => {
   if (event.key !== "Escape" || !state.running || event.defaultPrevented) return;
   if (banner.current && event.target === ui.message) return; // Esc while answering: never a stop
   event.preventDefault();

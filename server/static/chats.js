@@ -1,5 +1,6 @@
-// The chat list: the caller's sessions from GET /api/sessions, grouped by date and filtered
-// by the search box, each with a running marker and Rename / Delete.
+// The chat list: the caller's sessions from GET /api/sessions, grouped by date, each with a
+// running marker and Rename / Delete. The search box filters the titles at once, then shows
+// what the server finds in the messages too (GET /api/sessions?q=), the matches marked.
 
 import { api } from "./connection.js";
 import { button, el } from "./dom.js";
@@ -13,6 +14,32 @@ const GROUPS = [
   ["Older", Infinity],
 ];
 const STATUS_LABEL = { running: "running", awaiting_input: "waiting for your answer" };
+const SEARCH_DELAY_MS = 250; // a search per pause in typing, not per key
+
+/** `text` as nodes, each [start, end) of `ranges` in a <mark>: never parsed as HTML. */
+function marked(text, ranges) {
+  const out = document.createDocumentFragment();
+  let at = 0;
+  for (const [start, end] of [...ranges].sort((a, b) => a[0] - b[0])) {
+    if (start < at || end <= start) continue;
+    out.append(text.slice(at, start), el("mark", null, text.slice(start, end)));
+    at = end;
+  }
+  out.append(text.slice(at));
+  return out;
+}
+
+/** Where each word of `query` occurs in `text`, ignoring case. */
+function occurrences(text, query) {
+  const folded = text.toLocaleLowerCase();
+  const ranges = [];
+  for (const word of query.toLocaleLowerCase().split(/\s+/).filter(Boolean)) {
+    for (let i = folded.indexOf(word); i >= 0; i = folded.indexOf(word, i + word.length)) {
+      ranges.push([i, i + word.length]);
+    }
+  }
+  return ranges;
+}
 
 /** Which date group a time falls in, counted in whole calendar days back from today. */
 export function dateGroup(ts, now = Date.now()) {
@@ -28,14 +55,19 @@ export class ChatList {
   constructor({ list, search, status, token, current, onOpen, willDelete, onDelete }) {
     Object.assign(this, { list, search, status, token, current, onOpen, willDelete, onDelete });
     this.sessions = [];
+    this.found = null; // {query, sessions}: what the server found for a query
+    this.searchTimer = null;
+    this.searches = 0; // numbers each search, so an answer that comes late is dropped
     search.addEventListener("input", () => {
       this.say(""); // a line about an earlier action is stale once the list changes
       this.render();
+      this.searchSoon();
     });
     search.addEventListener("keydown", (event) => {
       if (event.key === "Escape" && search.value) {
         event.stopPropagation(); // clears the search; does not stop a run or close the drawer
         search.value = "";
+        this.found = null;
         this.render();
       }
     });
@@ -48,14 +80,39 @@ export class ChatList {
       return; // the list is a convenience: the conversation works without it
     }
     if (!this.list.querySelector(".rename-input")) this.render(); // never under the user's typing
+    if (this.search.value.trim()) this.searchSoon();
+  }
+
+  searchSoon() {
+    clearTimeout(this.searchTimer);
+    const query = this.search.value.trim();
+    if (query) this.searchTimer = setTimeout(() => this.searchServer(query), SEARCH_DELAY_MS);
+    else this.found = null;
+  }
+
+  /** Ask the server, which also searches what was said; without it the titles stay filtered. */
+  async searchServer(query) {
+    const number = ++this.searches;
+    let sessions;
+    try {
+      sessions = (await api(`api/sessions?limit=50&q=${encodeURIComponent(query)}`, this.token)).sessions;
+    } catch {
+      return;
+    }
+    if (number !== this.searches || query !== this.search.value.trim()) return;
+    this.found = { query, sessions };
+    if (!this.list.querySelector(".rename-input")) this.render();
   }
 
   render() {
-    const query = this.search.value.trim().toLocaleLowerCase();
+    const typed = this.search.value.trim();
+    const query = typed.toLocaleLowerCase();
     const current = this.current();
-    const shown = this.sessions
-      .filter((s) => s.title || s.session_id === current)
-      .filter((s) => !query || (s.title || "New chat").toLocaleLowerCase().includes(query));
+    const shown = typed && this.found?.query === typed
+      ? this.found.sessions
+      : this.sessions
+        .filter((s) => s.title || s.session_id === current)
+        .filter((s) => !query || (s.title || "New chat").toLocaleLowerCase().includes(query));
     const nodes = [];
     let group = null;
     for (const session of shown) {
@@ -64,13 +121,13 @@ export class ChatList {
         group = name;
         nodes.push(el("li", "session-group", name));
       }
-      nodes.push(this.item(session, session.session_id === current));
+      nodes.push(this.item(session, session.session_id === current, typed));
     }
     if (!shown.length && query) nodes.push(el("li", "sessions-empty", "No chats match your search."));
     this.list.replaceChildren(...nodes);
   }
 
-  item(session, isCurrent) {
+  item(session, isCurrent, query = "") {
     const title = session.title || "New chat";
     const li = el("li", "session-item");
     li.dataset.sessionId = session.session_id;
@@ -78,7 +135,14 @@ export class ChatList {
     const open = button("session", null, () => this.onOpen(session.session_id));
     const marker = el("span", "session-marker");
     marker.setAttribute("aria-hidden", "true");
-    open.append(marker, el("span", "session-title", title));
+    const text = el("span", "session-text");
+    const titleNode = text.appendChild(el("span", "session-title"));
+    titleNode.append(marked(title, query ? occurrences(title, query) : []));
+    if (session.match) {
+      const excerpt = text.appendChild(el("span", "session-match"));
+      excerpt.append(marked(session.match.text, session.match.highlights));
+    }
+    open.append(marker, text);
     if (STATUS_LABEL[session.status]) open.append(el("span", "sr-only", ` (${STATUS_LABEL[session.status]})`));
     open.title = `${title}\n${new Date(session.updated_at).toLocaleString()}`;
     if (isCurrent) open.setAttribute("aria-current", "true");

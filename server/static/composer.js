@@ -3,13 +3,14 @@
 
 const PREFS = "agent-chat:prefs";
 const DEFAULT_MAX_STEPS = 10;
+// A touch screen has no Esc and no Shift+Enter: its placeholders do not speak of keys.
+const TOUCH = matchMedia("(pointer: coarse)").matches;
+const KEYS = TOUCH ? "" : " (Enter to send, Shift+Enter for a new line, Esc to stop)";
 const LOOK = {
-  send: { label: "Send", aria: "Send (Enter)", box: "Message",
-    placeholder: "Message the agent… (Enter to send, Shift+Enter for a new line, Esc to stop)" },
+  send: { label: "Send", aria: "Send (Enter)", box: "Message", placeholder: `Message the agent…${KEYS}` },
   answer: { label: "Answer", aria: "Send the answer (Enter)", box: "Your answer to the agent's question",
-    placeholder: "Answer the agent's question… (Enter to send)" },
-  stop: { label: "Stop", aria: "Stop the run (Esc)", box: "Message",
-    placeholder: "Message the agent… (Enter to send, Shift+Enter for a new line, Esc to stop)" },
+    placeholder: `Answer the agent's question…${TOUCH ? "" : " (Enter to send)"}` },
+  stop: { label: "Stop", aria: "Stop the run (Esc)", box: "Message", placeholder: `Message the agent…${KEYS}` },
 };
 
 export class Composer {

@@ -24,8 +24,20 @@ const COMPLETION = {
 
 // The phase a step shows for the model call of each of the loop's phases.
 const PHASES = { reason: "thinking", act: "acting", observe: "observing" };
+// What the step's header says in each phase; the working ones also show a live timer.
+const PHASE_LABELS = {
+  thinking: "Thinking", acting: "Acting", observing: "Observing", "waiting for you": "Waiting for you",
+  "waiting for your approval": "Waiting for your approval", done: "Done",
+};
+const WORKING = new Set(["thinking", "acting", "observing"]);
 
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+
+/** "0 s", "12 s", "2 min 5 s": a timer that counts up from zero. */
+export function elapsed(ms) {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
+}
 
 export function duration(ms) {
   const s = Math.max(1, Math.round(ms / 1000));
@@ -54,18 +66,54 @@ export class Run {
     this.outcome = null; // how it ended: finished | max_steps | budget | stuck | stopped | error
     this.firstTs = null;
     this.lastTs = null;
+    this.frameTs = null; // the ts of the frame being applied: when a phase began
+    this.markdown = null; // the answer's Markdown source, what "Copy answer" copies
+    this.opened = false; // the reader opened part of the work: the end keeps it open
+    this.since = null; // when the run began here (its first event's ts): its own timer
+    this.ticker = null;
     this.body = article.appendChild(el("div", "run-body"));
     if (userText != null) this.setUserText(userText);
+    // `grow(change)`: make a change that grows the run outside of `apply` (the answer's
+    // delayed render); the conversation sets it to keep the end in view when it was
+    this.grow = (change) => change();
   }
 
-  setUserText(text) {
-    if (this.userText != null) return;
+  /** The user's message as a bubble; a run that continues the last one (`origin`
+   * "continue") has none: its message is the server's, not something the user wrote. */
+  setUserText(text, origin = "chat") {
+    if (origin === "continue") {
+      this.userText = null;
+      this.article.querySelector(":scope > .bubble.user")?.remove();
+      this.article.classList.add("continued");
+      return;
+    }
+    if (this.userText != null || this.article.classList.contains("continued")) return;
     this.userText = text;
     this.article.prepend(el("div", "bubble user", text));
   }
 
   setBusy(busy) {
     this.article.classList.toggle("active", busy);
+    if (busy && !this.ticker) {
+      this.since ??= this.frameTs ?? Date.now();
+      this.tick();
+      this.ticker = setInterval(() => this.tick(), 1000);
+    } else if (!busy) {
+      clearInterval(this.ticker);
+      this.ticker = null;
+      delete this.body.dataset.elapsed;
+    }
+  }
+
+  /** Once a second while the run works: the run's own timer (shown until a step shows one)
+   * and the working step's. */
+  tick() {
+    if (!this.article.isConnected && this.ticker) {
+      clearInterval(this.ticker); // its chat was closed
+      return;
+    }
+    this.body.dataset.elapsed = elapsed(Date.now() - this.since);
+    for (const step of this.steps.values()) step.render();
   }
 
   get complete() {
@@ -80,7 +128,7 @@ export class Run {
     let step = this.steps.get(n);
     if (!step) {
       if (!this.work) this.createWork();
-      step = new Step(this.work.querySelector(".steps"), n);
+      step = new Step(this.work.querySelector(".steps"), n, () => this.frameTs);
       this.steps.set(n, step);
     }
     return step;
@@ -90,6 +138,10 @@ export class Run {
     this.work = el("details", "work");
     this.work.open = true;
     this.work.append(el("summary", "work-summary", "Working…"), el("div", "steps"));
+    // What the reader opens (a tool card, the steps after a fold) stays open at the end.
+    this.work.addEventListener("click", (event) => {
+      if (event.isTrusted && event.target.closest("summary")) this.opened = true;
+    });
     // the steps go above anything already shown below them (an answer, notices)
     const after = this.body.querySelector(":scope > .answer, :scope > .notice");
     this.body.insertBefore(this.work, after);
@@ -105,26 +157,24 @@ export class Run {
   }
 
   apply(f, answers) {
-    this.setBusy(true);
-    if (typeof f.ts === "number") {
+    this.frameTs = typeof f.ts === "number" ? f.ts : null;
+    if (this.frameTs != null) {
       this.firstTs ??= f.ts;
       this.lastTs = f.ts;
     }
+    this.setBusy(true);
     const kind = f.update_type ?? f.type;
     if (kind !== "agent_llm_retry") this.clearRetry();
     if (this.approving && kind !== "agent_tool_approval") this.approvalDecided(f);
     switch (kind) {
       case "agent_user_message":
-        this.setUserText(f.content);
-        break;
-      case "agent_start":
-        this.body.prepend(el("p", "run-meta", `Agent run · up to ${plural(f.max_steps, "step")}`));
+        this.setUserText(f.content, f.origin);
         break;
       case "agent_turn_start":
         this.step(f.step).phase("thinking");
         break;
       case "agent_reasoning_delta":
-        if (f.step) this.step(f.step).stream("thinking", f.delta);
+        if (f.step) this.step(f.step).phase(PHASES[f.phase] ?? null).stream("thinking", f.delta);
         break;
       case "agent_reason_delta":
         this.step(f.step).stream("reason", f.delta);
@@ -172,10 +222,9 @@ export class Run {
         this.step(f.step).note(`Plan: ${f.plan.map((item, i) => `${i + 1}. ${item}`).join("  ")}`, "plan");
         break;
       case "agent_verify":
-        this.step(f.step).note(
-          f.done ? `Checked: ${f.reason}` : `Not finished yet: ${f.reason}`,
-          f.done ? "checked" : "warning",
-        );
+        // a check that lets the answer stand says nothing the reader needs (its reason is
+        // the server's own wording); one that sends the agent back to work does
+        if (!f.done) this.step(f.step).note(`Not finished yet: ${f.reason}`, "warning");
         break;
       case "agent_research":
         this.notice(`Looked up background first (${f.sources.length} sources).`);
@@ -249,12 +298,13 @@ export class Run {
       const node = this.answerNode;
       if (!node?.classList.contains("streaming")) return; // the whole answer came meanwhile
       const started = performance.now();
-      node.replaceChildren(renderMarkdown(this.streamed));
+      this.grow(() => node.replaceChildren(renderMarkdown(this.streamed)));
       this.renderCost = performance.now() - started;
     }), wait);
   }
 
   answer(markdown, meta) {
+    this.markdown = markdown;
     const node = this.answerNode ?? this.body.appendChild(el("div"));
     node.className = "answer markdown";
     node.removeAttribute("aria-busy");
@@ -292,23 +342,22 @@ export class Run {
     if (stepCount) parts.push(plural(stepCount, "step"));
     if (this.tools.size) parts.push(plural(this.tools.size, "tool"));
     this.work.querySelector(".work-summary").textContent = parts.join(" · ");
-    // A run that ended without its answer (stopped, failed) keeps its steps in view.
-    if (this.answerNode && this.outcome !== "stopped" && this.outcome !== "error") {
+    // A run that ended without its answer (stopped, failed) keeps its steps in view, and
+    // so does one whose steps the reader opened.
+    if (this.answerNode && this.outcome !== "stopped" && this.outcome !== "error" && !this.opened) {
       this.work.open = false;
     }
   }
 
-  /** The answer's text, without the note that says it was cut. */
+  /** The answer's Markdown source (what streamed, for an answer that was cut off). */
   get answerText() {
-    const node = this.answerNode;
-    const cut = node?.querySelector(":scope > .answer-cut");
-    const text = node?.textContent ?? "";
-    return cut ? text.slice(0, -cut.textContent.length) : text;
+    return this.markdown ?? this.streamed ?? "";
   }
 
   /** The answer stopped streaming before it was complete (a stop, a failure): render what
    * came, marked as partial, and let screen readers read it. */
   settleCutAnswer() {
+    this.markdown = this.streamed;
     const node = this.answerNode;
     node.className = "answer markdown partial";
     node.removeAttribute("aria-busy");
@@ -327,12 +376,17 @@ function completionMeta(f) {
 }
 
 class Step {
-  constructor(parent, n) {
+  /** `clock()`: the ts of the frame being applied (null: now), when a phase begins. */
+  constructor(parent, n, clock) {
+    this.clock = clock;
+    this.since = null; // when the current phase began (epoch ms)
+    this.tokens = 0; // pieces of text the model streamed in the current phase
     this.section = parent.appendChild(el("section", "step"));
     this.section.dataset.step = n;
     const head = this.section.appendChild(el("header", "step-head"));
     head.append(el("span", "badge", n ? `Step ${n}` : "Tools"));
     this.phaseLabel = head.appendChild(el("span", "phase"));
+    this.phaseLabel.setAttribute("aria-live", "off"); // a ticking timer is not news
     this.thinking = this.section.appendChild(el("div", "thinking"));
     this.reason = this.section.appendChild(el("div", "reason"));
     this.tools = this.section.appendChild(el("div", "tools"));
@@ -341,17 +395,35 @@ class Step {
     this.answers = new Set(); // tool_call_ids whose answer is shown
   }
 
+  /** Enter phase `name` (null: stay in the current one); a new phase restarts the timer. */
   phase(name) {
-    this.phaseLabel.textContent = name;
-    this.section.dataset.phase = name;
+    if (name != null && name !== this.section.dataset.phase) {
+      this.section.dataset.phase = name;
+      this.since = this.clock() ?? Date.now();
+      this.tokens = 0;
+    }
+    this.render();
     return this;
   }
 
-  /** Grow a block token by token; `finish` replaces it with the full content. */
+  /** "Thinking · 12 s · 48 tokens": the phase, how long it has worked, what it streamed. */
+  render() {
+    const name = this.section.dataset.phase ?? "";
+    let text = PHASE_LABELS[name] ?? name;
+    if (WORKING.has(name) && this.since != null) {
+      text += ` · ${elapsed(Date.now() - this.since)}`;
+      if (this.tokens) text += ` · ${plural(this.tokens, "token")}`;
+    }
+    if (this.phaseLabel.textContent !== text) this.phaseLabel.textContent = text;
+  }
+
+  /** Grow a block token by token, quietly; `finish` replaces it with the full content. */
   stream(part, delta) {
     const node = this[part];
     node.setAttribute("aria-busy", "true");
     node.append(delta);
+    this.tokens += 1;
+    this.render();
     return this;
   }
 
@@ -386,6 +458,8 @@ class Step {
 
   settle() {
     if (this.section.dataset.phase !== "done") this.phase("");
+    this.since = null;
+    this.render();
     for (const node of [this.thinking, this.reason, this.observe]) node.removeAttribute("aria-busy");
   }
 }

@@ -28,6 +28,9 @@ export function argumentPreview(args) {
   return text.length > PREVIEW_CHARS ? `${text.slice(0, PREVIEW_CHARS - 1)}…` : text;
 }
 
+// A denied call ends in a tool_error that says so: the user's choice, not a failure.
+const DECLINED = "The user declined";
+
 const seconds = (ms) => (ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`);
 
 export class ToolCard {
@@ -112,9 +115,16 @@ export class ToolCard {
   fail(error) {
     clearInterval(this.ticker);
     this.waiting = false;
+    const text = String(error);
+    if (text.startsWith(DECLINED)) {
+      this.card.className = "tool declined"; // not run, as the user asked: no error to fix
+      this.status.textContent = "declined by you";
+      this.section("Not run", text);
+      return;
+    }
     this.card.className = "tool failed";
     this.card.open = true;
     this.status.textContent = "✗ error";
-    this.section("Error", String(error), "error");
+    this.section("Error", text, "error");
   }
 }

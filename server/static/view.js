@@ -93,9 +93,35 @@ export class Conversation {
   /** Apply one server frame that carries a run_id. */
   apply(frame) {
     const stick = this.atBottom();
-    this.run(frame.run_id).apply(frame, this.answers);
+    // the end of a run folds its steps: what the reader looks at must not jump away
+    const anchor = !stick && frame.type === "response_complete" ? this.anchor() : null;
+    const run = this.run(frame.run_id);
+    if (anchor && run.work?.contains(anchor.node)) run.opened = true; // reading the steps
+    run.apply(frame, this.answers);
     if (stick) this.scrollToEnd();
-    else this.onScrollState(false);
+    else {
+      if (anchor) this.keepInPlace(anchor);
+      this.onScrollState(false);
+    }
+  }
+
+  /** The element at the top of the view, and where it is. */
+  anchor() {
+    const box = this.root.getBoundingClientRect();
+    const node = document.elementFromPoint(box.left + box.width / 2, box.top + 8);
+    return node && this.root.contains(node) && node !== this.root
+      ? { node, top: node.getBoundingClientRect().top }
+      : null;
+  }
+
+  /** Scroll so that `anchor` (or, when a fold hid it, the fold's summary) stays put. */
+  keepInPlace({ node, top }) {
+    let target = node;
+    if (!target.isConnected || !target.getClientRects().length) {
+      target = node.closest?.("details.work")?.querySelector(".work-summary") ?? null;
+    }
+    if (!target?.getClientRects().length) return;
+    this.root.scrollTop += target.getBoundingClientRect().top - top;
   }
 
   run(runId) {
@@ -104,6 +130,11 @@ export class Conversation {
       run = this.pending ?? new Run(this.append(el("article", "run")), this.userTexts.get(runId));
       this.pending = null;
       run.article.dataset.runId = runId;
+      run.grow = (change) => {
+        const stick = this.atBottom();
+        change();
+        if (stick) this.scrollToEnd();
+      };
       this.runs.set(runId, run);
     }
     return run;

@@ -46,6 +46,7 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError,
 from agent.errors import StorageError
 from agent.messages import Message
 from server.settings import StorageSettings
+from server.storage import mongo_search
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
@@ -60,6 +61,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.search import SearchHit, title_matches, words
 from server.storage.write_gate import WriteGate
 
 __all__ = ["MongoStore"]
@@ -107,6 +109,7 @@ class MongoStore(WritesInOrder):
         self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # see append
         self._gate = WriteGate()  # FerretDB: no write of a session undoes another (write_gate)
+        self._text_index = False  # the server has the message text index (mongo_search.py)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -133,6 +136,7 @@ class MongoStore(WritesInOrder):
             with _translated(where), pymongo.timeout(max(timeout, _OPEN_TIMEOUT_MS) / 1000):
                 for name, keys, unique in _INDEXES:
                     await db[name].create_index(keys, unique=unique)
+                self._text_index = await mongo_search.create_text_index(db)
         except BaseException:
             await client.close()
             raise
@@ -181,6 +185,36 @@ class MongoStore(WritesInOrder):
         with _translated("list sessions"):
             docs = await cursor.to_list()
         return list(await asyncio.gather(*(self._record(doc) for doc in docs)))
+
+    async def search_sessions(self, scope: Scope, query: str, limit: int) -> list[SearchHit]:
+        """`SessionSearch`: the text index (or a scan) over the searched messages, and the
+        titles."""
+        query_words = words(query)
+        if limit <= 0 or not query_words:
+            return []
+        with _translated("search sessions"):
+            found = await mongo_search.search(
+                self._db_open(), scope, query_words, limit, indexed=self._text_index
+            )
+            cursor = (
+                self._col("sessions")
+                .find(_owner(scope), {"session_id": 1, "title": 1})
+                .sort([("updated_at", DESCENDING), ("_id", DESCENDING)])
+            )
+            chosen: list[str] = []
+            async for doc in cursor:
+                if doc["session_id"] in found or title_matches(doc["title"], query_words):
+                    chosen.append(doc["session_id"])
+                    if len(chosen) == limit:
+                        break
+            docs = {
+                doc["session_id"]: doc
+                async for doc in self._col("sessions").find(
+                    {**_owner(scope), "session_id": {"$in": chosen}}
+                )
+            }
+            records = await asyncio.gather(*(self._record(docs[i]) for i in chosen if i in docs))
+        return [SearchHit(r, *found.get(r.session_id, (None, ()))) for r in records]
 
     async def update_session(
         self,
@@ -568,9 +602,12 @@ class MongoStore(WritesInOrder):
     # -- plumbing ----------------------------------------------------------------------------
 
     def _col(self, name: str) -> AsyncCollection[Doc]:
+        return self._db_open()[name]
+
+    def _db_open(self) -> AsyncDatabase[Doc]:
         if self._db is None:
             raise StorageError("the MongoDB store is not open")
-        return self._db[name]
+        return self._db
 
     async def _record(self, doc: Doc) -> SessionRecord:
         scope = Scope(doc["tenant_id"], doc["user_id"])

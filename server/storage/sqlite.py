@@ -29,6 +29,7 @@ import orjson
 
 from agent.errors import StorageError
 from agent.messages import Message
+from server.storage import sqlite_search
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
@@ -43,6 +44,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.search import SearchHit, title_matches, words
 from server.storage.sqlite_batch import (
     IN_ORDER_SCHEMA,
     Append,
@@ -114,6 +116,7 @@ CREATE TABLE IF NOT EXISTS run_slots (
 CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
     + IN_ORDER_SCHEMA
+    + sqlite_search.SCHEMA
 )
 _TAIL_CHUNK = 200  # sessions per tail query (four bound variables each)
 
@@ -191,6 +194,7 @@ class SQLiteStore:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(sessions)")}
         if "lease_until" not in columns:  # files written before leases existed
             conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
+        sqlite_search.backfill(conn)  # files written before message search existed
         self._write_conn = conn
 
     def _open_reader(self) -> None:
@@ -230,6 +234,30 @@ class SQLiteStore:
                 (scope.tenant_id, scope.user_id, limit),
             ).fetchall()
             return [_session(r) for r in rows]
+
+        return await self._read(op)
+
+    async def search_sessions(self, scope: Scope, query: str, limit: int) -> list[SearchHit]:
+        """`SessionSearch`: FTS5 over the searched messages, and the titles."""
+        query_words = words(query)
+
+        def op(conn: sqlite3.Connection) -> list[SearchHit]:
+            found = sqlite_search.search(conn, scope, query_words, limit)
+            rows = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE tenant_id = ? AND user_id = ? "
+                "ORDER BY updated_at DESC, rowid DESC",
+                (scope.tenant_id, scope.user_id),
+            )
+            hits = []
+            for row in rows:
+                session = _session(row)
+                if session.session_id in found:
+                    hits.append(SearchHit(session, *found[session.session_id]))
+                elif query_words and title_matches(session.title, query_words):
+                    hits.append(SearchHit(session))
+                if len(hits) == limit:
+                    break
+            return hits
 
         return await self._read(op)
 

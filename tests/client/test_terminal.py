@@ -24,12 +24,15 @@ BOOT = (
     "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); "
     "os.execvp(sys.argv[1], sys.argv[1:])"
 )
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+ANSI = re.compile(r"\x1b\[[0-9;]*[mK]")
+# A status line drawn and erased again (client/display.py): what a person no longer sees.
+STATUS = re.compile(r"\r\x1b\[K(?:\x1b\[[0-9;]*m)*[⠀-⣿][^\r\n]*")
 
 
 def chat_command() -> list[str]:
-    script = Path(sys.executable).with_name("agent-server")
-    return [str(script), "chat"] if script.exists() else [sys.executable, "-m", "server", "chat"]
+    # `-m` from the working directory: the client of the checkout under test, which the
+    # installed `agent-server` script may not be (a venv shared by several checkouts)
+    return [sys.executable, "-m", "server", "chat"]
 
 
 class Terminal:
@@ -78,7 +81,8 @@ class Terminal:
 
     @property
     def text(self) -> str:
-        return ANSI.sub("", self.raw.decode("utf-8", "replace")).replace("\r", "")
+        shown = STATUS.sub("", self.raw.decode("utf-8", "replace"))
+        return ANSI.sub("", shown).replace("\r", "")
 
     async def expect(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
         """Wait until `pattern` (a regex) appears after the last match; consume up to it."""
@@ -138,6 +142,28 @@ def ws_url(server: Any) -> str:
     return f"ws://{server.address}/ws"
 
 
+async def piped_chat(server: Any, typed: bytes, tmp_path: Path, **env: str) -> str:
+    """Run the client with a pipe for its input and output (a script's way); return what
+    it printed, after checking it exited with 0."""
+    environ = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), **env}
+    if "NO_COLOR" not in env:
+        environ.pop("NO_COLOR", None)
+    proc = await asyncio.create_subprocess_exec(
+        *chat_command(),
+        "--url",
+        ws_url(server),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env=environ,
+    )
+    async with asyncio.timeout(20):
+        out, _ = await proc.communicate(typed)
+    text = out.decode()
+    assert proc.returncode == 0, text
+    return text
+
+
 async def test_a_run_streams_its_phases_and_the_final_answer(
     server: Any, fake_llm: FakeLLM, terminals: Any
 ) -> None:
@@ -161,7 +187,9 @@ async def test_a_run_streams_its_phases_and_the_final_answer(
     await term.expect(r"observing: The tool returned the time\.\]0;pwned\n")  # ESC, BEL dropped
     await term.expect(r"\[step 2\] thinking: I have the time now\.\n")
     await term.expect(r"observing: Done\.\n")
-    await term.expect(r"answer:\nIt is \*\*noon\*\* in UTC\.\n\(finished in 2 steps\)\n")
+    # a terminal renders the Markdown: bold, not asterisks
+    await term.expect(r"answer:\nIt is noon in UTC\.\n\(finished in 2 steps\)\n")
+    assert b"\x1b[1mnoon\x1b[0m" in term.raw
     await term.expect(r"you> ")
     assert b"\x1b]0;pwned" not in term.raw  # model text cannot send terminal commands
 
@@ -356,20 +384,7 @@ async def test_piped_input_waits_for_its_run_and_says_so_once(
     # line of its own.
     fake_llm.script("reason", reason("I know this one.", finish=True, delay_s=0.02))
     fake_llm.script("observe", observe("Easy.", final="It is noon.", delay_s=0.02))
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "NO_COLOR": "1"}
-    proc = await asyncio.create_subprocess_exec(
-        *chat_command(),
-        "--url",
-        ws_url(server),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=env,
-    )
-    async with asyncio.timeout(20):
-        out, _ = await proc.communicate(b"What time is it?\n")
-    text = out.decode()
-    assert proc.returncode == 0, text
+    text = await piped_chat(server, b"What time is it?\n", tmp_path, NO_COLOR="1")
     assert text.count("(input ended: waiting for the run to finish)") == 1, text
     assert "It is noon." in text
 
@@ -401,3 +416,49 @@ def test_the_resume_hint_names_the_server_but_never_the_token(
 
     shown = resume_command(url, "s1", token)
     assert shown.endswith(hint) and "tok-secret" not in shown
+
+
+MARKDOWN_ANSWER = (
+    "Run this:\n\n```python\nprint('hi')\n```\n\n| city | offset |\n| --- | --- |\n"
+    "| Tokyo | +09:00 |"
+)
+
+
+async def test_a_terminal_renders_the_answer_and_shows_what_works_and_for_how_long(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    # Markdown came out raw (fences, pipes), and a phase that printed nothing (Act) showed no
+    # sign of life for minutes (issue 46, item 12).
+    fake_llm.script("reason", reason("I know this.", finish=False))
+    fake_llm.script("act", Reply(hang_after=0))  # the model writes its tool call, slowly
+    term = await terminals(ws_url(server))
+    await term.expect(r"you> ")
+    term.type("Show me\r")
+    await term.expect(r"\[step 1\] thinking: I know this\.\n")
+    seen = re.compile(r"\r\x1b\[K(?:\x1b\[[0-9;]*m)*[⠀-⣿] step 1 · acting · (\d+) s")
+    async with asyncio.timeout(10):
+        while len({m.group(1) for m in seen.finditer(term.raw.decode("utf-8", "replace"))}) < 2:
+            term.changed.clear()
+            await term.changed.wait()  # the timer moves while nothing else happens
+    term.type("\x03")  # stop it
+    await term.expect(r"■ stopped by you at step 1\n")
+    await term.expect(r"you> ")
+
+    fake_llm.script("reason", reason("Easy.", finish=True))
+    fake_llm.script("observe", observe("Done.", final=MARKDOWN_ANSWER))
+    term.type("Again\r")
+    await term.expect(r"answer:\nRun this:\n")
+    await term.expect(r"print\('hi'\)")
+    await term.expect(r" city +offset *\n ─+ *\n Tokyo +\+09:00")
+    await term.expect(r"\(finished in 1 step\)\n")
+    assert "```" not in term.text and "| city" not in term.text
+
+
+async def test_piped_output_keeps_the_raw_markdown_and_no_status_line(
+    server: Any, fake_llm: FakeLLM, tmp_path: Path
+) -> None:
+    fake_llm.script("reason", reason("Easy.", finish=True))
+    fake_llm.script("observe", observe("Done.", final=MARKDOWN_ANSWER))
+    text = await piped_chat(server, b"Show me\n", tmp_path)
+    assert MARKDOWN_ANSWER in text  # as the model wrote it, for a file or a script
+    assert "\x1b" not in text and "⠋" not in text

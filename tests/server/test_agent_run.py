@@ -139,9 +139,10 @@ async def test_failed_tool_calls_reach_the_wire_and_the_model(server_factory, fa
     assert all(m["content"].startswith("The tool call failed") for m in tool_messages)
 
 
-async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order(
+async def test_concurrent_tool_calls_run_together_and_each_reports_as_it_ends(
     server_factory, fake_llm
 ):
+    # The fast call's tool_complete used to wait for the slow one before it (issue 46).
     slow, fast = (
         FakeToolCall("echo", {"text": "slow", "delay_ms": 300}),
         FakeToolCall("echo", {"text": "fast"}),
@@ -156,8 +157,8 @@ async def test_concurrent_tool_calls_run_together_and_report_in_the_models_order
     assert tool_frames == [
         ("tool_start", slow.id),
         ("tool_start", fast.id),
-        ("tool_complete", slow.id),
         ("tool_complete", fast.id),
+        ("tool_complete", slow.id),
     ]
     durations = {f["tool_call_id"]: f["duration_ms"] for f in frames if kind(f) == "tool_complete"}
     # Each reports its own time: the slow one's covers its 300 ms wait, the fast one's does not.

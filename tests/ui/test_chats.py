@@ -280,3 +280,40 @@ async def test_a_sign_in_link_says_whose_account_it_opens(
         await page.locator("#sign-out").click()
         await expect(page.locator("#conn")).to_have_attribute("data-state", "unauthorized")
         assert await page.evaluate("sessionStorage.getItem('agent-chat:token')") is None
+
+
+async def test_search_finds_what_was_said_and_the_model_names_chats(
+    ui_server_factory: Any, page: Any, fake_llm: FakeLLM, viewport: str, snap: Any
+) -> None:
+    # Titles were the raw first message, and search matched titles only (issue 46, item 5).
+    fake_llm.script(
+        "title", Reply(chunks=["Lisbon or Porto by train"]), Reply(chunks=["Sourdough basics"])
+    )
+    fake_llm.script(
+        "observe",
+        Reply(
+            chunks=[
+                '{"observation": "ok", "should_continue": false, '
+                '"final_answer": "The Alfa Pendular takes under three hours."}'
+            ]
+        ),
+    )
+    async with ui_server_factory(agent={"session_titles": True}) as server:
+        await open_page(page, server.url)
+        await finish_run(page, LONG_TITLE)
+        await open_chats(page, viewport)
+        items = page.locator(".session-item")
+        await expect(items.locator(".session-title")).to_have_text("Lisbon or Porto by train")
+        await page.locator("#new-chat").click()  # in the open drawer on a phone
+        await finish_run(page, "Explain sourdough starters")
+        await open_chats(page, viewport)
+        await expect(items).to_have_count(2)
+
+        await page.locator("#chat-search").fill("pendul")  # only in an answer, half typed
+        hit = items.filter(has=page.locator(".session-match"))
+        await expect(items).to_have_count(1)
+        await expect(hit.locator(".session-title")).to_have_text("Lisbon or Porto by train")
+        await expect(hit.locator(".session-match mark")).to_have_text("Pendular")
+        await snap("chat-search")
+        await page.locator("#chat-search").fill("sourdough")
+        await expect(items.locator(".session-title mark")).to_have_text("Sourdough")

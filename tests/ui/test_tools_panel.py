@@ -101,10 +101,13 @@ async def test_an_approval_banner_never_takes_a_keystroke_meant_elsewhere(
         # Not "running": the call waits, and so does its step.
         card = page.locator("article.run details.tool")
         await expect(card.locator(".tool-status")).to_have_text("waiting for your approval")
-        await expect(page.locator("article.run .phase")).to_have_text("waiting for your approval")
+        await expect(page.locator("article.run .phase")).to_have_text("Waiting for your approval")
         await page.keyboard.type("and then ")
         await expect(box).to_have_value("and then ")
         await page.locator("#approve-no").click()
         await expect(page.locator("#conversation")).to_contain_text("No time, then.")
+        # the user's choice, not a failure: no red error (issue 46, item 10)
+        await expect(card).to_have_class("tool declined")
+        await expect(card.locator(".tool-status")).to_have_text("declined by you")
     decisions = [f for f in sent if f["type"] == "agent_tool_decision"]
     assert [d["approve"] for d in decisions] == [False]

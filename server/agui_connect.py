@@ -1,0 +1,171 @@
+"""AG-UI reconnect: `POST /agui/connect` brings a front end that reloaded back into an
+existing thread (what `AbstractAgent.connectAgent` asks of an agent's `connect`).
+
+The stream: RUN_STARTED, MESSAGES_SNAPSHOT (the conversation as stored: the user's messages,
+the answers, tool calls and their results), then, when a run is going on, that run from its
+first event, translated as `POST /agui` streams it, and on live until it ends or pauses on a
+question (RUN_FINISHED as there); with no run, RUN_FINISHED at once. A question the run asked
+and was answered is not shown again as an interrupt: only one still open ends the stream.
+docs/ag-ui.md is the contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from ag_ui.core import (
+    AssistantMessage,
+    BaseEvent,
+    FunctionCall,
+    Message,
+    MessagesSnapshotEvent,
+    RunFinishedEvent,
+    RunFinishedSuccessOutcome,
+    RunStartedEvent,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ag_ui.encoder import EventEncoder
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from agent.errors import StorageError
+from server.agui import (
+    _SSE_HEADERS,
+    _caller,
+    _cors,
+    _follow,
+    _open,
+    _read_input,
+    _refusal,
+    _Refused,
+    _Stream,
+)
+from server.agui_events import Translator
+from server.live import LiveSession
+from server.services import Services
+from server.storage.base import Scope, events_in_pages
+from server.storage.search import ANSWER_PHASES
+
+__all__ = ["connect_endpoint"]
+
+_INTERRUPTS = ("agent_request_input", "agent_tool_approval")
+_HISTORY_LIMIT = 100_000  # messages in a snapshot: every one a thread has, in practice
+
+
+async def connect_endpoint(request: Request) -> Response:
+    services: Services = request.app.state.services
+    live: LiveSession | None = None
+    stream: _Stream | None = None
+    try:
+        scope = _caller(request, services)
+        run_input = await _read_input(request, services.settings.server.max_message_bytes)
+        live = await _open(services, scope, run_input.thread_id, create=False)
+        server = services.settings.server
+        stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
+        live.subscribers.add(stream)  # before reading the store: nothing falls between
+        running = live.status != "idle"
+        frames = await _last_run(services, scope, live.session_id) if running else []
+        messages = await _snapshot(services, scope, live.session_id, frames)
+    except (_Refused, StorageError) as exc:
+        return _refusal(request, services, live, stream, exc, "The store is unavailable.")
+    run_id = str(frames[0]["run_id"]) if frames else run_input.run_id
+    client_tools = frozenset(t.name for t in run_input.tools or ())
+    translator = Translator(live.session_id, run_id, client_tools)
+    body = _events(services, live, stream, translator, messages, frames)
+    response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
+    response.headers.update(_SSE_HEADERS)
+    return _cors(request, response)
+
+
+async def _last_run(services: Services, scope: Scope, session_id: str) -> list[dict[str, Any]]:
+    """The stored frames of the session's last run (the one going on), oldest first."""
+    frames: list[dict[str, Any]] = []
+    async for page, _ in events_in_pages(services.store, scope, session_id, 0):
+        for raw in page:
+            frame = orjson.loads(raw)
+            if frame.get("update_type") == "agent_user_message":
+                frames = []  # a run begins with its user's message
+            if frame.get("run_id"):
+                frames.append(frame)
+    return frames
+
+
+async def _snapshot(
+    services: Services, scope: Scope, session_id: str, running: list[dict[str, Any]]
+) -> list[Message]:
+    """The stored conversation as AG-UI messages; of the run going on only its user's
+    message (the stream shows the rest of it)."""
+    stored, _ = await services.store.read_messages(scope, session_id, _HISTORY_LIMIT, None)
+    run_id = running[0]["run_id"] if running else None
+    out: list[Message] = []
+    for body in stored:
+        if run_id is not None and body.get("run_id") == run_id and body["role"] != "user":
+            continue
+        message = _message(body)
+        if message is not None:
+            out.append(message)
+    return out
+
+
+def _message(body: dict[str, Any]) -> Message | None:
+    """One stored message (its API dict) as AG-UI's; None for what a chat does not show
+    (the agent's working notes, system notes)."""
+    role, content, key = body["role"], str(body.get("content") or ""), str(body["message_id"])
+    if role == "user" and body.get("phase") is None:
+        return UserMessage(id=key, content=content)
+    if role == "tool":
+        return ToolMessage(id=key, tool_call_id=str(body.get("tool_call_id")), content=content)
+    if role != "assistant":
+        return None
+    calls = [
+        ToolCall(id=c["id"], function=FunctionCall(name=c["name"], arguments=c["arguments"]))
+        for c in body.get("tool_calls") or ()
+    ]
+    if calls:
+        return AssistantMessage(id=key, content=content or None, tool_calls=calls)
+    if body.get("phase") in ANSWER_PHASES:
+        return AssistantMessage(id=key, content=content)
+    return None
+
+
+async def _events(
+    services: Services,
+    live: LiveSession,
+    stream: _Stream,
+    translator: Translator,
+    messages: list[Message],
+    frames: list[dict[str, Any]],
+) -> AsyncIterator[str]:
+    encoder = EventEncoder()
+
+    def encode(events: list[BaseEvent]) -> str:
+        return "".join(encoder.encode(event) for event in events)
+
+    try:
+        started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
+        yield encode([started, MessagesSnapshotEvent(messages=messages)])
+        if not frames:
+            finished = RunFinishedEvent(
+                thread_id=translator.thread_id,
+                run_id=translator.run_id,
+                outcome=RunFinishedSuccessOutcome(),
+            )
+            yield encode([finished])
+            return
+        last_seq = 0
+        for i, frame in enumerate(frames):
+            last_seq = int(frame.get("seq") or last_seq)
+            answered = i + 1 < len(frames)  # a question the run went on from
+            if frame.get("update_type") in _INTERRUPTS and answered:
+                continue
+            yield encode(translator.translate(frame))
+        async for text in _follow(stream, translator, encode, last_seq):
+            yield text
+    finally:
+        live.subscribers.discard(stream)
+        stream.closed()
+        services.hub.release(live)
