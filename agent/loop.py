@@ -396,7 +396,10 @@ def _state(
 ) -> str:
     """Act's state line: the request, the plan, the tools named or asked for, every call so
     far. The request is said again: a small model reads the last message most."""
-    plan = "; ".join(rec.plan) if rec.plan else (step_plan.strip() or _reasoning_pointer(rec))
+    own = step_plan.strip()
+    if own and copied_from(own, *(t.description for t in ctx.tools.specs(ctx.tool_names))):
+        own = ""  # a tool's description read back is no plan
+    plan = "; ".join(rec.plan) if rec.plan else (own or _reasoning_pointer(rec))
     request = " ".join(rec.task().split())
     request = request if len(request) <= 300 else request[:299] + "…"
     tools = f"Tools you named for this step: {', '.join(named)}.\n" if named else ""

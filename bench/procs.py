@@ -236,7 +236,8 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "kernel": platform.release(),
-        "uvicorn_ws": config.ws,
+        # a name, or the protocol class itself (server/guard.py's lingering one)
+        "uvicorn_ws": config.ws if isinstance(config.ws, str) else config.ws.__name__,
         "uvicorn_ws_per_message_deflate": config.ws_per_message_deflate,
         "uvicorn_http": "h11",
         "event_loop": "uvloop" if uvloop else "asyncio",
