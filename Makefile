@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 DEV    := $(VENV)/.installed-dev
 
-.PHONY: install dev serve test test-unit test-deps lint bench screenshots clean lock
+.PHONY: install dev serve test test-unit test-deps lint bench eval screenshots clean lock
 
 # The server alone (what `make serve` needs); `make dev` adds the test, lint and bench tools.
 # Both install the exact versions in requirements.txt / requirements-dev.txt (pinned, with
@@ -57,9 +57,23 @@ lint: dev
 bench: dev
 	$(BIN)/python -m bench
 
+# The task benchmark on real models (docs/eval.md; not part of `make test`): our loop beside
+# the OpenAI Agents SDK's Runner, on the bundled llama.cpp models or any endpoint:
+# `make eval EVAL_ARGS="--base-url http://host:8000/v1 --model NAME"`. The SDK wants an older
+# websockets than the server's lock, so the eval has a venv of its own.
+EVAL_VENV := .venv-eval
+$(EVAL_VENV)/.installed: pyproject.toml
+	test -x $(EVAL_VENV)/bin/python || $(PYTHON) -m venv $(EVAL_VENV)
+	$(EVAL_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(EVAL_VENV)/bin/python -m pip install --quiet -e '.[eval]'
+	touch $@
+
+eval: test-deps $(EVAL_VENV)/.installed
+	$(EVAL_VENV)/bin/python -m bench.eval $(EVAL_ARGS)
+
 # The web UI screenshots in docs/ (not part of `make test`).
 screenshots: dev test-deps
 	$(BIN)/python scripts/ui_screenshots.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(EVAL_VENV) .pytest_cache .mypy_cache .ruff_cache

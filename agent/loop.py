@@ -209,8 +209,7 @@ async def _act(
             step,
             "act",
             lambda: rec.messages(step, "act", system, [instruction]),
-            tools=tools,
-            tool_choice="required" if planned else "auto",
+            tools=tools,  # not "required": llama.cpp then pads the call with newlines
         )
         calls, content = rec.own_call_ids(turn.tool_calls), turn.content
         ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
