@@ -82,11 +82,14 @@ function onFrame(frame) {
   updateWelcome();
 }
 
+let sessionModel = ""; // the model the session frame names
+let bundledModel = false; // /api/me: the server runs its bundled small model
+
 function onSession(frame) {
   state.sessionLastSeq = frame.last_seq;
   composer.setDefaults(frame.defaults);
-  ui.welcomeModel.hidden = !frame.model;
-  ui.welcomeModel.textContent = frame.model ? `Model: ${frame.model}` : "";
+  sessionModel = frame.model || "";
+  describeModel();
   setRunning(frame.status !== "idle");
   if (frame.pending_input) ask({ ...frame.pending_input, run_id: null });
   else hideAsk();
@@ -427,6 +430,7 @@ async function showIdentity() {
   } catch {
     return; // unauthorized or offline: the connection line says so
   }
+  showModel(me.model);
   if (!me.auth) return;
   $("identity-name").textContent = `Signed in as ${me.user_id} (${me.tenant_id})`;
   $("identity").hidden = false;
@@ -437,6 +441,22 @@ async function showIdentity() {
       "info",
     );
   }
+}
+
+/** The bundled small model (a first run without any model configured) is named on the
+ * welcome screen, with how to use a real one: its answers are often wrong. */
+function showModel(model) {
+  bundledModel = Boolean(model?.bundled);
+  describeModel();
+}
+
+function describeModel() {
+  ui.welcomeModel.textContent = bundledModel
+    ? "This server runs its bundled small local model, for trying things out: it often gets " +
+      "answers wrong. To use a real model, start the server with OPENAI_API_KEY, or with " +
+      "OPENAI_BASE_URL and AGENT__LLM__MODEL (docs/models.md)."
+    : sessionModel && `Model: ${sessionModel}`;
+  ui.welcomeModel.hidden = !ui.welcomeModel.textContent;
 }
 
 $("sign-out").addEventListener("click", () => {

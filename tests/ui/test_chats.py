@@ -317,3 +317,16 @@ async def test_search_finds_what_was_said_and_the_model_names_chats(
         await snap("chat-search")
         await page.locator("#chat-search").fill("sourdough")
         await expect(items.locator(".session-title mark")).to_have_text("Sourdough")
+
+
+async def test_the_bundled_model_is_named_with_how_to_use_a_real_one(
+    ui_server_factory: Any, page: Any, viewport: str, snap: Any
+) -> None:
+    """A first run without a model configured serves the bundled small model: the page says
+    so, and how to point the server at a real one."""
+    async with ui_server_factory(llm={"model": "bundled-qwen2.5-coder-0.5b"}) as bundled:
+        await open_page(page, bundled.url)
+        note = page.locator("#welcome-model")
+        await expect(note).to_contain_text("bundled small local model")
+        await expect(note).to_contain_text("OPENAI_API_KEY")
+        await snap("welcome-bundled-model")
