@@ -185,9 +185,11 @@ async def _act(
     Act's instructions carry a state message (the plan, the tools Reason named, those the
     user's task names that no call has used yet, and every call so far) for this call only.
     Calls the model wrote as text instead of `tool_calls` are read and run like native ones
-    (agent/textcalls.py). When Reason planned a tool and no call came, the model is asked once
-    more, for the call as JSON of a given schema (a server that constrains decoding can then
-    only write an offered tool with valid arguments, or "none"); once that was what worked,
+    (agent/textcalls.py) where no schema can be asked for. Where one can (the server takes
+    `response_format`) and a call is wanted (Reason planned one, or none has been made yet),
+    a reply without a call is asked once more, for the call as JSON of the call schema: an
+    offered tool with valid arguments, or "none". A native call of a tool Reason did not plan
+    is asked again the same way, among the planned tools. Once the schema is what worked,
     the run asks that way first. The reply kept is the model's plan of action.
     """
     _check_budget(rec)
@@ -202,6 +204,7 @@ async def _act(
     # A call is wanted: Reason planned one, or no tool has been used yet (Act decides).
     wanted = bool(planned) or _first_look(rec, tools)
     by_schema = wanted and getattr(ctx.model, "structured_output", False)  # optional
+    tools_asked = tools  # the tools a call asked for by schema may name
     if not (by_schema and _schema_first(ctx, rec)):
         turn = await call_model(
             ctx,
@@ -216,6 +219,11 @@ async def _act(
         if not calls and not by_schema:  # no better way to ask: read calls written as text
             calls, content = read_text_tool_calls(content, offered)
             ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
+        if by_schema and planned and any(c.name not in (*planned, REQUEST_INPUT) for c in calls):
+            # a call Reason did not plan: asked again, among the tools it planned
+            ctx.metrics[Metric.OFF_PLAN_CALLS] += 1
+            calls, content = (), ""
+            tools_asked = [t for t in tools if t.name in planned or t.name == REQUEST_INPUT]
     if not calls and by_schema:
         _check_budget(rec)
         ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
@@ -227,9 +235,9 @@ async def _act(
             lambda: rec.messages(step, "act", system, [instruction, ask]),
             tools=tools,
             tool_choice="none",
-            response_format=call_schema(tools),
+            response_format=call_schema(tools_asked),
         )
-        calls = read_text_tool_calls(turn.content, offered)[0]
+        calls = read_text_tool_calls(turn.content, {t.name for t in tools_asked})[0]
         ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
         if calls:
             rec.act_by_schema = True

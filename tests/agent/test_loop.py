@@ -706,3 +706,25 @@ def test_a_list_of_most_offered_tools_names_none():
     tools = [ToolSpec(n, "", {}) for n in ("a", "b", "c", "d", "e")]
     assert _named(ReasonControl("p", ("a", "b", "c", "d"), False), tools) == []
     assert _named(ReasonControl("p", ("b", "b", "x"), False), tools) == ["b"]
+
+
+async def test_a_native_call_of_a_tool_reason_did_not_plan_is_asked_again_among_the_planned(
+    harness: Harness,
+):
+    harness.model.structured_output = True
+    harness.model.script("reason", _thinks("Check Tokyo.", ["get_current_time"]))
+    harness.model.script(
+        "act",
+        act(FakeToolCall("echo", {"text": "made up"})),  # not what Reason planned
+        text('{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'),
+    )
+    harness.model.script("observe", observe("Got it.", final="9:00 in Tokyo."))
+    record = await harness.run("What time is it in Tokyo?", max_steps=1)
+    second = [c for c in harness.model.calls if c.phase == "act"][1]
+    offered = {
+        o["properties"]["tool"]["const"]
+        for o in second.response_format["json_schema"]["schema"]["anyOf"]
+    }
+    assert offered == {"get_current_time", "request_input", "none"}
+    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
+    assert harness.metrics[Metric.OFF_PLAN_CALLS] == 1
