@@ -119,6 +119,7 @@ def _with_bundled_model(
     os.environ["OPENAI_BASE_URL"] = server.base_url
     os.environ["AGENT__LLM__MODEL"] = BUNDLED_NAME
     os.environ.setdefault(settings.llm.api_key_env, "unused")
+    os.environ.setdefault("AGENT__LLM__TIMEOUT_S", "300")  # a CPU model: the README's advice
     return load_settings(config_path, {"server": {"host": args.host, "port": args.port}})
 
 
