@@ -43,6 +43,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.outage import Outage, StoreUnavailable
 from server.storage.sqlite_batch import (
     IN_ORDER_SCHEMA,
     Append,
@@ -129,8 +130,9 @@ class SQLiteStore:
 
     NUMBERS_KEPT = 10_000  # sessions whose last `seq` is remembered (see `_note_last_seq`)
 
-    def __init__(self, path: Path, *, shared: bool = False) -> None:
+    def __init__(self, path: Path, *, shared: bool = False, outage: Outage | None = None) -> None:
         self.shared = shared
+        self.outage = outage or Outage()  # another process holding the write lock: wait
         self._path = path
         self._claim = FileClaim(path, shared=shared)
         self._writer = _executor("sqlite-writer")
@@ -298,8 +300,12 @@ class SQLiteStore:
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
     ) -> list[bytes]:
-        result: list[bytes] = await self._write(self._append(scope, session_id, frames, now))
-        return result
+        # Numbered again at each try: a failed batch used none of its numbers.
+        results = await self.outage.ride(
+            lambda: self._queue([self._append(scope, session_id, frames, now)])
+        )
+        bodies: list[bytes] = results[0]
+        return bodies
 
     def _append(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
@@ -334,17 +340,22 @@ class SQLiteStore:
         messages: Sequence[Message] = (),
         status: StatusChange | None = None,
     ) -> list[bytes]:
-        """One unit of the next group commit: stored together or not at all."""
-        ops: list[Op | Append] = []
-        if frames:
-            ops.append(self._append(scope, session_id, frames, now))
-        if messages:
-            ops.append(_messages_append(scope, session_id, messages, now))
-        if status is not None:
-            ops.append(_session_update(scope, session_id, now, status))
-        if not ops:
+        """One unit of the next group commit: stored together or not at all (so a try that
+        failed on a lock can be made again whole)."""
+
+        def unit() -> list[Op | Append]:
+            ops: list[Op | Append] = []
+            if frames:
+                ops.append(self._append(scope, session_id, frames, now))
+            if messages:
+                ops.append(_messages_append(scope, session_id, messages, now))
+            if status is not None:
+                ops.append(_session_update(scope, session_id, now, status))
+            return ops
+
+        if not (frames or messages or status is not None):
             return []
-        results = await self._queue(ops)
+        results = await self.outage.ride(lambda: self._queue(unit()))
         bodies: list[bytes] = results[0] if frames else []
         return bodies
 
@@ -589,9 +600,10 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _write(self, op: Op | Append) -> Any:
-        """Queue `op` for the next group commit and wait for its result."""
-        return (await self._queue([op]))[0]
+    async def _write(self, op: Op) -> Any:
+        """Queue `op` for the next group commit and wait for its result; again while another
+        process holds the write lock (a failed transaction stored none of it)."""
+        return (await self.outage.ride(lambda: self._queue([op])))[0]
 
     def _queue(self, unit: list[Op | Append]) -> asyncio.Future[list[Any]]:
         """Queue operations for the next group commit, as a unit: if one of them fails on its
@@ -715,6 +727,8 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if _locked(exc):  # another process holds the write lock past busy_timeout
+                raise StoreUnavailable(f"SQLite write failed: {exc}") from exc
             raise StorageError(f"SQLite write failed: {exc}") from exc
         return results
 
@@ -752,6 +766,12 @@ class SQLiteStore:
             return found
 
         return await self._read(op) if ids else {}
+
+
+def _locked(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (any extended code): a lock another connection holds."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _per_unit(

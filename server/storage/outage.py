@@ -1,0 +1,141 @@
+"""Outage: ride through a store that stalls or fails over, and keep the store's state.
+
+    StorageError
+    └── StoreUnavailable   a failure that can pass: a timeout, no primary, a network error,
+                           a SQLite file another process holds locked
+
+A store runs each of its operations through `Outage.ride`: a `StoreUnavailable` is retried
+with exponential backoff and jitter (tenacity, as every retry of the project) until the
+operation has waited `storage.outage_tolerance_s`, or the outage has lasted that long; then it
+is raised, and the run that needed the write ends with `storage_error`. Any other
+`StorageError` (a full disk, a refused document) is raised at once.
+
+The same object says how the store is, for /healthz: `ok`, or `unavailable` since when and
+why. An outage is logged when it begins, when it passes the tolerance and when it ends: a
+stalled database costs three lines, not one per retry (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
+
+from agent.errors import StorageError
+from server.settings import StorageSettings
+
+__all__ = ["Outage", "StoreUnavailable"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_FIRST_WAIT_S = 0.05  # the first retry: a failover or a lock often passes within moments
+_MAX_WAIT_S = 2.0  # never longer between tries: the run resumes soon after the store does
+_RECENT_S = 10.0  # a failure this recent still says the store is down (see `exhausted`)
+DEFAULT_TOLERANCE_S: float = StorageSettings.model_fields["outage_tolerance_s"].default
+
+
+class StoreUnavailable(StorageError):
+    """The store did not answer, or could not take the write now, in a way that can pass."""
+
+
+class Outage:
+    """Retry what can pass for up to `tolerance_s`; know whether the store answers."""
+
+    def __init__(
+        self,
+        tolerance_s: float = DEFAULT_TOLERANCE_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tolerance_s = tolerance_s
+        self._clock = clock
+        self._since: float | None = None  # when the outage began (None: the store answers)
+        self._last_failure = 0.0
+        self._error = ""
+        self._told_past = False
+
+    @property
+    def down(self) -> bool:
+        """The store's last answer was a failure that can pass."""
+        return self._since is not None
+
+    @property
+    def exhausted(self) -> bool:
+        """The store has failed for longer than the tolerance, and lately: a run started now
+        would only wait to fail. A failure long past says nothing (nothing may have asked
+        since), so a new run then tries again."""
+        now = self._clock()
+        return self._past_tolerance(now) and now - self._last_failure < _RECENT_S
+
+    def health(self) -> dict[str, Any]:
+        """The store's state as /healthz shows it."""
+        if self._since is None:
+            return {"state": "ok"}
+        return {
+            "state": "unavailable",
+            "for_s": round(self._clock() - self._since, 1),
+            "tolerance_s": self.tolerance_s,
+            "error": self._error,
+        }
+
+    async def ride(self, action: Callable[[], Awaitable[T]]) -> T:
+        """Await `action()`, again after each `StoreUnavailable` until the tolerance is spent;
+        `action` must be safe to repeat (a write that timed out may have been stored)."""
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(StoreUnavailable),
+            stop=self._spent,
+            wait=self._wait,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                try:
+                    result = await action()
+                except StoreUnavailable as exc:
+                    self._failed(exc)
+                    raise
+        self._answered()
+        return result
+
+    def _spent(self, state: RetryCallState) -> bool:
+        waited = state.seconds_since_start or 0.0
+        return waited >= self.tolerance_s or self._past_tolerance(self._clock())
+
+    def _wait(self, state: RetryCallState) -> float:
+        """Exponential backoff with full jitter, never past the end of the tolerance."""
+        ceiling = min(_MAX_WAIT_S, _FIRST_WAIT_S * 2.0 ** (state.attempt_number - 1))
+        left = self.tolerance_s - (state.seconds_since_start or 0.0)
+        return max(0.0, min(ceiling * random.random(), left))
+
+    def _past_tolerance(self, now: float) -> bool:
+        return self._since is not None and now - self._since >= self.tolerance_s
+
+    def _failed(self, exc: StoreUnavailable) -> None:
+        now = self._clock()
+        self._last_failure, self._error = now, str(exc)
+        if self._since is None:
+            self._since = now
+            log.warning(
+                "the store is unavailable (%s): writes wait for it, up to "
+                "storage.outage_tolerance_s (%g s)",
+                exc,
+                self.tolerance_s,
+            )
+        elif self._past_tolerance(now) and not self._told_past:
+            self._told_past = True
+            log.error(
+                "the store has been unavailable for more than %g s (%s): runs that need it "
+                "end with storage_error, new ones are refused",
+                self.tolerance_s,
+                exc,
+            )
+
+    def _answered(self) -> None:
+        if self._since is not None:
+            log.warning("the store answers again, after %.1f s", self._clock() - self._since)
+        self._since, self._error, self._told_past = None, "", False
