@@ -185,6 +185,9 @@ class LiveSession:
         self._window = write_window_s
         self._held: asyncio.TimerHandle | None = None  # ends the window of the writes held
         self._unreported: Exception | None = None  # a write nobody awaited failed
+        # A batch of run output failed (the store stayed away past the tolerance): nothing
+        # more is stored or delivered here, or a watcher could see seq N+2 after N.
+        self.broken: StorageError | None = None
 
     @property
     def idle(self) -> bool:
@@ -300,6 +303,8 @@ class LiveSession:
         failed, self._unreported = self._unreported, None
         if failed is not None:
             raise failed
+        if self.broken is not None:
+            raise StorageError(str(self.broken)) from self.broken
         self._enqueue(write)
         if write.future is not None:
             await write.future  # a cancelled caller cancels only this notice, not the write
@@ -355,9 +360,14 @@ class LiveSession:
                 error = exc  # anything but a StorageError is a bug: the run reports it as one
                 if not isinstance(exc, StorageError):
                     log.error("session %s: a write failed", self.session_id, exc_info=exc)
-                if not any(write.awaited for write in batch):
+                failed = batch
+                if isinstance(exc, StorageError) and any(w.frames or w.messages for w in batch):
+                    # What the run did after the lost batch must not be stored without it.
+                    self.broken, failed = exc, [*batch, *writes]
+                    writes.clear()
+                if not any(write.awaited for write in failed):
                     self._unreported = error  # reported once, by the session's next write
-                for write in batch:
+                for write in failed:
                     if write.future is not None and not write.future.done():
                         write.future.set_exception(error)
                 continue

@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from agent.errors import StorageError
 from server.settings import StorageSettings
 
-__all__ = ["Outage", "StoreUnavailable"]
+__all__ = ["Outage", "StoreUnavailable", "outage_of"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -139,3 +139,9 @@ class Outage:
         if self._since is not None:
             log.warning("the store answers again, after %.1f s", self._clock() - self._since)
         self._since, self._error, self._told_past = None, "", False
+
+
+def outage_of(store: object) -> Outage | None:
+    """The store's `Outage`, if it rides through outages (both shipped backends do)."""
+    outage = getattr(store, "outage", None)
+    return outage if isinstance(outage, Outage) else None
