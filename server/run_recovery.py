@@ -28,6 +28,7 @@ from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.outage import log_retry
 
 __all__ = ["CutShort", "Repairs", "RunRecovery", "where_it_stopped"]
 
@@ -139,7 +140,7 @@ class RunRecovery:
                 if self._store.shared and ticks % 3 == 0:
                     await self.recover()
             except StorageError as exc:
-                log.warning("session upkeep failed, will retry: %s", exc)
+                log_retry(log, "session upkeep failed", exc)
 
     async def _renew_leases(self) -> None:
         """Renew the lease of every run of ours; a run another process has taken over (our
@@ -151,7 +152,7 @@ class RunRecovery:
         kept = await asyncio.gather(*(live.renew_lease() for live in held), return_exceptions=True)
         for live, ours in zip(held, kept, strict=True):
             if isinstance(ours, StorageError):
-                log.warning("a run lease could not be renewed, will retry: %s", ours)
+                log_retry(log, "a run lease could not be renewed", ours)
             elif isinstance(ours, BaseException):
                 raise ours
             elif not ours and live.run is not None:

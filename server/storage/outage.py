@@ -28,7 +28,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from agent.errors import StorageError
 from server.settings import StorageSettings
 
-__all__ = ["Outage", "StoreUnavailable", "outage_of"]
+__all__ = ["Outage", "StoreUnavailable", "log_retry", "outage_of"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -145,3 +145,10 @@ def outage_of(store: object) -> Outage | None:
     """The store's `Outage`, if it rides through outages (both shipped backends do)."""
     outage = getattr(store, "outage", None)
     return outage if isinstance(outage, Outage) else None
+
+
+def log_retry(logger: logging.Logger, what: str, exc: StorageError) -> None:
+    """Log a failure that the caller will retry: at debug when it is part of an outage (the
+    store logs the outage itself, once), so a stalled database does not flood the log."""
+    level = logging.DEBUG if isinstance(exc, StoreUnavailable) else logging.WARNING
+    logger.log(level, "%s, will retry: %s", what, exc)
