@@ -284,6 +284,11 @@ class LiveSession:
         elif frame.get("run_id"):
             self.status, self.pending_input, self.pending_approval = "running", None, None
 
+    def mend(self) -> None:
+        """The run that lost a batch has ended, and the store refused that batch (it did not
+        time out): nothing of it can turn up stored later, so later runs may write again."""
+        self.broken = None
+
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""
         for sub in list(self.subscribers):

@@ -354,6 +354,7 @@ class RunDriver:
                 # is missing, rather than see a later event of the session after a gap.
                 self._registry.forget(live.session_id, RECONNECT)
             else:
+                live.mend()
                 self._registry.release(live)
         if self._store.shared:
             try:
