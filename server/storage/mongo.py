@@ -427,7 +427,9 @@ class MongoStore(WritesInOrder):
                 "session_id": lease.session_id,
                 "active_run_id": lease.run_id,
                 "status": {"$in": _ACTIVE},
-                "lease_until": {"$lte": lease.given},
+                # ours: given by this process, or by a try of this renewal whose answer was
+                # lost (a lease of exactly that instant is no other process's)
+                "$or": [{"lease_until": {"$lte": lease.given}}, {"lease_until": lease_until}],
             }
             result = await sessions.update_one(held, {"$set": {"lease_until": lease_until}})
             return lease.session_id if result.matched_count else None

@@ -36,6 +36,9 @@ T = TypeVar("T")
 _FIRST_WAIT_S = 0.05  # the first retry: a failover or a lock often passes within moments
 _MAX_WAIT_S = 2.0  # never longer between tries: the run resumes soon after the store does
 _RECENT_S = 10.0  # a failure this recent still says the store is down (see `exhausted`)
+# An outage is told (logged, and shown by /healthz) once it has lasted this long: under load
+# a write now and then passes its timeout and the next one goes through, which is no outage.
+_NOTICE_S = 1.0
 DEFAULT_TOLERANCE_S: float = StorageSettings.model_fields["outage_tolerance_s"].default
 
 
@@ -57,12 +60,13 @@ class Outage:
         self._since: float | None = None  # when the outage began (None: the store answers)
         self._last_failure = 0.0
         self._error = ""
-        self._told_past = False
+        self._told = self._told_past = False
 
     @property
     def down(self) -> bool:
-        """The store's last answer was a failure that can pass."""
-        return self._since is not None
+        """The store has failed, in a way that can pass, since at least `_NOTICE_S` ago,
+        and not answered since."""
+        return self._since is not None and self._clock() - self._since >= _NOTICE_S
 
     @property
     def exhausted(self) -> bool:
@@ -74,7 +78,7 @@ class Outage:
 
     def health(self) -> dict[str, Any]:
         """The store's state as /healthz shows it."""
-        if self._since is None:
+        if self._since is None or not self.down:
             return {"state": "ok"}
         return {
             "state": "unavailable",
@@ -120,13 +124,15 @@ class Outage:
         self._last_failure, self._error = now, str(exc)
         if self._since is None:
             self._since = now
+        if not self._told and self.down:
+            self._told = True
             log.warning(
                 "the store is unavailable (%s): writes wait for it, up to "
                 "storage.outage_tolerance_s (%g s)",
                 exc,
                 self.tolerance_s,
             )
-        elif self._past_tolerance(now) and not self._told_past:
+        if self._past_tolerance(now) and not self._told_past:
             self._told_past = True
             log.error(
                 "the store has been unavailable for more than %g s (%s): runs that need it "
@@ -136,9 +142,11 @@ class Outage:
             )
 
     def _answered(self) -> None:
-        if self._since is not None:
+        if self._since is None:
+            return
+        if self._told:
             log.warning("the store answers again, after %.1f s", self._clock() - self._since)
-        self._since, self._error, self._told_past = None, "", False
+        self._since, self._error, self._told, self._told_past = None, "", False, False
 
 
 def outage_of(store: object) -> Outage | None:

@@ -56,7 +56,7 @@ from server.storage.sqlite_batch import (
 )
 from server.storage.sqlite_checkpoint import Checkpointer
 from server.storage.sqlite_claim import FileClaim, check_writable
-from server.storage.sqlite_connect import connect
+from server.storage.sqlite_connect import connect, locked
 
 __all__ = ["SQLiteStore"]
 
@@ -705,7 +705,10 @@ class SQLiteStore:
         if conn is None:
             raise StorageError("the SQLite store is not open")
         ops = [op for unit in units for op in unit]
-        alone = run_alone(conn, ops)
+        try:
+            alone = run_alone(conn, ops)
+        except sqlite3.Error as exc:  # locked: waiting again below would double the wait
+            raise StoreUnavailable(f"SQLite write failed: {exc}") from exc
         if alone is not None:
             return _per_unit(alone, units)
         results: list[list[Any] | BaseException] | None
@@ -727,7 +730,7 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-            if _locked(exc):  # another process holds the write lock past busy_timeout
+            if locked(exc):  # another process holds the write lock past busy_timeout
                 raise StoreUnavailable(f"SQLite write failed: {exc}") from exc
             raise StorageError(f"SQLite write failed: {exc}") from exc
         return results
@@ -766,12 +769,6 @@ class SQLiteStore:
             return found
 
         return await self._read(op) if ids else {}
-
-
-def _locked(exc: sqlite3.Error) -> bool:
-    """SQLITE_BUSY or SQLITE_LOCKED (any extended code): a lock another connection holds."""
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _per_unit(

@@ -4,9 +4,9 @@ A full agent run with replay and the HTTP views; a restart on the same database;
 database dying mid-run on a server with no `storage.outage_tolerance_s`: the run must end with
 `storage_error` then `response_complete` within seconds, its connection closed with 1012, the
 server must keep serving (and refuse new runs with `storage_unavailable`), and once the
-database is back the same session, resumed from the last `seq` seen, must take a new run. A run's end stored without its status (MongoDB writes them one
-after the other) is sent once and never ended a second time. Waits are on frames and
-conditions, each with a deadline.
+database is back the same session, resumed from the last `seq` seen, must take a new run.
+A run's end stored without its status (MongoDB writes them one after the other) is sent once
+and never ended a second time. Waits are on frames and conditions, each with a deadline.
 """
 
 from __future__ import annotations
