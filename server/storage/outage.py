@@ -59,14 +59,16 @@ class Outage:
         self._clock = clock
         self._since: float | None = None  # when the outage began (None: the store answers)
         self._last_failure = 0.0
+        self._last_answer = 0.0
         self._error = ""
         self._told = self._told_past = False
 
     @property
     def down(self) -> bool:
-        """The store has failed, in a way that can pass, since at least `_NOTICE_S` ago,
-        and not answered since."""
-        return self._since is not None and self._clock() - self._since >= _NOTICE_S
+        """The store has failed, in a way that can pass, since at least `_NOTICE_S` ago (or
+        the tolerance, if shorter), and not answered since."""
+        notice = min(_NOTICE_S, self.tolerance_s)
+        return self._since is not None and self._clock() - self._since >= notice
 
     @property
     def exhausted(self) -> bool:
@@ -98,10 +100,11 @@ class Outage:
         )
         async for attempt in retrying:
             with attempt:
+                began = self._clock()
                 try:
                     result = await action()
                 except StoreUnavailable as exc:
-                    self._failed(exc)
+                    self._failed(exc, began)
                     raise
         self._answered()
         return result
@@ -119,11 +122,14 @@ class Outage:
     def _past_tolerance(self, now: float) -> bool:
         return self._since is not None and now - self._since >= self.tolerance_s
 
-    def _failed(self, exc: StoreUnavailable) -> None:
+    def _failed(self, exc: StoreUnavailable, began: float) -> None:
+        """`exc` ended a try that began at `began`: the store has not answered since then
+        (a timeout arrives a whole `mongodb_timeout_ms` after the store went quiet), unless
+        another operation got an answer meanwhile."""
         now = self._clock()
         self._last_failure, self._error = now, str(exc)
         if self._since is None:
-            self._since = now
+            self._since = max(began, self._last_answer)
         if not self._told and self.down:
             self._told = True
             log.warning(
@@ -142,6 +148,7 @@ class Outage:
             )
 
     def _answered(self) -> None:
+        self._last_answer = self._clock()
         if self._since is None:
             return
         if self._told:

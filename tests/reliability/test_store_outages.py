@@ -120,7 +120,7 @@ async def replay(running: Running, session: str, after_seq: int = 0) -> list[Fra
     """Every stored event of the session after `after_seq`, over a new connection."""
     async with await running.client(session_id=session, after_seq=after_seq) as again:
         hello = await again.recv(timeout=RUN_TIMEOUT_S)
-        return [await again.recv() for _ in range(hello["last_seq"] - after_seq)]
+        return [await again.recv(RUN_TIMEOUT_S) for _ in range(hello["last_seq"] - after_seq)]
 
 
 async def assert_each_finished(running: Running, clients: list[tuple[Client, str]]) -> None:
@@ -129,12 +129,11 @@ async def assert_each_finished(running: Running, clients: list[tuple[Client, str
         *(client.until("response_complete", timeout=RUN_TIMEOUT_S) for client, _ in clients)
     )
     await asyncio.gather(*(client.close() for client, _ in clients))
-    replays = await asyncio.gather(*(replay(running, session) for _, session in clients))
-    for (client, _), frames, replayed in zip(clients, ended, replays, strict=True):
+    for (client, session), frames in zip(clients, ended, strict=True):
         sent = assert_gap_free(client.seen[1:])
         assert [f for f in client.seen if f["type"] == "error"] == []
         assert [f["stop_reason"] for f in frames if kind(f) == "agent_completion"] == ["finished"]
-        assert replayed == sent
+        assert await replay(running, session) == sent
 
 
 # -- within the tolerance: every run finishes --------------------------------------------------
