@@ -147,15 +147,24 @@ async def test_runs_ride_through_a_database_stall(
         ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
         server_factory(storage=on_mongodb(database.uri)) as running,
     ):
-        clients = await start_runs(running, RUNS)
+        fake_llm.script("reason", Reply(chunks=["thinking", " hard"], hang_after=1))
+        [(stopped, _)] = await start_runs(running, 1)  # its model call hangs until stopped
+        clients = await start_runs(running, RUNS - 1)
         database.pause()
         try:
             stalled = await until_health(running, "degraded")
             assert stalled["store"]["state"] == "unavailable"
+            # Stop works in memory first: the model call is abandoned during the stall.
+            await stopped.send({"type": "agent_control", "action": "stop"})
+            await fake_llm.wait_disconnects(1)
             await asyncio.sleep(STALL_S)  # the fault's length, not a wait for anything
         finally:
             database.resume()
         await assert_each_finished(running, clients)
+        ended = await stopped.until("response_complete", timeout=RUN_TIMEOUT_S)
+        assert [f.get("reason") for f in ended if kind(f) == "agent_stopped"] == ["user"]
+        assert_gap_free(stopped.seen[1:])
+        await stopped.close()
         assert await health(running) == {"status": "ok"}
 
 
