@@ -41,6 +41,7 @@ from server.storage.base import (
     StatusChange,
     Store,
 )
+from server.storage.outage import checked_before_retry
 
 __all__ = [
     "ActiveRun",
@@ -398,14 +399,15 @@ class LiveSession:
                 earlier = self.lease_given if self._lease_run == last.run_id else None
                 self.lease_given, self._lease_run = max(lease, earlier or 0), last.run_id
         try:
-            bodies = await self._store.store_batch(
-                self.scope,
-                self.session_id,
-                now,
-                frames=frames,
-                messages=messages,
-                status=change,
-            )
+            with checked_before_retry(lambda: self._check_lease(now_ms())):
+                bodies = await self._store.store_batch(
+                    self.scope,
+                    self.session_id,
+                    now,
+                    frames=frames,
+                    messages=messages,
+                    status=change,
+                )
         except PartlyStored as exc:  # its events are stored: they are delivered all the same
             self._deliver(frames, exc.bodies)
             raise

@@ -20,7 +20,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
@@ -28,7 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from agent.errors import StorageError
 from server.settings import StorageSettings
 
-__all__ = ["Outage", "StoreUnavailable", "log_retry", "outage_of"]
+__all__ = ["Outage", "StoreUnavailable", "checked_before_retry", "log_retry", "outage_of"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,6 +42,24 @@ _RECENT_S = 10.0  # a failure this recent still says the store is down (see `exh
 # a write now and then passes its timeout and the next one goes through, which is no outage.
 _NOTICE_S = 1.0
 DEFAULT_TOLERANCE_S: float = StorageSettings.model_fields["outage_tolerance_s"].default
+
+
+Check = Callable[[], Awaitable[None]]
+# Awaited before each try but the first of the writes made under `checked_before_retry`.
+_before_retry: ContextVar[Check | None] = ContextVar("before_retry", default=None)
+
+
+@contextmanager
+def checked_before_retry(check: Check) -> Iterator[None]:
+    """Around a write that must not be tried again blindly: `check()` runs before each new
+    try (and raises to stop them). A run's writes check its lease: a process paused past it
+    (SIGSTOP, a frozen VM) must not retry, on resuming, a write of a run another process has
+    closed meanwhile."""
+    token = _before_retry.set(check)
+    try:
+        yield
+    finally:
+        _before_retry.reset(token)
 
 
 class StoreUnavailable(StorageError):
@@ -100,6 +120,8 @@ class Outage:
         )
         async for attempt in retrying:
             with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    await _check_before_retry()
                 began = self._clock()
                 try:
                     result = await action()
@@ -154,6 +176,17 @@ class Outage:
         if self._told:
             log.warning("the store answers again, after %.1f s", self._clock() - self._since)
         self._since, self._error, self._told, self._told_past = None, "", False, False
+
+
+async def _check_before_retry() -> None:
+    check = _before_retry.get()
+    if check is None:
+        return
+    token = _before_retry.set(None)  # the check's own store calls are not checked again
+    try:
+        await check()
+    finally:
+        _before_retry.reset(token)
 
 
 def outage_of(store: object) -> Outage | None:
