@@ -1,7 +1,8 @@
 """Benchmark suite: `make bench` (= `python -m bench`). Prints a Markdown table and writes
 bench/results/<time>.{json,md} and bench/results/latest.{json,md}.
 
-    python -m bench [--quick] [--only step,long,throughput,deltas,stop,concurrency,memory,storage]
+    python -m bench [--quick] [--only step,long,throughput,deltas,stop,concurrency,memory,storage,
+                                      replicas,workers,outage]
                     [--profile] [--no-nostore]
 
 The agent server, the bare baseline and the fake LLM each run in their own process; this
@@ -29,6 +30,7 @@ from bench import (
     deltas,
     long_session,
     memory,
+    outage,
     profiling,
     replicas,
     step_overhead,
@@ -53,6 +55,7 @@ ALL = (
     "storage",
     "replicas",
     "workers",
+    "outage",
 )
 NOTES = [
     "Server, bare baseline and fake LLM run in separate processes; the load generator is a "
@@ -129,6 +132,7 @@ async def _main(args: argparse.Namespace) -> int:
         ("storage", "storage", lambda: storage.run(bench)),
         ("replicas", "replicas", lambda: replicas.run(bench)),
         ("workers", "workers", lambda: workers.run(bench)),
+        ("outage", "outage", lambda: outage.run(bench)),
     ]
     failed = False
     try:

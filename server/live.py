@@ -186,8 +186,9 @@ class LiveSession:
         self._window = write_window_s
         self._held: asyncio.TimerHandle | None = None  # ends the window of the writes held
         self._unreported: Exception | None = None  # a write nobody awaited failed
-        # A batch of run output failed (the store stayed away past the tolerance): nothing
-        # more is stored or delivered here, or a watcher could see seq N+2 after N.
+        # A batch of run output failed (the store refused it, or stayed away past the
+        # tolerance): nothing more of the run is stored or delivered here, or a watcher
+        # could see seq N+2 after N, or deltas of one phase in another. See `mend`.
         self.broken: StorageError | None = None
 
     @property
