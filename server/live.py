@@ -399,6 +399,8 @@ class LiveSession:
             if lease is not None:  # given, whether or not the store answers
                 earlier = self.lease_given if self._lease_run == last.run_id else None
                 self.lease_given, self._lease_run = max(lease, earlier or 0), last.run_id
+                if earlier is None:  # the run's first: it runs from now, stored or not yet
+                    self._lease_confirmed = lease_clock()
         try:
             with checked_before_retry(lambda: self._check_lease(now_ms())):
                 bodies = await self._store.store_batch(
