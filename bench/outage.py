@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
 from bench.context import Bench
 from bench.replicas import start_server
-from bench.storage import NO_FERRETDB
+from bench.storage import NO_FERRETDB, ferretdb_process
 from bench.wsclient import WSConn, connect, kind_of
 
 __all__ = ["run"]
@@ -43,7 +40,7 @@ async def run(bench: Bench) -> dict[str, Any]:
 
 
 async def _on_ferretdb(bench: Bench) -> dict[str, Any]:
-    async with _ferretdb(bench) as database:
+    async with ferretdb_process(bench) as database:
         if database is None:
             return NO_FERRETDB
         env = {
@@ -84,23 +81,6 @@ async def _on_sqlite(bench: Bench) -> dict[str, Any]:
         await holder.wait()
 
     return await _measure(bench, env, lock)
-
-
-@asynccontextmanager
-async def _ferretdb(bench: Bench) -> AsyncIterator[Any]:
-    from tests.fakes.ferretdb import FERRETDB_VERSION, FerretDB, cache_dir
-
-    binary = cache_dir() / f"ferretdb-{FERRETDB_VERSION}"
-    if not binary.exists():
-        yield None
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-outage-", dir=bench.workdir) as tmp:
-        server = FerretDB(binary, Path(tmp))
-        await asyncio.to_thread(server.start)
-        try:
-            yield server
-        finally:
-            await asyncio.to_thread(server.stop)
 
 
 async def _measure(bench: Bench, store_env: dict[str, str], fault: Fault) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from tests.conftest import Running, ServerFactory
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.ferretdb import FerretDB
 from tests.fakes.openai_server import FakeLLM, Reply, observe, reason
-from tests.storage.test_contract import collect_pymongo_monitor_sockets
+from tests.storage.test_server_on_mongodb import ferretdb
 
 pytestmark = pytest.mark.slow
 
@@ -41,14 +41,19 @@ RUN_TIMEOUT_S = 60.0  # a run's frames must all have come within this (stall inc
 
 
 @asynccontextmanager
-async def ferretdb(binary: Path, root: Path) -> AsyncIterator[FerretDB]:
-    server = FerretDB(binary, root)
-    await asyncio.to_thread(server.start)
-    try:
-        yield server
-    finally:
-        await asyncio.to_thread(server.stop)
-        collect_pymongo_monitor_sockets()
+async def on_ferretdb(
+    server_factory: ServerFactory,
+    binary: Path,
+    root: Path,
+    storage: dict[str, Any] | None = None,
+    **sections: dict[str, Any],
+) -> AsyncIterator[tuple[FerretDB, Running]]:
+    """A FerretDB process of the test's own, and the agent server on it."""
+    async with (
+        ferretdb(binary, root / "ferretdb") as database,
+        server_factory(storage=on_mongodb(database.uri, **(storage or {})), **sections) as running,
+    ):
+        yield database, running
 
 
 def on_mongodb(uri: str, **extra: Any) -> dict[str, Any]:
@@ -143,10 +148,7 @@ async def test_runs_ride_through_a_database_stall(
     server_factory: ServerFactory, fake_llm: FakeLLM, ferretdb_bin: Path, tmp_path: Path
 ) -> None:
     fake_llm.default = streaming(words=40, delay_s=0.05)
-    async with (
-        ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(storage=on_mongodb(database.uri)) as running,
-    ):
+    async with on_ferretdb(server_factory, ferretdb_bin, tmp_path) as (database, running):
         fake_llm.script("reason", Reply(chunks=["thinking", " hard"], hang_after=1))
         [(stopped, _)] = await start_runs(running, 1)  # its model call hangs until stopped
         clients = await start_runs(running, RUNS - 1)
@@ -172,10 +174,7 @@ async def test_runs_ride_through_the_database_killed_and_started_again(
     server_factory: ServerFactory, fake_llm: FakeLLM, ferretdb_bin: Path, tmp_path: Path
 ) -> None:
     fake_llm.default = streaming(words=40, delay_s=0.05)
-    async with (
-        ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(storage=on_mongodb(database.uri)) as running,
-    ):
+    async with on_ferretdb(server_factory, ferretdb_bin, tmp_path) as (database, running):
         clients = await start_runs(running, 3)
         await asyncio.to_thread(database.kill)
         await until_health(running, "degraded")
@@ -190,12 +189,8 @@ async def test_a_stall_past_the_tolerance_ends_each_run_honestly(
     server_factory: ServerFactory, fake_llm: FakeLLM, ferretdb_bin: Path, tmp_path: Path
 ) -> None:
     fake_llm.default = streaming(words=200, delay_s=0.05)
-    async with (
-        ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(
-            storage=on_mongodb(database.uri, outage_tolerance_s=SHORT_TOLERANCE_S, run_lease_s=3)
-        ) as running,
-    ):
+    shorter = {"outage_tolerance_s": SHORT_TOLERANCE_S, "run_lease_s": 3}
+    async with on_ferretdb(server_factory, ferretdb_bin, tmp_path, shorter) as (database, running):
         clients = await start_runs(running, RUNS)
         database.pause()
         paused_at = asyncio.get_running_loop().time()

@@ -17,9 +17,8 @@ from tests.reliability.test_store_outages import (
     RUNS,
     STALL_S,
     assert_each_finished,
-    ferretdb,
     health,
-    on_mongodb,
+    on_ferretdb,
     start_runs,
     streaming,
     until_health,
@@ -35,13 +34,8 @@ async def test_fifty_concurrent_runs_on_ferretdb_lose_nothing(
     5). A 1 s operation timeout makes such timeouts likely here; repeated rounds are
     `bench/`'s (each costs ~25 s on a loaded 2-core machine)."""
     fake_llm.default = streaming(words=10, delay_s=0.0)
-    async with (
-        ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(
-            storage=on_mongodb(database.uri),
-            agent={"max_concurrent_runs_per_tenant": 50},
-        ) as running,
-    ):
+    room = {"max_concurrent_runs_per_tenant": 50}
+    async with on_ferretdb(server_factory, ferretdb_bin, tmp_path, agent=room) as (_, running):
         clients = [await running.client() for _ in range(50)]
         sessions = [str((await c.recv())["session_id"]) for c in clients]
         await asyncio.gather(*(c.send({"type": "chat", "content": "go"}) for c in clients))
