@@ -7,16 +7,18 @@ tests/reliability/test_store_outages.py and test_store_pressure.py.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import orjson
 import pytest
 from bson import Binary, ObjectId
 
 from agent.errors import StorageError
-from server.settings import StorageSettings
+from server.app import create_store
+from server.settings import Settings, StorageSettings
 from server.storage.mongo import MongoStore
-from server.storage.outage import Outage, StoreUnavailable
+from server.storage.outage import Outage, StoreUnavailable, outage_of
 from tests.storage.test_contract import ALICE, BOB, collect_pymongo_monitor_sockets, frame, seqs
 
 
@@ -162,3 +164,12 @@ def _event_doc(seq: int) -> dict[str, Any]:
         "ts": 200,
         "body": Binary(orjson.dumps(frame(seq) | {"seq": seq})),
     }
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "mongodb"])
+def test_each_backend_takes_the_configured_tolerance(
+    backend: Literal["sqlite", "mongodb"], tmp_path: Path
+) -> None:
+    storage = StorageSettings(backend=backend, sqlite_path=tmp_path / "a.db", outage_tolerance_s=7)
+    outage = outage_of(create_store(Settings(storage=storage)))
+    assert outage is not None and outage.tolerance_s == 7
