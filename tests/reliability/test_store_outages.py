@@ -17,6 +17,7 @@ and a 40 s stall: the same path, a third of the wall time (docs/reliability.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -145,7 +146,11 @@ async def assert_each_finished(running: Running, clients: list[tuple[Client, str
 
 
 async def test_runs_ride_through_a_database_stall(
-    server_factory: ServerFactory, fake_llm: FakeLLM, ferretdb_bin: Path, tmp_path: Path
+    server_factory: ServerFactory,
+    fake_llm: FakeLLM,
+    ferretdb_bin: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake_llm.default = streaming(words=40, delay_s=0.05)
     async with on_ferretdb(server_factory, ferretdb_bin, tmp_path) as (database, running):
@@ -168,6 +173,11 @@ async def test_runs_ride_through_a_database_stall(
         assert_gap_free(stopped.seen[1:])
         await stopped.close()
         assert await health(running) == {"status": "ok"}
+    # The outage is logged as it begins and as it ends (again if the store, catching up,
+    # stalls once more), not at every retry of every run, relay poll and lease renewal.
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert said[0].startswith("the store is unavailable") and len(said) <= 6, said
+    assert all(m.startswith(("the store is unavailable", "the store answers again")) for m in said)
 
 
 async def test_runs_ride_through_the_database_killed_and_started_again(
