@@ -106,6 +106,9 @@ class ActiveRun:
     applied: set[str] = field(default_factory=set)  # keys of the store controls taken
     content: str = ""  # the user's message that started it ("" for a recovered run)
     opened_by: str | None = None  # that message's id in an AG-UI client's list
+    # Frames sent without being stored (the store failed): stored when its end is repaired,
+    # so that a replay has what the client saw.
+    told: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def shielded(work: Awaitable[T]) -> T:

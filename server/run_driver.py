@@ -311,6 +311,7 @@ class RunDriver:
         try:
             await live.publish([frame])
         except StorageError:
+            run.told.append(dict(frame))  # stored, with its `seq`, once the store is back
             frame.pop("seq")
             live.deliver_unstored(orjson.dumps(frame).decode())
 
@@ -342,7 +343,7 @@ class RunDriver:
                 frame.pop("seq")
                 live.deliver_unstored(orjson.dumps(frame).decode())
             # The store still shows the run as active: close it there once it is back.
-            self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id))
+            self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
             ridden_out = isinstance(live.broken or exc, StoreUnavailable)
         finally:
             live.ended_run = run.run_id

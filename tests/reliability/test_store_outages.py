@@ -234,6 +234,9 @@ async def test_a_stall_past_the_tolerance_ends_each_run_honestly(
             rest = await until_closed_in_store(running, session, last)
             assert [kind(f) for f in rest[-2:]] == ["agent_stopped", "response_complete"]
             assert (await replay(running, session))[: len(sent)] == sent
+            # The `error` it was sent unstored is in the replay too, as it was sent.
+            stored_errors = [{k: v for k, v in f.items() if k != "seq"} for f in rest]
+            assert errors[0] in stored_errors
         assert await health(running) == {"status": "ok"}
 
 
