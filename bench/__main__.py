@@ -2,7 +2,7 @@
 bench/results/<time>.{json,md} and bench/results/latest.{json,md}.
 
     python -m bench [--quick] [--only step,long,throughput,deltas,stop,concurrency,memory,storage,
-                               replicas,workers,attacks]
+                               replicas,workers,attacks,outage]
                     [--profile] [--no-nostore]
 
 The agent server, the bare baseline and the fake LLM each run in their own process; this
@@ -31,6 +31,7 @@ from bench import (
     deltas,
     long_session,
     memory,
+    outage,
     profiling,
     replicas,
     step_overhead,
@@ -56,6 +57,7 @@ ALL = (
     "replicas",
     "workers",
     "attacks",
+    "outage",
 )
 NOTES = [
     "Server, bare baseline and fake LLM run in separate processes; the load generator is a "
@@ -133,6 +135,7 @@ async def _main(args: argparse.Namespace) -> int:
         ("replicas", "replicas", lambda: replicas.run(bench)),
         ("workers", "workers", lambda: workers.run(bench)),
         ("attacks", "attacks", lambda: attacks.run(bench)),
+        ("outage", "outage", lambda: outage.run(bench)),
     ]
     failed = False
     try:

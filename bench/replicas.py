@@ -24,7 +24,7 @@ from bench.procs import ROOT, Proc, _spawn, free_port, server_env
 from bench.stats import percentile
 from bench.wsclient import WSConn, connect, kind_of
 
-__all__ = ["run"]
+__all__ = ["run", "start_server"]
 
 STREAM = {"kind": "slow", "delay_s": 0.02, "chunks": 150}
 CHAT = {"type": "chat", "content": "Take your time.", "agent_max_steps": 1}
@@ -64,7 +64,8 @@ async def _on_ferretdb(bench: Bench) -> dict[str, Any]:
         return await _measure(bench, env) | await _floor(env)
 
 
-def _start(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:
+def start_server(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:
+    """A server process on `store_env`'s store, ready to serve."""
     assert bench.llm is not None
     port = free_port()
     env = server_env(bench.llm, **store_env)
@@ -75,8 +76,8 @@ def _start(bench: Bench, name: str, store_env: dict[str, str]) -> Proc:
 
 
 async def _measure(bench: Bench, store_env: dict[str, str]) -> dict[str, Any]:
-    owner = await asyncio.to_thread(_start, bench, "replica_a", store_env)
-    other = await asyncio.to_thread(_start, bench, "replica_b", store_env)
+    owner = await asyncio.to_thread(start_server, bench, "replica_a", store_env)
+    other = await asyncio.to_thread(start_server, bench, "replica_b", store_env)
     try:
         local, remote = await _tail(bench, owner.address, other.address)
         stops = await _stops(bench, owner.address, other.address)

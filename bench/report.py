@@ -416,7 +416,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
                         )
                     )
     out += _attack_rows(results.get("attacks"))
-    return out
+    return out + _outage_rows(results.get("outage"))
 
 
 def _attack_rows(attacks: dict[str, Any] | None) -> list[Row]:
@@ -442,6 +442,41 @@ def _attack_rows(attacks: dict[str, Any] | None) -> list[Row]:
                     None if ratio is None or name == "unloaded" else ratio < 2,
                 )
             )
+    return out
+
+
+def _outage_rows(outage: dict[str, Any] | None) -> list[Row]:
+    """9: the pause a client sees while the store stalls, and the runs' outcome."""
+    out: list[Row] = []
+    for name, label in (("mongodb", "FerretDB paused"), ("sqlite", "SQLite write-locked")):
+        data = (outage or {}).get(name)
+        if not data:
+            continue
+        b = "10 a store stall below the tolerance"
+        if "skipped" in data:
+            out.append(Row(b, f"{label}: skipped {data['skipped']}", None, ""))
+            continue
+        stall = data["stall_s"]
+        longest = data["pause_max_s"]
+        out += [
+            Row(
+                b,
+                f"{label} {stall:g} s: longest pause a client saw",
+                _single(longest),
+                "s",
+                f"< {stall + 3:g} s",
+                _check(_single(longest), lambda v, s=stall: v < s + 3),
+            ),
+            Row(b, f"{label} {stall:g} s: shortest such pause", _single(data["pause_min_s"]), "s"),
+            Row(
+                b,
+                f"{label} {stall:g} s: runs finished, gap-free",
+                _single(data["finished"] if data["gap_free"] else 0),
+                f"of {data['runs']}",
+                "all",
+                data["gap_free"] and data["finished"] == data["runs"],
+            ),
+        ]
     return out
 
 

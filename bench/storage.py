@@ -16,12 +16,15 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.context import Bench
 from bench.stats import percentile, summarize
 from server.settings import StorageSettings
 from server.storage.base import Scope, Store
+
+if TYPE_CHECKING:
+    from tests.fakes.ferretdb import FerretDB
 
 __all__ = ["run"]
 
@@ -108,6 +111,13 @@ NO_FERRETDB = {"skipped": "no FerretDB binary cached (`make test-deps` builds on
 async def running_ferretdb(bench: Bench) -> AsyncIterator[str | None]:
     """A FerretDB on a temporary folder for one benchmark: its URI, or None when no binary is
     cached (benchmarks never build one)."""
+    async with ferretdb_process(bench) as server:
+        yield None if server is None else server.uri
+
+
+@asynccontextmanager
+async def ferretdb_process(bench: Bench) -> AsyncIterator[FerretDB | None]:
+    """As `running_ferretdb`, the process itself (to pause it, or kill it)."""
     from tests.fakes.ferretdb import FERRETDB_VERSION, FerretDB, cache_dir
 
     binary = cache_dir() / f"ferretdb-{FERRETDB_VERSION}"
@@ -118,7 +128,7 @@ async def running_ferretdb(bench: Bench) -> AsyncIterator[str | None]:
         server = FerretDB(binary, Path(tmp))
         await asyncio.to_thread(server.start)
         try:
-            yield server.uri
+            yield server
         finally:
             await asyncio.to_thread(server.stop)
 

@@ -58,6 +58,7 @@ _STATUS = {
     "session_not_found": 404,
     "run_in_progress": 409,
     "too_many_runs": 429,
+    "storage_unavailable": 503,
     "no_active_run": 409,
     "not_awaiting_input": 409,
     "not_awaiting_approval": 409,

@@ -68,9 +68,11 @@ def create_store(settings: Settings) -> Store:
         from server.storage.mongo import MongoStore
 
         return MongoStore(storage)
+    from server.storage.outage import Outage
     from server.storage.sqlite import SQLiteStore
 
-    return SQLiteStore(storage.sqlite_path, shared=storage.is_shared)
+    outage = Outage(storage.outage_tolerance_s)
+    return SQLiteStore(storage.sqlite_path, shared=storage.is_shared, outage=outage)
 
 
 def _tools(

@@ -22,6 +22,7 @@ from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prome
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
+from server.storage.outage import outage_of
 from server.storage.search import MAX_QUERY_CHARS, SessionSearch
 
 __all__ = ["health", "routes"]
@@ -110,23 +111,30 @@ def _handler(fn: Any) -> Any:
 
 
 async def healthz(request: Request) -> Response:
-    """`{"status": "ok"}`; with an MCP server not up: `"degraded"`, and `mcp` says which and
-    why, to an operator only (no token is needed here: the servers' names and errors, some of
-    them one tenant's, are not for anyone who asks)."""
+    """`{"status": "ok"}`; `"degraded"` while the store does not answer (`store` says since
+    when) or an MCP server is not up. Why, and which MCP servers, go to an operator only (no
+    token is needed here: the servers' names and errors, some of them one tenant's, and the
+    store's address in its error, are not for anyone who asks)."""
     services = _services(request)
     return JSONResponse(health(services, operator=services.auth.is_operator(request.headers)))
 
 
 def health(services: Services, *, operator: bool = False) -> dict[str, Any]:
     """The `/healthz` body (server.health_port serves it too, without the operator's detail)."""
+    body: dict[str, Any] = {"status": "ok"}
+    outage = outage_of(services.store)
+    if outage is not None and outage.down:
+        store = outage.health()
+        if not operator:
+            store.pop("error", None)
+        body |= {"status": "degraded", "store": store}
     tools = services.tools
-    if tools is None or not tools.servers:
-        return {"status": "ok"}
-    servers = tools.health()
-    up = all(server["state"] == "up" for server in servers.values())
-    body: dict[str, Any] = {"status": "ok" if up else "degraded"}
-    if operator:
-        body["mcp"] = servers
+    if tools is not None and tools.servers:
+        servers = tools.health()
+        if not all(server["state"] == "up" for server in servers.values()):
+            body["status"] = "degraded"
+        if operator:
+            body["mcp"] = servers
     return body
 
 

@@ -41,6 +41,7 @@ from server.storage.base import (
     StatusChange,
     Store,
 )
+from server.storage.outage import checked_before_retry
 
 __all__ = [
     "ActiveRun",
@@ -105,6 +106,9 @@ class ActiveRun:
     applied: set[str] = field(default_factory=set)  # keys of the store controls taken
     content: str = ""  # the user's message that started it ("" for a recovered run)
     opened_by: str | None = None  # that message's id in an AG-UI client's list
+    # Frames sent without being stored (the store failed): stored when its end is repaired,
+    # so that a replay has what the client saw.
+    told: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def shielded(work: Awaitable[T]) -> T:
@@ -185,6 +189,10 @@ class LiveSession:
         self._window = write_window_s
         self._held: asyncio.TimerHandle | None = None  # ends the window of the writes held
         self._unreported: Exception | None = None  # a write nobody awaited failed
+        # A batch of run output failed (the store refused it, or stayed away past the
+        # tolerance): nothing more of the run is stored or delivered here, or a watcher
+        # could see seq N+2 after N, or deltas of one phase in another. See `mend`.
+        self.broken: StorageError | None = None
 
     @property
     def idle(self) -> bool:
@@ -287,6 +295,11 @@ class LiveSession:
         for sub in list(self.subscribers):
             sub.deliver(frame_text, None)
 
+    def mend(self) -> None:
+        """The run that lost a batch has ended, and the store refused that batch (it did not
+        time out): nothing of it can turn up stored later, so later runs may write again."""
+        self.broken = None
+
     def deliver_unstored(self, frame_text: str) -> None:
         """Send a frame that could not be stored (the store is failing) to every watcher."""
         for sub in list(self.subscribers):
@@ -306,6 +319,8 @@ class LiveSession:
         failed, self._unreported = self._unreported, None
         if failed is not None:
             raise failed
+        if self.broken is not None:
+            raise StorageError(str(self.broken)) from self.broken
         self._enqueue(write)
         if write.future is not None:
             await write.future  # a cancelled caller cancels only this notice, not the write
@@ -361,9 +376,14 @@ class LiveSession:
                 error = exc  # anything but a StorageError is a bug: the run reports it as one
                 if not isinstance(exc, StorageError):
                     log.error("session %s: a write failed", self.session_id, exc_info=exc)
-                if not any(write.awaited for write in batch):
+                failed = batch
+                if isinstance(exc, StorageError) and any(w.frames or w.messages for w in batch):
+                    # What the run did after the lost batch must not be stored without it.
+                    self.broken, failed = exc, [*batch, *writes]
+                    writes.clear()
+                if not any(write.awaited for write in failed):
                     self._unreported = error  # reported once, by the session's next write
-                for write in batch:
+                for write in failed:
                     if write.future is not None and not write.future.done():
                         write.future.set_exception(error)
                 continue
@@ -388,15 +408,18 @@ class LiveSession:
             if lease is not None:  # given, whether or not the store answers
                 earlier = self.lease_given if self._lease_run == last.run_id else None
                 self.lease_given, self._lease_run = max(lease, earlier or 0), last.run_id
+                if earlier is None:  # the run's first: it runs from now, stored or not yet
+                    self._lease_confirmed = lease_clock()
         try:
-            bodies = await self._store.store_batch(
-                self.scope,
-                self.session_id,
-                now,
-                frames=frames,
-                messages=messages,
-                status=change,
-            )
+            with checked_before_retry(lambda: self._check_lease(now_ms())):
+                bodies = await self._store.store_batch(
+                    self.scope,
+                    self.session_id,
+                    now,
+                    frames=frames,
+                    messages=messages,
+                    status=change,
+                )
         except PartlyStored as exc:  # its events are stored: they are delivered all the same
             self._deliver(frames, exc.bodies)
             raise

@@ -50,6 +50,7 @@ ErrorCode = Literal[
     "storage_error",
     "internal_error",
     "rate_limited",
+    "storage_unavailable",
 ]
 
 MAX_WHOLE_NUMBER = 2**63 - 1  # what SQLite and MongoDB store as an integer

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from agent.errors import StorageError
 from server.live import LiveSession
 from server.storage.base import Control, Cursor, Store
+from server.storage.outage import log_retry
 
 __all__ = ["StoreRelay"]
 
@@ -35,6 +36,7 @@ TAIL_LIMIT = 2000  # events per poll, over every followed session
 SESSION_GONE = 4404  # the close code of a deleted session's watchers (docs/wire-protocol.md)
 PUSHED_SLOWDOWN = 10  # with change streams waking the relay, polls are only a safety net
 DELETION_CHECK_S = 1.0  # deletions are rare: not worth a query on every poll
+OUTAGE_POLL_S = 1.0  # the longest wait between polls while the store fails
 
 
 class StoreRelay:
@@ -84,8 +86,11 @@ class StoreRelay:
             self.pushed = False
 
     async def _forever(self) -> None:
+        failures = 0
         while True:
             interval = self._interval_s * (PUSHED_SLOWDOWN if self.pushed else 1)
+            if failures:  # the store is away: ask it less often, up to every OUTAGE_POLL_S
+                interval = max(interval, min(OUTAGE_POLL_S, self._interval_s * 2**failures))
             try:  # the poll interval, or earlier when the store says something was stored
                 await asyncio.wait_for(self._wake.wait(), interval)
             except TimeoutError:
@@ -93,8 +98,10 @@ class StoreRelay:
             self._wake.clear()
             try:
                 await self.poll()
+                failures = 0
             except StorageError as exc:
-                log.warning("following other processes failed, will retry: %s", exc)
+                failures = min(failures + 1, 16)
+                log_retry(log, "following other processes failed", exc)
 
     async def poll(self) -> None:
         """One round: deliver new events of followed sessions, apply controls of our runs,

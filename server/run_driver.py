@@ -42,6 +42,7 @@ from server.run_request import Origin, RunRequest, read_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
+from server.storage.outage import StoreUnavailable, outage_of
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles, first_words
 
@@ -53,6 +54,13 @@ _TAKEN_OVER = (
     ": another process took it over when its lease ran out (this process was paused, or cut "
     "off from the store, for longer than storage.run_lease_s)"
 )
+
+
+def storage_unavailable() -> ProtocolError:
+    return ProtocolError(
+        "storage_unavailable",
+        "The conversation store is unavailable; nothing was started. Try again in a moment.",
+    )
 
 
 def _log_end(run_id: str, outcome: str, why: str, took_s: float) -> None:
@@ -113,12 +121,18 @@ class RunDriver:
         request = read_request(frame, self._settings, available, origin, client_tools)
         if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise run_in_progress()
+        outage = outage_of(self._store)
+        if outage is not None and outage.exhausted:  # it would only wait to fail
+            raise storage_unavailable()
         self._quota.reserve(live.scope.tenant_id)
         run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
         live.run = run  # claimed before any wait, so a second chat meanwhile is refused
         if self._store.shared:
             try:
                 await self._take_slot(live, run)
+            except StoreUnavailable:  # nothing started: the client may simply ask again
+                live.run = None
+                raise storage_unavailable() from None
             except BaseException:  # refused, failed, or the connection went away meanwhile
                 live.run = None
                 raise
@@ -306,6 +320,7 @@ class RunDriver:
         try:
             await live.publish([frame])
         except StorageError:
+            run.told.append(dict(frame))  # stored, with its `seq`, once the store is back
             frame.pop("seq")
             live.deliver_unstored(orjson.dumps(frame).decode())
 
@@ -319,6 +334,7 @@ class RunDriver:
             self._registry.forget(live.session_id, RECONNECT)  # its watchers read the store
             return
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        ridden_out = False  # the store stayed away past the tolerance
         try:
             await live.publish([frame], status="idle")
         except StorageError as exc:
@@ -336,12 +352,20 @@ class RunDriver:
                 frame.pop("seq")
                 live.deliver_unstored(orjson.dumps(frame).decode())
             # The store still shows the run as active: close it there once it is back.
-            self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id))
+            self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
+            ridden_out = isinstance(live.broken or exc, StoreUnavailable)
         finally:
             live.ended_run = run.run_id
             if live.run is run:  # a chat sent on receiving response_complete may own it now
                 live.run = None
-            self._registry.release(live)
+            if ridden_out:
+                # A write that timed out may have been stored after all, and the run's close
+                # will be: its watchers resume from the store (`after_seq`), where nothing
+                # is missing, rather than see a later event of the session after a gap.
+                self._registry.forget(live.session_id, RECONNECT)
+            else:
+                live.mend()
+                self._registry.release(live)
         if self._store.shared:
             try:
                 await shielded(self._quota.free_slot(live.session_id, run.run_id))

@@ -17,6 +17,7 @@ from agent.errors import StorageError
 from server.live import now_ms
 from server.protocol import ProtocolError
 from server.storage.base import Scope, Store
+from server.storage.outage import StoreUnavailable
 
 __all__ = ["RunQuota", "run_in_progress"]
 
@@ -86,12 +87,15 @@ class RunQuota:
     async def take_slot(self, scope: Scope, session_id: str, run_id: str) -> None:
         """Take the run's slots in the shared store; when refused (or interrupted), release
         the reservation and raise ProtocolError. A store that fails is let through: the run's
-        first write fails too and ends it with `storage_error`, as it should."""
+        first write fails too and ends it with `storage_error`, as it should; one away past
+        `storage.outage_tolerance_s` raises StoreUnavailable (nothing is started)."""
         refused: Literal["run_in_progress", "too_many_runs", "failed"] | None = "failed"
         try:
             refused = await self._store.take_run_slot(
                 scope, session_id, run_id, self._limit, now_ms()
             )
+        except StoreUnavailable:
+            raise  # the store stayed away past the tolerance: the caller refuses the run
         except StorageError as exc:
             log.warning("run slots unavailable: %s", exc)
             refused = None

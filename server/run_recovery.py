@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.outage import log_retry
 
 __all__ = ["CutShort", "Repairs", "RunRecovery", "where_it_stopped"]
 
@@ -39,7 +40,7 @@ class Repairs(Protocol):
 
     def pending(self, session_id: str) -> UnfinishedRun | None: ...
 
-    def defer(self, item: UnfinishedRun) -> None: ...
+    def defer(self, item: UnfinishedRun, told: Sequence[dict[str, Any]] = ()) -> None: ...
 
     async def repair(self, item: UnfinishedRun) -> None: ...
 
@@ -66,6 +67,7 @@ class RunRecovery:
         self._lease_ms = lease_ms
         self._limits = limits  # the configured ones: an interrupted stop reports usage as usual
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
+        self._told: dict[str, Sequence[dict[str, Any]]] = {}  # what their clients were sent
         self._upkeep: asyncio.Task[None] | None = None
 
     # -- repair queue ------------------------------------------------------------------------
@@ -74,17 +76,20 @@ class RunRecovery:
         """The session's run whose end is still to be stored, if any."""
         return self._needs_repair.get(session_id)
 
-    def defer(self, item: UnfinishedRun) -> None:
-        """Queue a run whose end could not be stored, to be closed once the store is back."""
+    def defer(self, item: UnfinishedRun, told: Sequence[dict[str, Any]] = ()) -> None:
+        """Queue a run whose end could not be stored, to be closed once the store is back;
+        `told`: frames its clients were sent unstored (its `error`), stored first then."""
         self._needs_repair[item.session_id] = item
+        self._told[item.session_id] = told
 
     async def repair(self, item: UnfinishedRun) -> None:
         """Close a run whose end could not be stored; keep it for later if the store fails."""
         try:
-            await shielded(self._recover_one(item))
+            await shielded(self._recover_one(item, told=self._told.get(item.session_id, ())))
         except StorageError:
             return
         self._needs_repair.pop(item.session_id, None)
+        self._told.pop(item.session_id, None)
 
     # -- dead processes ----------------------------------------------------------------------
 
@@ -139,7 +144,7 @@ class RunRecovery:
                 if self._store.shared and ticks % 3 == 0:
                     await self.recover()
             except StorageError as exc:
-                log.warning("session upkeep failed, will retry: %s", exc)
+                log_retry(log, "session upkeep failed", exc)
 
     async def _renew_leases(self) -> None:
         """Renew the lease of every run of ours; a run another process has taken over (our
@@ -151,7 +156,7 @@ class RunRecovery:
         kept = await asyncio.gather(*(live.renew_lease() for live in held), return_exceptions=True)
         for live, ours in zip(held, kept, strict=True):
             if isinstance(ours, StorageError):
-                log.warning("a run lease could not be renewed, will retry: %s", ours)
+                log_retry(log, "a run lease could not be renewed", ours)
             elif isinstance(ours, BaseException):
                 raise ours
             elif not ours and live.run is not None:
@@ -160,9 +165,16 @@ class RunRecovery:
     def _new_live(self, record: SessionRecord) -> LiveSession:
         return LiveSession(record, self._store, lease_ms=self._lease_ms)
 
-    async def _recover_one(self, item: UnfinishedRun, *, followed: bool = False) -> None:
+    async def _recover_one(
+        self,
+        item: UnfinishedRun,
+        *,
+        followed: bool = False,
+        told: Sequence[dict[str, Any]] = (),
+    ) -> None:
         """Close the run in the store. `followed`: it died in another process, so watchers
-        here have not seen it end and get the closing events; else they saw it end live."""
+        here have not seen it end and get the closing events; else they saw it end live, and
+        `told` is what they were sent unstored, stored first."""
         record = await self._store.get_session(item.scope, item.session_id)
         if record is None:
             return
@@ -182,7 +194,12 @@ class RunRecovery:
             history = await self._store.load_history(item.scope, item.session_id)
             cut = await self._cut_short(live, run.run_id)
             shown = (cut.phase, cut.text) if cut.phase is not None else None
-            await close_interrupted(ctx, history, cut.step, await self._why_closed(item), shown)
+            why = await self._why_closed(item)
+            if told:
+                await live.publish([dict(frame) for frame in told])
+            await close_interrupted(ctx, history, cut.step, why, shown)
+        elif told:
+            await live.publish([dict(frame) for frame in told])
         # else the run ended (its answer, stop or error is stored) and only its end was not
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         await live.publish([frame], status="idle")

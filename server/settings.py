@@ -273,6 +273,9 @@ class StorageSettings(_Section):
     # for SQLite (one process per file); `serve --workers N` with N > 1 sets it.
     shared: bool | None = None
     poll_interval_s: float = Field(0.05, gt=0, le=5)  # followers and controls, shared stores
+    # How long a store error that can pass (a timeout, no primary, a network error, a locked
+    # SQLite file) is retried before a run ends with storage_error (docs/storage.md). 0: none.
+    outage_tolerance_s: float = Field(30.0, ge=0, le=3600)
 
     @property
     def is_shared(self) -> bool:

@@ -30,13 +30,14 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import orjson
 import pymongo
-from bson import Binary
+from bson import Binary, ObjectId
 from bson.errors import BSONError
 from pymongo import ASCENDING, DESCENDING, AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
@@ -61,6 +62,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.outage import Outage, StoreUnavailable
 from server.storage.search import SearchHit, title_matches, words
 from server.storage.write_gate import WriteGate
 
@@ -104,6 +106,7 @@ class MongoStore(WritesInOrder):
 
     def __init__(self, settings: StorageSettings) -> None:
         self._settings = settings
+        self.outage = Outage(settings.outage_tolerance_s)  # a stall or failover: wait
         self._client: AsyncMongoClient[Doc] | None = None
         self._db: AsyncDatabase[Doc] | None = None
         self._hints: OrderedDict[tuple[str, str], int] = OrderedDict()  # next free number
@@ -163,13 +166,23 @@ class MongoStore(WritesInOrder):
             "active_run_id": None,
             "pending_input": None,
         }
-        with _translated("create session"):
-            await self._col("sessions").insert_one(doc)
+
+        async def create() -> None:
+            try:
+                await self._col("sessions").insert_one(dict(doc))
+            except DuplicateKeyError:  # ours, if an earlier try was stored unanswered
+                mine = {**_session_filter(scope, session_id), "created_at": now}
+                if await self._col("sessions").find_one(mine, {"_id": 1}) is None:
+                    raise
+
+        await self._ride("create session", create)
         return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0)
 
     async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
-        with _translated("read session"):
-            doc = await self._col("sessions").find_one(_session_filter(scope, session_id))
+        doc = await self._ride(
+            "read session",
+            lambda: self._col("sessions").find_one(_session_filter(scope, session_id)),
+        )
         return await self._record(doc) if doc else None
 
     async def list_sessions(self, scope: Scope, limit: int) -> list[SessionRecord]:
@@ -182,8 +195,7 @@ class MongoStore(WritesInOrder):
         )
         if limit > 0:
             cursor = cursor.limit(limit)
-        with _translated("list sessions"):
-            docs = await cursor.to_list()
+        docs = await self._ride("list sessions", lambda: cursor.clone().to_list())
         return list(await asyncio.gather(*(self._record(doc) for doc in docs)))
 
     async def search_sessions(self, scope: Scope, query: str, limit: int) -> list[SearchHit]:
@@ -238,7 +250,8 @@ class MongoStore(WritesInOrder):
             }
         if title is not None:
             fields["title"] = title
-        with _translated("update session"):
+
+        async def update() -> None:
             async with self._gate.write(session_id):
                 result = await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": fields}
@@ -246,13 +259,17 @@ class MongoStore(WritesInOrder):
             if status == "idle" and result.matched_count:  # the run ended: free its slots
                 await self._col("run_slots").delete_many({"session_id": session_id})
 
+        await self._ride("update session", update)
+
     async def rename_session(self, scope: Scope, session_id: str, title: str) -> bool:
-        with _translated("rename session"):
+        async def rename() -> bool:
             async with self._gate.write(session_id):
                 result = await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": {"title": title}}
                 )
-        return result.matched_count > 0
+            return result.matched_count > 0
+
+        return await self._ride("rename session", rename)
 
     async def delete_session(self, scope: Scope, session_id: str, now: int) -> DeleteOutcome:
         """The delete holds the session's run slot, so no run starts in any process while it
@@ -267,7 +284,8 @@ class MongoStore(WritesInOrder):
             "session_id": session_id,
             "run_id": holder,
         }
-        with _translated("delete session"):
+
+        async def delete() -> DeleteOutcome:
             if await self._col("sessions").find_one(query, {"_id": 1}) is None:
                 return "not_found"
             if not await self._insert_slot(slot, now) and not (
@@ -287,6 +305,11 @@ class MongoStore(WritesInOrder):
                 await self._col("sessions").delete_one(query)
             finally:
                 await self._col("run_slots").delete_many({"run_id": holder})
+            return "deleted"
+
+        outcome = await self._ride("delete session", delete)
+        if outcome != "deleted":
+            return outcome
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
         self._checked.pop((scope.tenant_id, scope.user_id, session_id), None)
@@ -337,18 +360,22 @@ class MongoStore(WritesInOrder):
         cursor = self._col("events").find(query, {"_id": 0, "body": 1}).sort("seq", ASCENDING)
         if limit is not None and limit > 0:
             cursor = cursor.limit(limit)
-        frames: list[bytes] = []
-        size = 0
-        with _translated("read events"):
+
+        async def read() -> list[bytes]:
+            frames: list[bytes] = []
+            size = 0
+            reading = cursor.clone()
             try:
-                async for doc in cursor:
+                async for doc in reading:
                     frames.append(bytes(doc["body"]))
                     size += len(frames[-1])
                     if max_bytes is not None and size > max_bytes:
                         break  # the driver fetched at most one batch ahead
             finally:
-                await cursor.close()
-        return frames
+                await reading.close()
+            return frames
+
+        return await self._ride("read events", read)
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -377,35 +404,42 @@ class MongoStore(WritesInOrder):
         *,
         max_bytes: int | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
-        with _translated("read messages"):
-            sessions = self._col("sessions")
-            if await sessions.find_one(_session_filter(scope, session_id), {"_id": 1}) is None:
-                return [], 0
-            total = await self._next_number("messages", "sequence", scope, session_id)
-            if limit == 0:
-                return [], total
-            query: Doc = _session_filter(scope, session_id)
-            if since is not None:
-                query["ts"] = {"$gt": since}
-            newest_first = since is None  # without `since`: the last `limit`, oldest first
-            cursor = (
-                self._col("messages")
-                .find(query, {"_id": 0, "body": 1})
-                .sort("sequence", DESCENDING if newest_first else ASCENDING)
-            )
-            if limit > 0:
-                cursor = cursor.limit(limit)
-            bodies: list[dict[str, Any]] = []
-            size = 0
-            try:
-                async for doc in cursor:
-                    bodies.append(doc["body"])
-                    if max_bytes is not None:
-                        size += len(orjson.dumps(doc["body"]))
-                        if size > max_bytes:
-                            break  # the driver fetched at most one batch ahead
-            finally:
-                await cursor.close()
+        return await self._ride(
+            "read messages",
+            lambda: self._read_messages(scope, session_id, limit, since, max_bytes),
+        )
+
+    async def _read_messages(
+        self, scope: Scope, session_id: str, limit: int, since: int | None, max_bytes: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        sessions = self._col("sessions")
+        if await sessions.find_one(_session_filter(scope, session_id), {"_id": 1}) is None:
+            return [], 0
+        total = await self._next_number("messages", "sequence", scope, session_id)
+        if limit == 0:
+            return [], total
+        query: Doc = _session_filter(scope, session_id)
+        if since is not None:
+            query["ts"] = {"$gt": since}
+        newest_first = since is None  # without `since`: the last `limit`, oldest first
+        cursor = (
+            self._col("messages")
+            .find(query, {"_id": 0, "body": 1})
+            .sort("sequence", DESCENDING if newest_first else ASCENDING)
+        )
+        if limit > 0:
+            cursor = cursor.limit(limit)
+        bodies: list[dict[str, Any]] = []
+        size = 0
+        try:
+            async for doc in cursor:
+                bodies.append(doc["body"])
+                if max_bytes is not None:
+                    size += len(orjson.dumps(doc["body"]))
+                    if size > max_bytes:
+                        break  # the driver fetched at most one batch ahead
+        finally:
+            await cursor.close()
         return (bodies[::-1] if newest_first else bodies), total
 
     async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
@@ -414,8 +448,10 @@ class MongoStore(WritesInOrder):
             .find(_session_filter(scope, session_id), {"_id": 0, "body": 1})
             .sort("sequence", ASCENDING)
         )
-        with _translated("load history"):
-            return [message_from_api(doc["body"]) async for doc in cursor]
+        return await self._ride(
+            "load history",
+            lambda: _bodies_of(cursor.clone(), lambda d: message_from_api(d["body"])),
+        )
 
     async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
         sessions = self._col("sessions")
@@ -425,27 +461,33 @@ class MongoStore(WritesInOrder):
                 "session_id": lease.session_id,
                 "active_run_id": lease.run_id,
                 "status": {"$in": _ACTIVE},
-                "lease_until": {"$lte": lease.given},
+                # ours: given by this process, or by a try of this renewal whose answer was
+                # lost (a lease of exactly that instant is no other process's)
+                "$or": [{"lease_until": {"$lte": lease.given}}, {"lease_until": lease_until}],
             }
             result = await sessions.update_one(held, {"$set": {"lease_until": lease_until}})
             return lease.session_id if result.matched_count else None
 
+        async def renew_all() -> list[str | None]:
+            async with self._gate.renewal():
+                return await asyncio.gather(*(renew(lease) for lease in leases))
+
         if not leases:
             return set()
-        with _translated("renew run leases"):
-            async with self._gate.renewal():
-                renewed = await asyncio.gather(*(renew(lease) for lease in leases))
+        renewed = await self._ride("renew run leases", renew_all)
         return {session_id for session_id in renewed if session_id is not None}
 
     async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
         """Atomic on MongoDB (one find_one_and_update); on FerretDB 1.x two processes may
         both win a race, which only repeats the closing events (see docs/storage.md)."""
         expired = {"$or": [{"lease_until": None}, {"lease_until": {"$lt": now}}]}
-        with _translated("claim an unfinished run"):
-            doc = await self._col("sessions").find_one_and_update(
+        doc = await self._ride(
+            "claim an unfinished run",
+            lambda: self._col("sessions").find_one_and_update(
                 {"session_id": item.session_id, "status": {"$in": _ACTIVE}, **expired},
                 {"$set": {"lease_until": lease_until}},
-            )
+            ),
+        )
         return doc is not None
 
     async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
@@ -456,8 +498,7 @@ class MongoStore(WritesInOrder):
             query,
             {"_id": 0, "tenant_id": 1, "user_id": 1, "session_id": 1, "active_run_id": 1},
         )
-        with _translated("find unfinished runs"):
-            docs = await cursor.to_list()
+        docs = await self._ride("find unfinished runs", lambda: cursor.clone().to_list())
         return [
             UnfinishedRun(
                 Scope(d["tenant_id"], d["user_id"]), d["session_id"], d.get("active_run_id") or ""
@@ -488,8 +529,12 @@ class MongoStore(WritesInOrder):
             .sort([("session_id", ASCENDING), ("seq", ASCENDING)])
             .limit(limit)
         )
-        with _translated("follow events"):
-            return [(d["session_id"], int(d["seq"]), bytes(d["body"])) async for d in cursor]
+        return await self._ride(
+            "follow events",
+            lambda: _bodies_of(
+                cursor.clone(), lambda d: (d["session_id"], int(d["seq"]), bytes(d["body"]))
+            ),
+        )
 
     async def notices(self) -> AsyncIterator[None]:
         """A change stream on the inserts into `events` and `controls` (a replica set or
@@ -519,16 +564,21 @@ class MongoStore(WritesInOrder):
             "kind": control.kind,
             "payload": control.payload,
             "created_at": now,
+            "_id": ObjectId(),  # the same at every try: a stored try is recognised as ours
         }
-        with _translated("send a control"):
+
+        async def send() -> bool:
             sessions = self._col("sessions")
             if await sessions.find_one(_session_filter(scope, control.session_id)) is None:
                 return False  # not the caller's session
             try:
                 await self._col("controls").insert_one(doc)
             except DuplicateKeyError:
-                return False
-        return True
+                mine = await self._col("controls").find_one({"_id": doc["_id"]}, {"_id": 1})
+                return mine is not None
+            return True
+
+        return await self._ride("send a control", send)
 
     async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
         if not session_ids:
@@ -538,48 +588,60 @@ class MongoStore(WritesInOrder):
             .find({"session_id": {"$in": list(session_ids)}}, {"_id": 0})
             .sort("created_at", ASCENDING)
         )
-        with _translated("read controls"):
-            docs = await cursor.to_list()
+        docs = await self._ride("read controls", lambda: cursor.clone().to_list())
         return [
             Control(d["session_id"], d["run_id"], d["key"], d["kind"], d.get("payload") or {})
             for d in docs
         ]
 
     async def drop_controls(self, session_id: str, run_id: str) -> None:
-        with _translated("drop controls"):
-            await self._col("controls").delete_many({"session_id": session_id, "run_id": run_id})
+        await self._ride(
+            "drop controls",
+            lambda: self._col("controls").delete_many({"session_id": session_id, "run_id": run_id}),
+        )
 
     async def take_run_slot(
         self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
     ) -> Literal["run_in_progress", "too_many_runs"] | None:
         """Insert-decides, like `seq`: a slot is a document with a unique `key`, so of two
         processes taking the same slot one insert fails, on MongoDB and on FerretDB alike."""
+        return await self._ride(
+            "take a run slot", lambda: self._take_slots(scope, session_id, run_id, limit, now)
+        )
+
+    async def _take_slots(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        """One try of `take_run_slot`: a slot this run took in an earlier try is its own."""
         base = {"tenant_id": scope.tenant_id, "session_id": session_id, "run_id": run_id}
-        with _translated("take a run slot"):
-            for attempt in range(2):
-                if await self._insert_slot({**base, "key": f"session/{session_id}"}, now):
-                    break
-                if attempt or not await self._free_leftover_slots(scope, now):
-                    return "run_in_progress"
-            for attempt in range(2):
-                for slot in range(limit):
-                    key = f"tenant/{scope.tenant_id}/{slot}"
-                    if await self._insert_slot({**base, "key": key}, now):
-                        return None
-                if attempt or not await self._free_leftover_slots(scope, now):
-                    break
-            await self._col("run_slots").delete_many({"run_id": run_id})
+        for attempt in range(2):
+            if await self._insert_slot({**base, "key": f"session/{session_id}"}, now):
+                break
+            if attempt or not await self._free_leftover_slots(scope, now):
+                return "run_in_progress"
+        for attempt in range(2):
+            for slot in range(limit):
+                key = f"tenant/{scope.tenant_id}/{slot}"
+                if await self._insert_slot({**base, "key": key}, now):
+                    return None
+            if attempt or not await self._free_leftover_slots(scope, now):
+                break
+        await self._col("run_slots").delete_many({"run_id": run_id})
         return "too_many_runs"
 
     async def release_run_slot(self, session_id: str, run_id: str) -> None:
-        with _translated("release a run slot"):
-            await self._col("run_slots").delete_many({"run_id": run_id})
+        await self._ride(
+            "release a run slot", lambda: self._col("run_slots").delete_many({"run_id": run_id})
+        )
 
     async def _insert_slot(self, doc: Doc, now: int) -> bool:
+        """True when the slot is the run's: taken now, or by an earlier try whose answer was
+        lost (a write that timed out may have been stored)."""
         try:
             await self._col("run_slots").insert_one({**doc, "created_at": now})
         except DuplicateKeyError:
-            return False
+            mine = {"key": doc["key"], "run_id": doc["run_id"]}
+            return await self._col("run_slots").find_one(mine, {"_id": 1}) is not None
         return True
 
     async def _free_leftover_slots(self, scope: Scope, now: int) -> bool:
@@ -625,23 +687,39 @@ class MongoStore(WritesInOrder):
             pending_input=doc.get("pending_input"),
         )
 
+    async def _ride(self, action: str, work: Callable[[], Awaitable[T]]) -> T:
+        """`work()`, its driver errors translated, again while the database is away or
+        slow, for up to `storage.outage_tolerance_s` (server/storage/outage.py). `work`
+        must be safe to repeat: a write that timed out may have been stored."""
+
+        async def once() -> T:
+            with _translated(action):
+                return await work()
+
+        return await self.outage.ride(once)
+
     async def _touch(self, scope: Scope, session_id: str, now: int) -> None:
         """Bump `updated_at`; refuse a session that is not the caller's."""
-        with _translated("update session"):
+
+        async def touch() -> Any:
             async with self._gate.write(session_id):
-                result = await self._col("sessions").update_one(
+                return await self._col("sessions").update_one(
                     _session_filter(scope, session_id), {"$set": {"updated_at": now}}
                 )
+
+        result = await self._ride("update session", touch)
         if result.matched_count == 0:
             raise StorageError(f"session {session_id} does not exist")
 
     async def _next_number(self, name: str, key: str, scope: Scope, session_id: str) -> int:
         """The session's next free `key` in collection `name`: one past the highest stored
         (events count from 1, messages from 0)."""
-        with _translated(f"read the last {key}"):
-            last = await self._col(name).find_one(
+        last = await self._ride(
+            f"read the last {key}",
+            lambda: self._col(name).find_one(
                 _session_filter(scope, session_id), {"_id": 0, key: 1}, sort=[(key, DESCENDING)]
-            )
+            ),
+        )
         if last is not None:
             return int(last[key]) + 1
         return 1 if key == "seq" else 0
@@ -687,16 +765,47 @@ class MongoStore(WritesInOrder):
         return stored
 
     async def _insert_until_taken(self, name: str, docs: list[Doc]) -> int:
-        """Insert in order, stopping at a number already taken; return how many went in."""
-        with _translated(f"store {name}"):
-            try:
-                await self._col(name).insert_many(docs, ordered=True)
-            except BulkWriteError as exc:
-                errors = exc.details.get("writeErrors") or []
-                if not errors or errors[0].get("code") != _DUPLICATE_KEY:
-                    raise
-                return int(errors[0]["index"])
-        return len(docs)
+        """Insert in order, stopping at a number already taken; return how many went in.
+
+        Idempotent across tries: each document keeps its `_id` from try to try, so when a
+        number is found taken by a document of ours (stored by a try that timed out, in full
+        or in part), the documents of ours stored count as inserted and the rest follow."""
+        for doc in docs:
+            doc.setdefault("_id", ObjectId())
+        done = 0
+        while done < len(docs):
+            rest = docs[done:]
+            taken = await self._ride(f"store {name}", partial(self._insert_many, name, rest))
+            if taken is None:
+                return len(docs)
+            done += taken
+            ours = await self._ride(f"store {name}", partial(self._stored, name, docs[done:]))
+            if not ours:
+                return done  # another writer took the number
+            done += ours
+        return done
+
+    async def _insert_many(self, name: str, docs: list[Doc]) -> int | None:
+        """One try: None when every document went in, else the index of the first whose
+        number (or `_id`) was taken; the ones before it went in."""
+        try:
+            await self._col(name).insert_many(docs, ordered=True)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors") or []
+            if not errors or errors[0].get("code") != _DUPLICATE_KEY:
+                raise
+            return int(errors[0]["index"])
+        return None
+
+    async def _stored(self, name: str, docs: list[Doc]) -> int:
+        """How many of `docs`, from the first, are stored (by their `_id`): an ordered insert
+        stores a prefix."""
+        ids = [doc["_id"] for doc in docs]
+        found = {d["_id"] async for d in self._col(name).find({"_id": {"$in": ids}}, {"_id": 1})}
+        count = 0
+        while count < len(ids) and ids[count] in found:
+            count += 1
+        return count
 
     async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
         if not session_ids:
@@ -705,8 +814,12 @@ class MongoStore(WritesInOrder):
             {"session_id": {"$in": list(session_ids)}},
             {"_id": 0, "session_id": 1, "tenant_id": 1, "user_id": 1},
         )
-        with _translated("check sessions"):
-            return {str(d["session_id"]): Scope(d["tenant_id"], d["user_id"]) async for d in cursor}
+
+        def owner(d: Doc) -> tuple[str, Scope]:
+            return str(d["session_id"]), Scope(d["tenant_id"], d["user_id"])
+
+        owners = await self._ride("check sessions", lambda: _bodies_of(cursor.clone(), owner))
+        return dict(owners)
 
 
 _ACTIVE = ["running", "awaiting_input", "awaiting_approval"]
@@ -727,15 +840,28 @@ def _encode(frame: Mapping[str, Any]) -> bytes:
         raise StorageError(f"event frame is not JSON-serializable: {exc}") from exc
 
 
+async def _bodies_of(cursor: Any, read: Callable[[Doc], T]) -> list[T]:
+    """Every document of `cursor`, through `read`, the cursor closed however it ends."""
+    try:
+        return [read(doc) async for doc in cursor]
+    finally:
+        await cursor.close()
+
+
 @contextmanager
 def _translated(action: str) -> Iterator[None]:
     """Turn driver errors into StorageError with a one-line message (pymongo's can span a
-    whole topology description)."""
+    whole topology description); one that can pass (unreachable, no primary, a timeout)
+    into StoreUnavailable, which `_ride` retries."""
     try:
         yield
-    except ConnectionFailure as exc:  # also server selection and network timeouts
-        raise StorageError(f"cannot {action}: unreachable ({_first_line(exc)})") from exc
-    except (PyMongoError, BSONError) as exc:
+    except ConnectionFailure as exc:  # also server selection, no primary, network timeouts
+        raise StoreUnavailable(f"cannot {action}: unreachable ({_first_line(exc)})") from exc
+    except PyMongoError as exc:
+        passing = exc.timeout or exc.has_error_label("RetryableWriteError")
+        kind = StoreUnavailable if passing else StorageError
+        raise kind(f"cannot {action}: {_first_line(exc)}") from exc
+    except BSONError as exc:
         raise StorageError(f"cannot {action}: {_first_line(exc)}") from exc
 
 

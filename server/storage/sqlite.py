@@ -44,6 +44,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.outage import Outage, StoreUnavailable
 from server.storage.search import SearchHit, title_matches, words
 from server.storage.sqlite_batch import (
     IN_ORDER_SCHEMA,
@@ -57,7 +58,7 @@ from server.storage.sqlite_batch import (
 )
 from server.storage.sqlite_checkpoint import Checkpointer
 from server.storage.sqlite_claim import FileClaim, check_writable
-from server.storage.sqlite_connect import connect
+from server.storage.sqlite_connect import connect, locked
 
 __all__ = ["SQLiteStore"]
 
@@ -132,8 +133,9 @@ class SQLiteStore:
 
     NUMBERS_KEPT = 10_000  # sessions whose last `seq` is remembered (see `_note_last_seq`)
 
-    def __init__(self, path: Path, *, shared: bool = False) -> None:
+    def __init__(self, path: Path, *, shared: bool = False, outage: Outage | None = None) -> None:
         self.shared = shared
+        self.outage = outage or Outage()  # another process holding the write lock: wait
         self._path = path
         self._claim = FileClaim(path, shared=shared)
         self._writer = _executor("sqlite-writer")
@@ -326,8 +328,12 @@ class SQLiteStore:
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
     ) -> list[bytes]:
-        result: list[bytes] = await self._write(self._append(scope, session_id, frames, now))
-        return result
+        # Numbered again at each try: a failed batch used none of its numbers.
+        results = await self.outage.ride(
+            lambda: self._queue([self._append(scope, session_id, frames, now)])
+        )
+        bodies: list[bytes] = results[0]
+        return bodies
 
     def _append(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
@@ -362,17 +368,22 @@ class SQLiteStore:
         messages: Sequence[Message] = (),
         status: StatusChange | None = None,
     ) -> list[bytes]:
-        """One unit of the next group commit: stored together or not at all."""
-        ops: list[Op | Append] = []
-        if frames:
-            ops.append(self._append(scope, session_id, frames, now))
-        if messages:
-            ops.append(_messages_append(scope, session_id, messages, now))
-        if status is not None:
-            ops.append(_session_update(scope, session_id, now, status))
-        if not ops:
+        """One unit of the next group commit: stored together or not at all (so a try that
+        failed on a lock can be made again whole)."""
+
+        def unit() -> list[Op | Append]:
+            ops: list[Op | Append] = []
+            if frames:
+                ops.append(self._append(scope, session_id, frames, now))
+            if messages:
+                ops.append(_messages_append(scope, session_id, messages, now))
+            if status is not None:
+                ops.append(_session_update(scope, session_id, now, status))
+            return ops
+
+        if not (frames or messages or status is not None):
             return []
-        results = await self._queue(ops)
+        results = await self.outage.ride(lambda: self._queue(unit()))
         bodies: list[bytes] = results[0] if frames else []
         return bodies
 
@@ -617,9 +628,10 @@ class SQLiteStore:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    async def _write(self, op: Op | Append) -> Any:
-        """Queue `op` for the next group commit and wait for its result."""
-        return (await self._queue([op]))[0]
+    async def _write(self, op: Op) -> Any:
+        """Queue `op` for the next group commit and wait for its result; again while another
+        process holds the write lock (a failed transaction stored none of it)."""
+        return (await self.outage.ride(lambda: self._queue([op])))[0]
 
     def _queue(self, unit: list[Op | Append]) -> asyncio.Future[list[Any]]:
         """Queue operations for the next group commit, as a unit: if one of them fails on its
@@ -721,7 +733,10 @@ class SQLiteStore:
         if conn is None:
             raise StorageError("the SQLite store is not open")
         ops = [op for unit in units for op in unit]
-        alone = run_alone(conn, ops)
+        try:
+            alone = run_alone(conn, ops)
+        except sqlite3.Error as exc:  # locked: waiting again below would double the wait
+            raise StoreUnavailable(f"SQLite write failed: {exc}") from exc
         if alone is not None:
             return _per_unit(alone, units)
         results: list[list[Any] | BaseException] | None
@@ -743,6 +758,8 @@ class SQLiteStore:
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            if locked(exc):  # another process holds the write lock past busy_timeout
+                raise StoreUnavailable(f"SQLite write failed: {exc}") from exc
             raise StorageError(f"SQLite write failed: {exc}") from exc
         return results
 

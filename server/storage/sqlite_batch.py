@@ -22,6 +22,7 @@ import orjson
 
 from agent.errors import StorageError
 from server.storage.base import Scope
+from server.storage.sqlite_connect import locked
 
 __all__ = [
     "IN_ORDER_SCHEMA",
@@ -96,7 +97,8 @@ def run_alone(conn: sqlite3.Connection, ops: list[Op | Append]) -> list[Any] | N
     """A batch of numbered events only (a model streaming at its own pace commits one delta
     at a time): store it with one statement and no explicit transaction, one GIL round trip
     instead of four. None when the batch is anything else, or the statement failed (rolled
-    back whole: a stale number, a lock); the caller then runs the batch the usual way."""
+    back whole: a stale number); the caller then runs the batch the usual way. A lock held
+    past the busy timeout is raised (sqlite3.OperationalError)."""
     appends = [op for op in ops if isinstance(op, Append) and op.bodies is not None]
     if len(appends) != len(ops) or not 0 < sum(len(a.frames) for a in appends) <= _ROWS_ALONE:
         return None
@@ -107,7 +109,9 @@ def run_alone(conn: sqlite3.Connection, ops: list[Op | Append]) -> list[Any] | N
     ]
     try:
         conn.execute(_insert_in_order_sql(len(rows)), _flat(rows))
-    except sqlite3.Error:
+    except sqlite3.Error as exc:
+        if locked(exc):
+            raise  # another process held the lock the whole busy timeout: a retry's matter
         return None
     return [a.bodies for a in appends]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["connect"]
+__all__ = ["connect", "locked"]
 
 
 def connect(
@@ -27,3 +27,10 @@ def connect(
             conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(schema)
     return conn
+
+
+def locked(exc: sqlite3.Error) -> bool:
+    """SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection held the lock
+    for longer than the busy timeout. It passes: the write may be tried again."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

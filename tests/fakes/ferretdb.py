@@ -131,7 +131,9 @@ def _go(go: str, cwd: Path, *args: str) -> None:
 class FerretDB:
     """One FerretDB process serving `root/data` on a fixed loopback port.
 
-    `kill()` then `start()` brings it back on the same port and data, as after a crash.
+    `kill()` then `start()` brings it back on the same port and data, as after a crash;
+    `pause()` and `resume()` stop and continue the process (SIGSTOP, SIGCONT): a database that
+    stalls, its connections open and unanswered, as in a failover or under a long lock.
     """
 
     def __init__(self, binary: Path, root: Path, port: int | None = None) -> None:
@@ -192,6 +194,16 @@ class FerretDB:
         """SIGKILL, as a crash would: no shutdown work happens."""
         self._end(signal.SIGKILL)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process answers nothing until `resume()`."""
+        assert self._process is not None and self._process.poll() is None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: the process goes on with what it was sent meanwhile."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Terminate politely, then kill if it does not exit within 10 s."""
         self._end(signal.SIGTERM)
@@ -201,6 +213,7 @@ class FerretDB:
         if process is None or process.poll() is not None:
             return
         process.send_signal(sig)
+        process.send_signal(signal.SIGCONT)  # a paused process acts on SIGTERM only so
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:

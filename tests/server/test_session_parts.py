@@ -5,7 +5,7 @@ per-tenant counters."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ class Repairs:
     def pending(self, session_id: str) -> UnfinishedRun | None:
         return self.queued.get(session_id)
 
-    def defer(self, item: UnfinishedRun) -> None:
+    def defer(self, item: UnfinishedRun, told: Sequence[dict[str, Any]] = ()) -> None:
         self.queued[item.session_id] = item
 
     async def repair(self, item: UnfinishedRun) -> None:

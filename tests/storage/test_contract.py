@@ -722,6 +722,7 @@ async def test_mongodb_going_down_raises_storage_error_then_recovers(
             mongodb_uri=server.uri,
             mongodb_database="downtime",
             mongodb_timeout_ms=500,
+            outage_tolerance_s=0,  # no riding through: tests/reliability/test_store_outages.py
         )
     )
     try:

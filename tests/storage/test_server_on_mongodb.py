@@ -1,11 +1,12 @@
 """The real server (uvicorn, WebSocket, HTTP API) on the MongoDB backend, over FerretDB.
 
 A full agent run with replay and the HTTP views; a restart on the same database; and the
-database dying mid-run: the run must end with `storage_error` then `response_complete`
-within seconds, the server must keep serving, and once the database is back the same
-session must take a new run. A run's end stored without its status (MongoDB writes them one
-after the other) is sent once and never ended a second time. Waits are on frames and
-conditions, each with a deadline.
+database dying mid-run on a server with no `storage.outage_tolerance_s`: the run must end with
+`storage_error` then `response_complete` within seconds, its connection closed with 1012, the
+server must keep serving (and refuse new runs with `storage_unavailable`), and once the
+database is back the same session, resumed from the last `seq` seen, must take a new run.
+A run's end stored without its status (MongoDB writes them one after the other) is sent once
+and never ended a second time. Waits are on frames and conditions, each with a deadline.
 """
 
 from __future__ import annotations
@@ -39,6 +40,27 @@ def mongodb(uri: str, database: str) -> dict[str, Any]:
         "mongodb_database": database,
         "mongodb_timeout_ms": TIMEOUT_MS,
     }
+
+
+def no_tolerance(uri: str) -> dict[str, Any]:
+    """A server that does not ride through an outage (tests/reliability/test_store_outages.py
+    has those that do): a run that needs the dead database ends at once."""
+    return {**mongodb(uri, "outage"), "outage_tolerance_s": 0}
+
+
+async def resumed(running: Running, session: str, client: Client) -> tuple[Client, list[Frame]]:
+    """`client` was closed with 1012 after its run ended in the outage: a new connection from
+    the last `seq` it saw, once the database is back, and the frames replayed to it (the
+    rest of that run, closed in the store since), gap-free."""
+    await client.ws.wait_closed()
+    assert client.ws.close_code == 1012
+    last = max(f["seq"] for f in client.seen if "seq" in f)
+    again = await running.client(session_id=session, after_seq=last)
+    hello = await again.recv()
+    replayed = [await again.recv() for _ in range(hello["last_seq"] - last)]
+    assert seqs(replayed) == list(range(last + 1, hello["last_seq"] + 1))
+    assert kind(replayed[-1]) == "response_complete"
+    return again, replayed
 
 
 def seqs(frames: list[Frame]) -> list[int]:
@@ -172,14 +194,16 @@ async def run_fails_with_storage_error(client: Client) -> list[Frame]:
 
 
 async def assert_still_serving(running: Running) -> None:
-    """While the database is down: sockets open, health answers, reads fail cleanly."""
+    """While the database is down: sockets open, health says so, a chat is refused with
+    storage_unavailable (nothing starts), reads fail cleanly."""
     async with await running.client() as fresh:
         hello = await fresh.recv()
         assert hello["type"] == "session" and hello["resumed"] is False
         await fresh.send({"type": "chat", "content": "anyone there?"})
-        await run_fails_with_storage_error(fresh)
+        refused = await fresh.recv(timeout=FAILURE_BOUND_S)
+        assert (refused["type"], refused["code"]) == ("error", "storage_unavailable")
     status, body = await get_json(running, "/healthz")
-    assert (status, body) == (200, {"status": "ok"})
+    assert (status, body["status"], body["store"]["state"]) == (200, "degraded", "unavailable")
     status, body = await get_json(running, "/api/sessions")
     assert (status, body["code"]) == (503, "storage_error")
 
@@ -192,7 +216,7 @@ async def test_database_killed_while_streaming_ends_the_run_then_the_session_rec
     fake_llm.script("reason", Reply(chunks=chunks, delay_s=0.05))
     async with (
         ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(storage=mongodb(database.uri, "outage")) as running,
+        server_factory(storage=no_tolerance(database.uri)) as running,
     ):
         c = await running.client()
         session = (await c.recv())["session_id"]
@@ -206,6 +230,7 @@ async def test_database_killed_while_streaming_ends_the_run_then_the_session_rec
 
         await asyncio.to_thread(database.start)  # same port, same data
         await _wait_readable(running, session)
+        c, replayed = await resumed(running, session, c)
         after = await c.run("and now?", timeout=10)
         await c.close()
         async with await running.client(session_id=session, after_seq=0) as replay:
@@ -220,6 +245,7 @@ async def test_database_killed_while_streaming_ends_the_run_then_the_session_rec
     # not sent to this client, which saw the run end: the replay has it, in its place.
     assert {f["run_id"] for f in after} == {after[-1]["run_id"]}
     assert stored[-len(after) :] == after
+    assert stored[-len(after) - len(replayed) : -len(after)] == replayed  # the rest, no gap
     # What was stored before the kill but arrived after `before` replays as it was sent. The
     # first run's end could not be stored during the outage; it was closed in the store before
     # the next run began, so a replay settles too.
@@ -239,7 +265,7 @@ async def test_stop_while_the_database_is_down_completes_and_the_session_takes_a
     fake_llm.script("reason", Reply(chunks=["a", "b"], hang_after=1))
     async with (
         ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(storage=mongodb(database.uri, "outage")) as running,
+        server_factory(storage=no_tolerance(database.uri)) as running,
     ):
         c = await running.client()
         session = (await c.recv())["session_id"]
@@ -254,6 +280,7 @@ async def test_stop_while_the_database_is_down_completes_and_the_session_takes_a
 
         await asyncio.to_thread(database.start)
         await _wait_readable(running, session)
+        c, _ = await resumed(running, session, c)
         after = await c.run("try again", timeout=10)
         await c.close()
 
@@ -267,7 +294,7 @@ async def test_reconnecting_after_an_outage_reports_the_session_idle(
     fake_llm.script("reason", Reply(chunks=["a", "b"], hang_after=1))
     async with (
         ferretdb(ferretdb_bin, tmp_path / "ferretdb") as database,
-        server_factory(storage=mongodb(database.uri, "outage")) as running,
+        server_factory(storage=no_tolerance(database.uri)) as running,
     ):
         async with await running.client() as c:
             session = (await c.recv())["session_id"]

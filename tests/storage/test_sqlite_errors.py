@@ -80,5 +80,6 @@ async def test_live_session_passes_a_bug_through_and_logs_it(
     assert logged.levelno == logging.ERROR and logged.exc_info is not None
     with pytest.raises(StorageError):  # a real storage failure stays one
         await live.publish([{"type": object()}])
+    live.mend()  # as at the end of the run that lost the batch
     await live.publish([{"type": "ok"}])
     assert live.last_seq == 1
