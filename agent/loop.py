@@ -36,7 +36,7 @@ from agent.events import (
     RunStarted,
 )
 from agent.findings import budget_answer, step_limit_answer, stuck_answer
-from agent.messages import Message, ToolCall
+from agent.messages import Message
 from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -185,12 +185,13 @@ async def _act(
     Act's instructions carry a state message (the plan, the tools Reason named, those the
     user's task names that no call has used yet, and every call so far) for this call only.
     Calls the model wrote as text instead of `tool_calls` are read and run like native ones
-    (agent/textcalls.py) where no schema can be asked for. Where one can (the server takes
-    `response_format`) and a call is wanted (Reason planned one, or none has been made yet),
-    a reply without a call is asked once more, for the call as JSON of the call schema: an
-    offered tool with valid arguments, or "none". A native call of a tool Reason did not plan
-    is asked again the same way, among the planned tools. Once the schema is what worked,
-    the run asks that way first. The reply kept is the model's plan of action.
+    (agent/textcalls.py). Where the server takes a `response_format` and a call is wanted
+    (Reason planned one, or none has been made in the run yet), the call is asked for as JSON
+    of the call schema instead (agent/structured.py): a server that constrains decoding can
+    then only write an offered tool with arguments of its schema, or "none". Small models
+    answered the native request in prose, with a call of another tool than the one they had
+    just planned, or with a call written as text and no arguments. The reply kept is the
+    model's plan of action.
     """
     _check_budget(rec)
     state = _state(ctx, rec, step, named, asked, plan)
@@ -198,14 +199,23 @@ async def _act(
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
     offered = {t.name for t in tools}
-    calls: tuple[ToolCall, ...] = ()
-    content = ""
     planned = [n for n in named if n != REQUEST_INPUT] or _unused(rec, named, asked)
-    # A call is wanted: Reason planned one, or no tool has been used yet (Act decides).
-    wanted = bool(planned) or _first_look(rec, tools)
-    by_schema = wanted and getattr(ctx.model, "structured_output", False)  # optional
-    tools_asked = tools  # the tools a call asked for by schema may name
-    if not (by_schema and _schema_first(ctx, rec)):
+    wanted = bool(planned) or _first_look(rec, tools)  # a call is wanted: planned, or first
+    if wanted and getattr(ctx.model, "structured_output", False):  # optional, like model_name
+        ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
+        turn = await call_model(
+            ctx,
+            rec,
+            step,
+            "act",
+            lambda: rec.messages(step, "act", system, [instruction, ask]),
+            tools=tools,
+            tool_choice="none",
+            response_format=call_schema(tools),
+        )
+        calls, content = read_text_tool_calls(turn.content, offered)[0], ""
+        ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
+    else:
         turn = await call_model(
             ctx,
             rec,
@@ -216,32 +226,9 @@ async def _act(
         )
         calls, content = rec.own_call_ids(turn.tool_calls), turn.content
         ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
-        if not calls and not by_schema:  # no better way to ask: read calls written as text
+        if not calls:
             calls, content = read_text_tool_calls(content, offered)
             ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
-        if by_schema and planned and any(c.name not in (*planned, REQUEST_INPUT) for c in calls):
-            # a call Reason did not plan: asked again, among the tools it planned
-            ctx.metrics[Metric.OFF_PLAN_CALLS] += 1
-            calls, content = (), ""
-            tools_asked = [t for t in tools if t.name in planned or t.name == REQUEST_INPUT]
-    if not calls and by_schema:
-        _check_budget(rec)
-        ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
-        turn = await call_model(
-            ctx,
-            rec,
-            step,
-            "act",
-            lambda: rec.messages(step, "act", system, [instruction, ask]),
-            tools=tools,
-            tool_choice="none",
-            response_format=call_schema(tools_asked),
-        )
-        calls = read_text_tool_calls(turn.content, {t.name for t in tools_asked})[0]
-        ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
-        if calls:
-            rec.act_by_schema = True
-            content = ""
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
@@ -255,15 +242,6 @@ def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
     made up instead of looked up): whether a tool is needed is Act's to decide, with the
     tools in hand, and Act may answer "none"."""
     return not rec.ledger.records and any(t.name != REQUEST_INPUT for t in tools)
-
-
-def _schema_first(ctx: RunContext, rec: RunRecorder) -> bool:
-    """Ask for the call as JSON first: it was what worked earlier in this run, or the model
-    has made more calls that way than as tool calls (a model that does not call tools
-    natively: each Act would otherwise cost a call that brings nothing)."""
-    schema = ctx.metrics[Metric.SCHEMA_TOOL_CALLS]
-    native = ctx.metrics[Metric.NATIVE_TOOL_CALLS] + ctx.metrics[Metric.TEXT_TOOL_CALLS]
-    return rec.act_by_schema or (schema >= 2 and schema > native)
 
 
 def _unused(rec: RunRecorder, named: Sequence[str], asked: Sequence[str]) -> list[str]:

@@ -26,7 +26,6 @@ class Metric(StrEnum):
     TEXT_TOOL_CALLS = "text_tool_calls"
     SCHEMA_TOOL_CALLS = "schema_tool_calls"
     NATIVE_TOOL_CALLS = "native_tool_calls"
-    OFF_PLAN_CALLS = "off_plan_calls"
     REPLIES_LOOPING = "replies_looping"
     CONTROL_BLOCK_LOOSE = "control_block_loose"
     CONTROL_BLOCK_RETRIES = "control_block_retries"
@@ -62,11 +61,8 @@ _HELP = {
     Metric.VERIFICATIONS_NOT_DONE: "Verifications that sent the run into another step.",
     Metric.VERIFY_UNREADABLE: "Verification replies that could not be read.",
     Metric.TEXT_TOOL_CALLS: "Tool calls read from the model's text rather than its tool calls.",
-    Metric.SCHEMA_TOOL_CALLS: (
-        "Tool calls Act got by asking for the call as JSON after no native call came."
-    ),
+    Metric.SCHEMA_TOOL_CALLS: "Tool calls Act asked for as JSON of the call schema.",
     Metric.NATIVE_TOOL_CALLS: "Tool calls the model made as tool calls, as the API intends.",
-    Metric.OFF_PLAN_CALLS: "Act replies whose calls Reason had not planned, asked again by schema.",
     Metric.REPLIES_LOOPING: "Replies closed because they went round in circles.",
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",
     Metric.CONTROL_BLOCK_RETRIES: "Model calls repeated for a missing control block.",

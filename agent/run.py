@@ -180,8 +180,6 @@ class RunRecorder:
         self._answer_streamed = False  # answer deltas went out for the answer being written
         self._window_tokens: int | None = None  # the server's window, once said or refused
         self.window_asked = False  # the model server was asked for its window
-        # Act's native tool call did not come and a call asked for as JSON did: ask that way.
-        self.act_by_schema = False
         self._earlier = EarlierTurns()  # the turns before the run, built once for its calls
         self._tools_size: int | None = None  # tokens of the run's tool lists, once counted
         self._context_shown: tuple[object, ...] | None = None  # the last agent_context sent

@@ -649,31 +649,41 @@ async def test_phases_ask_for_one_json_object_and_every_call_is_bounded(harness:
     }
 
 
-async def test_act_asks_for_the_call_as_json_when_no_native_call_came(harness: Harness):
-    """A model that writes prose where a call was planned, on a server that constrains
-    decoding: asked once more for the call as JSON of the call schema, it calls; from then on
-    the run asks that way first."""
+async def test_act_asks_for_the_call_as_json_where_the_server_constrains_decoding(
+    harness: Harness,
+):
+    """A server that takes a response_format: a wanted call (the run's first, or one Reason
+    planned) is asked for as JSON of the call schema, not as a native tool call; a step that
+    plans none asks natively, and a call written as text there is read."""
     harness.model.structured_output = True
     harness.model.script("reason", _thinks("Check Tokyo.", ["get_current_time"]))
     call = '{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
-    harness.model.script(
-        "act",
-        text("Call the get_current_time tool to get the time in Tokyo."),  # prose, no call
-        text(call),
-        text(call),
-    )
+    harness.model.script("act", text(call), text("No call needed now."))
     harness.model.script("observe", observe("Got it."), observe("Done.", final="9:00 in Tokyo."))
-    harness.model.script("reason", _thinks("Check again.", ["get_current_time"]))
+    harness.model.script("reason", _thinks("Answer.", []))
     record = await harness.run("What time is it in Tokyo?", max_steps=2)
     acts = [c for c in harness.model.calls if c.phase == "act"]
-    assert [a.response_format is not None for a in acts] == [False, True, True]
-    schema = acts[1].response_format["json_schema"]["schema"]
+    assert [a.response_format is not None for a in acts] == [True, False]
+    schema = acts[0].response_format["json_schema"]["schema"]
     assert {o["properties"]["tool"]["const"] for o in schema["anyOf"]} >= {
         "get_current_time",
         "none",
     }
-    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time", "get_current_time"]
-    assert harness.metrics[Metric.SCHEMA_TOOL_CALLS] == 2
+    assert acts[0].tool_choice == "none" and acts[1].tool_choice == "auto"
+    assert [(e.name, e.arguments) for e in record.of(ToolStarted)] == [
+        ("get_current_time", {"timezone": "Asia/Tokyo"})
+    ]
+    assert harness.metrics[Metric.SCHEMA_TOOL_CALLS] == 1
+
+
+async def test_none_by_schema_calls_nothing(harness: Harness):
+    harness.model.structured_output = True
+    harness.model.script("reason", _thinks("I know this.", []))
+    harness.model.script("act", text('{"tool": "none"}'))
+    harness.model.script("observe", observe("Known.", final="Paris."))
+    record = await harness.run("What is the capital of France?")
+    assert record.of(ToolStarted) == []
+    assert record.of(RunCompleted)[0].final_answer == "Paris."
 
 
 async def test_a_copy_of_the_instructions_in_a_json_field_is_never_shown(harness: Harness):
@@ -706,25 +716,3 @@ def test_a_list_of_most_offered_tools_names_none():
     tools = [ToolSpec(n, "", {}) for n in ("a", "b", "c", "d", "e")]
     assert _named(ReasonControl("p", ("a", "b", "c", "d"), False), tools) == []
     assert _named(ReasonControl("p", ("b", "b", "x"), False), tools) == ["b"]
-
-
-async def test_a_native_call_of_a_tool_reason_did_not_plan_is_asked_again_among_the_planned(
-    harness: Harness,
-):
-    harness.model.structured_output = True
-    harness.model.script("reason", _thinks("Check Tokyo.", ["get_current_time"]))
-    harness.model.script(
-        "act",
-        act(FakeToolCall("echo", {"text": "made up"})),  # not what Reason planned
-        text('{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'),
-    )
-    harness.model.script("observe", observe("Got it.", final="9:00 in Tokyo."))
-    record = await harness.run("What time is it in Tokyo?", max_steps=1)
-    second = [c for c in harness.model.calls if c.phase == "act"][1]
-    offered = {
-        o["properties"]["tool"]["const"]
-        for o in second.response_format["json_schema"]["schema"]["anyOf"]
-    }
-    assert offered == {"get_current_time", "request_input", "none"}
-    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
-    assert harness.metrics[Metric.OFF_PLAN_CALLS] == 1
