@@ -199,8 +199,9 @@ async def _act(
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
     offered = {t.name for t in tools}
-    planned = [n for n in named if n != REQUEST_INPUT] or _unused(rec, named, asked)
-    wanted = bool(planned) or _first_look(rec, tools)  # a call is wanted: planned, or first
+    # A call is wanted: Reason planned one (a question to the person included), the user's
+    # message names a tool no call has used yet, or the run has made none yet.
+    wanted = bool(named) or bool(_unused(rec, named, asked)) or _first_look(rec, tools)
     if wanted and getattr(ctx.model, "structured_output", False):  # optional, like model_name
         ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
         turn = await call_model(
