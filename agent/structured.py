@@ -80,11 +80,13 @@ def observe_schema() -> dict[str, Any]:
 
 def call_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     """One call of an offered tool, `{"tool": name, "arguments": {...}}` with the tool's own
-    argument schema, or `{"tool": "none"}`. Not strict: tools' schemas have optional fields."""
+    argument schema, or `{"tool": "none"}`. Not strict: tools' schemas have optional fields.
+    A tool that requires no argument is asked for its first one: a small model otherwise
+    closes the object at once (`get_current_time` with `{}` is the time in UTC)."""
     choices: list[dict[str, Any]] = [
         {
             "type": "object",
-            "properties": {"tool": {"const": t.name}, "arguments": _inlined(t.parameters)},
+            "properties": {"tool": {"const": t.name}, "arguments": _first_required(t.parameters)},
             "required": ["tool", "arguments"],
         }
         for t in tools
@@ -97,6 +99,14 @@ def call_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
         "type": "json_schema",
         "json_schema": {"name": "call", "strict": False, "schema": schema},
     }
+
+
+def _first_required(schema: dict[str, Any]) -> dict[str, Any]:
+    inlined = _inlined(schema)
+    properties = inlined.get("properties")
+    if isinstance(properties, dict) and properties and not inlined.get("required"):
+        inlined["required"] = [next(iter(properties))]
+    return inlined
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:

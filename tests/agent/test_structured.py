@@ -128,3 +128,12 @@ def test_the_call_schema_offers_each_tool_with_its_own_arguments_or_none():
     assert arguments["properties"]["where"]["properties"]["city"] == {"type": "string"}
     assert "$defs" not in json.dumps(arguments) and "$ref" not in json.dumps(arguments)
     assert last["properties"]["tool"] == {"const": NO_TOOL}
+
+
+def test_a_tool_whose_arguments_are_all_optional_is_asked_for_its_first_one():
+    optional = {"type": "object", "properties": {"timezone": {"type": "string"}, "n": {}}}
+    required = {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"]}
+    schema = call_schema([ToolSpec("t", "", optional), ToolSpec("u", "", required)])
+    first, second, _ = schema["json_schema"]["schema"]["anyOf"]
+    assert first["properties"]["arguments"]["required"] == ["timezone"]
+    assert second["properties"]["arguments"]["required"] == ["b"]
