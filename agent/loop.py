@@ -238,11 +238,11 @@ async def _act(
 
 
 def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
-    """No tool has been called in this run yet, and tools besides `request_input` are offered.
+    """No tool has been called in this run yet (a question to the person included).
     Until then Reason's schema does not let it finish (small models "finish" with an answer
     made up instead of looked up): whether a tool is needed is Act's to decide, with the
     tools in hand, and Act may answer "none"."""
-    return not rec.ledger.records and any(t.name != REQUEST_INPUT for t in tools)
+    return not rec.ledger.records and bool(tools)
 
 
 def _unused(rec: RunRecorder, named: Sequence[str], asked: Sequence[str]) -> list[str]:
