@@ -214,7 +214,9 @@ async def _act(
             tool_choice="none",
             response_format=call_schema(tools),
         )
-        calls, content = read_text_tool_calls(turn.content, offered)[0], ""
+        # a server that ignores the format may still answer with a native call
+        calls, content = rec.own_call_ids(turn.tool_calls), ""
+        calls = calls or read_text_tool_calls(turn.content, offered)[0]
         ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
     else:
         turn = await call_model(
@@ -303,12 +305,12 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
     step = rec.step
     instruction = _instruction(ctx, rec, "agent_summarize_prompt", step=step)
     stream = ControlStream(OBSERVE_KEYS)
-    await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
+    shown = await stream_text(ctx, rec, step, "summarize", system, [instruction], stream, tools)
     rec.end_stream()  # the answer is stored by _complete
-    if not stream.content.strip():
+    if not shown.strip():  # nothing, or its instructions read back (never shown)
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
-    answer = stream.content or (control.final_answer or control.observation if control else "")
+    answer = shown or (control.final_answer or control.observation if control else "")
     prompt = (system, instruction.content, *(t.description for t in tools))
     if answer.strip() and not copied_from(answer, *prompt):
         return answer.strip()
@@ -481,7 +483,7 @@ async def stream_text(
     make_delta = deltas[phase]
     rec.begin_stream(phase)
     sources = (system, *(m.content for m in extra), *(t.description for t in tools))
-    gate = EchoGate(*sources) if phase != "summarize" else None
+    gate = EchoGate(*sources)
 
     async def show(shown: str) -> None:
         """Emit text that may be shown (through the gate already), and answer text."""
@@ -494,9 +496,10 @@ async def stream_text(
             await ctx.sink.emit(AnswerDelta(step, answer))
 
     def gated() -> EchoGate | None:
-        """The gate, for a field of one JSON object: text the model wrote for that field."""
-        held = gate is not None and isinstance(stream, PhaseStream) and stream.is_object
-        return gate if held else None
+        """The gate, for what the model writes itself: a field of one JSON object, or the
+        max-steps answer (prose a scripted reply is not held in)."""
+        object_field = isinstance(stream, PhaseStream) and stream.is_object
+        return gate if object_field or phase == "summarize" else None
 
     async def feed(piece: str) -> None:
         shown = stream.feed(piece)

@@ -259,7 +259,7 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
     assert observe_messages[-3]["tool_calls"]  # Reason's text and Act's call, merged
 
 
-async def test_the_act_state_points_at_the_reasoning_only_when_there_is_some(
+async def test_the_act_state_names_the_plan_or_points_at_the_reasoning_when_there_is_some(
     server, fake_llm: FakeLLM
 ):
     block = json.dumps({"plan": "", "tools_to_consider": [], "finish": False})
@@ -270,8 +270,9 @@ async def test_the_act_state_points_at_the_reasoning_only_when_there_is_some(
         await c.recv()
         await c.run("time please", agent_max_steps=2)
     states = [r.body["messages"][-1]["content"] for r in fake_llm.requests if r.phase == "act"]
-    assert "Plan: see your last message." in states[0]
-    # Step 2's Reason wrote no text: its empty message is not in the call to point at.
+    assert "Plan: Check the clock." in states[0]  # the plan of Reason's block
+    assert "Request: time please" in states[0]  # the request, said again
+    # Step 2's Reason wrote no text and no plan: its empty message is not there to point at.
     assert "Plan: none written; choose the next action from the task." in states[1]
     assert "see your last message" not in states[1]
 
