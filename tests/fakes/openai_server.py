@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
+import string
 import time
 import uuid
 from collections import defaultdict, deque
@@ -58,6 +60,12 @@ class Reply:
 
 def text(*chunks: str, **kw: Any) -> Reply:
     return Reply(chunks=list(chunks), **kw)
+
+
+def unrepeated(chars: int, seed: int) -> str:
+    """`chars` letters that never go round in circles (agent/repetition.py would close a reply
+    of "x" * n): a long reply that must be read to its end."""
+    return "".join(random.Random(seed).choices(string.ascii_letters + " ", k=chars))
 
 
 def reason(sentence: str = "I will look into it.", *, finish: bool = False, **kw: Any) -> Reply:

@@ -14,7 +14,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.fakes.client import Client, kind
-from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe
+from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, unrepeated
 from tests.fakes.tools import Gate
 
 
@@ -32,11 +32,12 @@ def _deltas_to_fill(chunk_bytes: int, queued: int) -> int:
 async def test_a_client_that_stops_reading_is_closed_with_1013_and_slows_nothing(
     server_factory, fake_llm: FakeLLM
 ):
-    chunk = "x" * 20_000
+    chunk_chars = 20_000
     # deltas at a pace a reading client keeps up with (the fake LLM's own speed)
-    deltas = _deltas_to_fill(len(chunk), queued=64)
-    fake_llm.script("reason", Reply(chunks=[chunk] * deltas, delay_s=0.001))
-    long_replies = {"reply_max_chars": len(chunk) * deltas}  # the whole reply is read
+    deltas = _deltas_to_fill(chunk_chars, queued=64)
+    chunks = [unrepeated(chunk_chars, seed) for seed in range(deltas)]  # no loop to close early
+    fake_llm.script("reason", Reply(chunks=chunks, delay_s=0.001))
+    long_replies = {"reply_max_chars": chunk_chars * deltas}  # the whole reply is read
     async with server_factory(server={"outbound_queue_size": 64}, agent=long_replies) as s:
         watcher = await s.client()
         session = (await watcher.recv())["session_id"]

@@ -27,7 +27,7 @@ from server.guard import (
     raise_open_file_limit,
 )
 from tests.conftest import ServerFactory
-from tests.fakes.openai_server import FakeLLM, Reply
+from tests.fakes.openai_server import FakeLLM, Reply, unrepeated
 from tests.security.harness import idle_connections, raw_exchange, status_of
 
 TOKEN = "tenant-a-token-0123456789"
@@ -298,7 +298,8 @@ async def test_a_response_its_client_never_reads_is_dropped_after_the_write_time
 ) -> None:
     """An AG-UI client that stops reading its event stream held the stream's frames and its
     session for as long as the socket stayed open: uvicorn has no write timeout."""
-    fake_llm.script("chat", Reply(chunks=["y" * 20_000] * 400, delay_s=0.001))
+    chunks = [unrepeated(20_000, seed) for seed in range(400)]  # no loop to close early
+    fake_llm.script("chat", Reply(chunks=chunks, delay_s=0.001))
     seen = _Seen("closed a connection whose client read nothing")
     guard_log = logging.getLogger("server.guard")
     level = guard_log.level
