@@ -14,7 +14,6 @@ module, vendors the dependencies and writes that one file into the vendored copy
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -22,10 +21,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from server.local_model import cache_dir, cached, version_says
 from tests.fakes.processes import free_port
 
 __all__ = [
@@ -45,12 +44,6 @@ _TOOLS_GO = f'//go:build tools\n\npackage tools\n\nimport _ "{_MODULE}/cmd/ferre
 _BUILD_TIMEOUT_S = 1200
 
 
-def cache_dir() -> Path:
-    """`~/.cache/agent-server` (or under $XDG_CACHE_HOME), shared by every checkout."""
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "agent-server"
-
-
 def ferretdb_binary() -> Path:
     """Return a working FerretDB binary, building it with Go if the cache has none.
 
@@ -58,32 +51,6 @@ def ferretdb_binary() -> Path:
     """
     target = cache_dir() / f"ferretdb-{FERRETDB_VERSION}"
     return cached(target, _works, _build)
-
-
-def cached(target: Path, ok: Callable[[Path], bool], make: Callable[[Path], None]) -> Path:
-    """Return `target`, making it when missing or broken. A file lock serializes the making,
-    so parallel test processes make it once and share it."""
-    if ok(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_name(target.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ok(target):  # another process may have made it while we waited
-            make(target)
-    return target
-
-
-def version_says(binary: Path, expected: str) -> bool:
-    """A cached binary counts only if it starts and its `--version` mentions `expected`."""
-    if not os.access(binary, os.X_OK):
-        return False
-    try:
-        done = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0 and expected in done.stdout + done.stderr
 
 
 def _works(binary: Path) -> bool:
