@@ -36,7 +36,7 @@ from agent.events import (
     RunStarted,
 )
 from agent.findings import budget_answer, step_limit_answer, stuck_answer
-from agent.messages import Message
+from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
     OBSERVE_KEYS,
@@ -198,45 +198,70 @@ async def _act(
     instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
-    offered = {t.name for t in tools}
     # A call is wanted: Reason planned one (a question to the person included), the user's
     # message names a tool no call has used yet, or the run has made none yet.
     wanted = bool(named) or bool(_unused(rec, named, asked)) or _first_look(rec, tools)
     if wanted and getattr(ctx.model, "structured_output", False):  # optional, like model_name
-        ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
-        turn = await call_model(
-            ctx,
-            rec,
-            step,
-            "act",
-            lambda: rec.messages(step, "act", system, [instruction, ask]),
-            tools=tools,
-            tool_choice="none",
-            response_format=call_schema(tools),
-        )
-        # a server that ignores the format may still answer with a native call
-        calls, content = rec.own_call_ids(turn.tool_calls), ""
-        calls = calls or read_text_tool_calls(turn.content, offered)[0]
-        ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
+        calls, content = await _call_by_schema(ctx, rec, step, system, instruction, tools)
     else:
-        turn = await call_model(
-            ctx,
-            rec,
-            step,
-            "act",
-            lambda: rec.messages(step, "act", system, [instruction]),
-            tools=tools,  # not "required": llama.cpp then pads the call with newlines
-        )
-        calls, content = rec.own_call_ids(turn.tool_calls), turn.content
-        ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
-        if not calls:
-            calls, content = read_text_tool_calls(content, offered)
-            ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
+        calls, content = await _call_natively(ctx, rec, step, system, instruction, tools)
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
     if calls:
         await run_tool_calls(ctx, rec, step, calls)
+
+
+async def _call_by_schema(
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    system: str,
+    instruction: Message,
+    tools: list[ToolSpec],
+) -> tuple[tuple[ToolCall, ...], str]:
+    """Act's call asked for as JSON of the call schema: (the calls, no text to keep)."""
+    ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
+    turn = await call_model(
+        ctx,
+        rec,
+        step,
+        "act",
+        lambda: rec.messages(step, "act", system, [instruction, ask]),
+        tools=tools,
+        tool_choice="none",
+        response_format=call_schema(tools),
+    )
+    # a server that ignores the format may still answer with a native call
+    calls = rec.own_call_ids(turn.tool_calls)
+    calls = calls or read_text_tool_calls(turn.content, {t.name for t in tools})[0]
+    ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
+    return calls, ""
+
+
+async def _call_natively(
+    ctx: RunContext,
+    rec: RunRecorder,
+    step: int,
+    system: str,
+    instruction: Message,
+    tools: list[ToolSpec],
+) -> tuple[tuple[ToolCall, ...], str]:
+    """Act's call as a tool call of the API (or written as text): (the calls, its text)."""
+    turn = await call_model(
+        ctx,
+        rec,
+        step,
+        "act",
+        lambda: rec.messages(step, "act", system, [instruction]),
+        tools=tools,  # not "required": llama.cpp then pads the call with newlines
+    )
+    calls, content = rec.own_call_ids(turn.tool_calls), turn.content
+    ctx.metrics[Metric.NATIVE_TOOL_CALLS] += len(calls)
+    if not calls:
+        calls, content = read_text_tool_calls(content, {t.name for t in tools})
+        ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
+    return calls, content
 
 
 def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
