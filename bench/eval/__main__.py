@@ -45,7 +45,12 @@ def _chosen(spec: str | None) -> list[Task]:
 
 
 async def _run_loop(
-    loop: Any, tasks: Sequence[Task], repeats: int, label: str, out: list[dict[str, Any]]
+    loop: Any,
+    tasks: Sequence[Task],
+    repeats: int,
+    label: str,
+    out: list[dict[str, Any]],
+    rows_file: Path,
 ) -> None:
     for repeat in range(1, repeats + 1):
         for task in tasks:
@@ -72,6 +77,8 @@ async def _run_loop(
                 **record.as_dict(),
             }
             out.append(row)
+            with rows_file.open("a") as rows:  # each run as it ends: a cut-short eval keeps it
+                rows.write(json.dumps(row, ensure_ascii=False) + "\n")
             mark = "right" if right else ("done" if outcome.done else "failed")
             print(
                 f"[{label} · {loop.name}] {task.id} #{repeat}: {mark} in {row['wall_s']} s, "
@@ -92,12 +99,12 @@ async def _one_model(
             ours = OurLoop(work / f"{label}-ours", base_url, model, pages.port)
             (work / f"{label}-ours").mkdir()
             ours.start()
-            runs.append(_run_loop(ours, tasks, args.repeats, label, rows))
+            runs.append(_run_loop(ours, tasks, args.repeats, label, rows, work / "rows.jsonl"))
         if "plain" in args.loops:
             (work / f"{label}-plain").mkdir()
             plain = PlainLoop(work / f"{label}-plain", base_url, model, pages.port)
             await plain.astart()
-            runs.append(_run_loop(plain, tasks, args.repeats, label, rows))
+            runs.append(_run_loop(plain, tasks, args.repeats, label, rows, work / "rows.jsonl"))
         try:
             await asyncio.gather(*runs)
         finally:
@@ -139,11 +146,15 @@ async def _main(args: argparse.Namespace) -> int:
             rows += await _one_model(label, base_url, model, args, work / "")
             if isinstance(endpoint, LlamaServer):
                 endpoint.close()
+    return await asyncio.to_thread(_report, rows, started, args.repeats)
+
+
+def _report(rows: list[dict[str, Any]], started: datetime, repeats: int) -> int:
     report = {
         "started": started.isoformat(timespec="seconds"),
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine_info(),
-        "repeats": args.repeats,
+        "repeats": repeats,
         "summary": summarize(rows),
         "runs": rows,
     }
@@ -165,11 +176,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tasks", help=f"task ids or kinds ({', '.join(KINDS)})")
     parser.add_argument("--loops", default="ours,plain")
-    parser.add_argument("--workdir", help="keep logs and databases here (default: a temp dir)")
+    parser.add_argument(
+        "--workdir", help="keep logs, databases and rows.jsonl here (default: a temp dir)"
+    )
+    parser.add_argument(
+        "--from-rows", type=Path, help="only write the report of a rows.jsonl (a cut-short run)"
+    )
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.from_rows is not None:
+        rows = [json.loads(line) for line in args.from_rows.read_text().splitlines() if line]
+        return _report(rows, datetime.now(UTC), args.repeats)
     t0 = time.monotonic()
     code = asyncio.run(_main(args))
     print(f"eval took {time.monotonic() - t0:.0f} s", file=sys.stderr)
