@@ -15,7 +15,7 @@ from agent.context import RECALL_DETAILS
 from agent.ledger import CallRecord
 from agent.run import RunRecorder
 
-__all__ = ["budget_answer", "step_limit_answer", "stuck_answer", "unable"]
+__all__ = ["budget_answer", "no_progress_answer", "step_limit_answer", "stuck_answer", "unable"]
 
 # What a failed call of each built-in tool could not do, said to the person. A tool not
 # listed here (an MCP or Python tool) is one of "the other things I tried".
@@ -49,6 +49,11 @@ def stuck_answer(rec: RunRecorder) -> str:
         rec,
         "I stopped here because I kept trying the same thing and it kept failing the same way.",
     )
+
+
+def no_progress_answer(rec: RunRecorder) -> str:
+    """The answer of a run whose steps found nothing new: what it found, said once."""
+    return _answer(rec, "I stopped here because I was not getting any further.")
 
 
 def unable(failures: Sequence[CallRecord]) -> str:

@@ -35,7 +35,7 @@ from agent.events import (
     RunCompleted,
     RunStarted,
 )
-from agent.findings import budget_answer, step_limit_answer, stuck_answer
+from agent.findings import budget_answer, no_progress_answer, step_limit_answer, stuck_answer
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
@@ -95,6 +95,10 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
                 plan = control.plan if control is not None else ""
                 await _act(ctx, rec, step, system, tools, named, asked, plan)
             final_answer = await _observe(ctx, rec, step, system, tools)
+            if final_answer is None and _observed_again(rec, step):  # no progress: say so
+                ctx.metrics[Metric.RUNS_STUCK] += 1
+                await _complete(ctx, rec, step, no_progress_answer(rec), "stuck")
+                return
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
@@ -107,6 +111,20 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     except _BudgetSpent:
         ctx.metrics[Metric.RUNS_OVER_BUDGET] += 1
         await _complete(ctx, rec, rec.step, budget_answer(rec), "budget")
+
+
+def _observed_again(rec: RunRecorder, step: int) -> bool:
+    """A step that called nothing and observed, word for word, what the step before it
+    observed has made no progress, and the next one would make none either (a small model
+    says "continue" with the answer in hand, step after step, until max_steps)."""
+    if step < 2 or any(r.step == step for r in rec.ledger.records):
+        return False
+    seen = [
+        " ".join(m.content.split()).lower()
+        for m in rec.conversation
+        if m.run_id == rec.ctx.run_id and m.phase == "observe"
+    ]
+    return len(seen) >= 2 and bool(seen[-1]) and seen[-1] == seen[-2]
 
 
 async def _reason(

@@ -244,8 +244,8 @@ async def test_act_is_told_the_tools_reason_named(harness: Harness):
 
 
 async def test_max_steps_ends_with_a_summary(harness: Harness):
-    for _ in range(2):
-        harness.model.script("observe", observe("Still more to do."))
+    for part in range(2):
+        harness.model.script("observe", observe(f"Still more to do, part {part}."))
     harness.model.script("summarize", text("I ran out of steps; here is what I found."))
     record = await harness.run("Do a long task", max_steps=2)
     assert [e.step for e in record.of(StepStarted)] == [1, 2]
@@ -713,3 +713,32 @@ def test_a_list_of_most_offered_tools_names_none():
     tools = [ToolSpec(n, "", {}) for n in ("a", "b", "c", "d", "e")]
     assert _named(ReasonControl("p", ("a", "b", "c", "d"), False), tools) == []
     assert _named(ReasonControl("p", ("b", "b", "x"), False), tools) == ["b"]
+
+
+async def test_a_step_that_calls_nothing_and_observes_the_same_again_ends_the_run(
+    harness: Harness,
+):
+    """A small model says "continue" with the answer in hand, step after step: once a step
+    with no call observes what the step before observed, the run ends as stuck, its answer
+    saying so and what it found."""
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})), text("Nothing."))
+    harness.model.script(
+        "observe", observe("It is 09:52 in Tokyo."), observe("It is 09:52 in  Tokyo.")
+    )
+    record = await harness.run("What time is it in Tokyo?", max_steps=10)
+    (completion,) = record.of(RunCompleted)
+    assert (completion.steps, completion.stop_reason) == (2, "stuck")
+    assert "not getting any further" in completion.final_answer
+    assert "09:52 in  Tokyo" in completion.final_answer
+    assert harness.model.phases().count("reason") == 2
+
+
+async def test_the_same_observation_after_a_new_call_is_progress(harness: Harness):
+    harness.model.script(
+        "act", act(FakeToolCall("get_current_time", {})), act(FakeToolCall("get_current_time", {}))
+    )
+    harness.model.script(
+        "observe", observe("Checking."), observe("Checking."), observe("Done.", final="Noon.")
+    )
+    record = await harness.run("What time is it?", max_steps=3)
+    assert record.of(RunCompleted)[0].final_answer == "Noon."
