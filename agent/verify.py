@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.calling import call_model
+from agent.echo import copied_from
 from agent.messages import Message
 from agent.metrics import Metric
 from agent.parsing import split_control
@@ -60,4 +61,14 @@ async def verify_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: st
         ctx.metrics[Metric.VERIFY_UNREADABLE] += 1
         return Verdict(True, "The check could not be read, so the answer stands.")
     reason = control.get("reason")
-    return Verdict(control["done"], reason if isinstance(reason, str) and reason else text)
+    reason = reason if isinstance(reason, str) and reason else text
+    if copied_from(reason, *(m.content for m in messages)):  # its instructions read back
+        reason = _COPIED_REASON[control["done"]]
+    return Verdict(control["done"], reason)
+
+
+# What a verdict whose reason only reads the check's instructions back says instead.
+_COPIED_REASON = {
+    True: "The check found the answer complete.",
+    False: "The check found the task not finished yet.",
+}

@@ -24,6 +24,7 @@ from agent.events import (
     ApprovalRequested,
     ChatDelta,
     ChatDone,
+    FinishVerified,
     InputRequested,
     ObserveDelta,
     ObserveDone,
@@ -742,3 +743,18 @@ async def test_the_same_observation_after_a_new_call_is_progress(harness: Harnes
     )
     record = await harness.run("What time is it?", max_steps=3)
     assert record.of(RunCompleted)[0].final_answer == "Noon."
+
+
+async def test_a_verdict_that_reads_the_checks_instructions_back_is_not_shown(harness: Harness):
+    """Qwen2.5-0.5B's verdict reason was the verify prompt's own sentence: the person reads a
+    plain one instead."""
+    copied = "The task is done only if the results actually contain what the task asked for."
+    harness.model.script("act", act(FakeToolCall("echo", {"text": 1})))  # fails: not a string
+    harness.model.script(
+        "observe", observe("Done.", final="All done."), observe("Ok.", final="No.")
+    )
+    verdict = json.dumps({"done": False, "reason": copied})
+    harness.model.script("verify", text(f"```json\n{verdict}\n```"))
+    record = await harness.run("Echo something.", max_steps=2)
+    reasons = [e.reason for e in record.of(FinishVerified)]
+    assert reasons and reasons[0] == "The check found the task not finished yet."
