@@ -17,7 +17,7 @@ from typing import Any
 from websockets.asyncio.client import connect
 
 from bench.eval.record import Record
-from bench.eval.tasks import Outcome, Task, render
+from bench.eval.tasks import Loop, Outcome, Task
 from bench.procs import ROOT, Proc, _spawn, free_port
 
 __all__ = ["OurLoop"]
@@ -50,14 +50,11 @@ def eval_config(workdir: Path, page_port: int) -> Path:
     return path
 
 
-class OurLoop:
+class OurLoop(Loop):
     name = "agent-server"
 
     def __init__(self, workdir: Path, base_url: str, model: str, page_port: int) -> None:
-        self._workdir = workdir
-        self._base_url = base_url
-        self._model = model
-        self._page_port = page_port
+        super().__init__(workdir, base_url, model, page_port)
         self._proc: Proc | None = None
 
     def start(self) -> None:
@@ -78,13 +75,6 @@ class OurLoop:
     def stop(self) -> None:
         if self._proc is not None:
             self._proc.stop()
-
-    async def run(self, task: Task, record: Record) -> Outcome:
-        outcome = Outcome(started=time.time())
-        answers = list(task.answers)
-        for turn in task.turns:
-            outcome = await self._turn(render(turn, self._page_port), task, answers, record)
-        return outcome
 
     async def _turn(self, content: str, task: Task, answers: list[str], record: Record) -> Outcome:
         assert self._proc is not None

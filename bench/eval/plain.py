@@ -32,7 +32,7 @@ from agent.tools.extractor import ExtractorPool
 from agent.tools.http_client import create_http_client
 from bench.eval.ours import eval_config
 from bench.eval.record import Record
-from bench.eval.tasks import Outcome, Task, render
+from bench.eval.tasks import Loop, Outcome, Task
 from server.app import _tools  # the same tool set the server builds
 from server.settings import load_settings
 from server.storage.memory_sqlite import SQLiteMemoryStore
@@ -45,14 +45,11 @@ INSTRUCTIONS = (
 )
 
 
-class PlainLoop:
+class PlainLoop(Loop):
     name = "openai-agents Runner"
 
     def __init__(self, workdir: Path, base_url: str, model: str, page_port: int) -> None:
-        self._workdir = workdir
-        self._base_url = base_url
-        self._model = model
-        self._page_port = page_port
+        super().__init__(workdir, base_url, model, page_port)
         self._catalog: ToolCatalog | None = None
 
     async def astart(self) -> None:
@@ -73,13 +70,6 @@ class PlainLoop:
         await self._http.aclose()
         await self._extractor.aclose()
         await self._memory.close()
-
-    async def run(self, task: Task, record: Record) -> Outcome:
-        outcome = Outcome(started=time.time())
-        answers = list(task.answers)
-        for turn in task.turns:
-            outcome = await self._turn(render(turn, self._page_port), task, answers, record)
-        return outcome
 
     def _function(self, spec: ToolSpec, outcome: Outcome, answers: list[str]) -> FunctionTool:
         catalog = self._catalog

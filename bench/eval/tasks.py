@@ -9,13 +9,15 @@ the real clock, never from the model.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-__all__ = ["KINDS", "TASKS", "Outcome", "Task"]
+__all__ = ["KINDS", "TASKS", "Loop", "Outcome", "Task"]
 
 
 @dataclass
@@ -388,3 +390,26 @@ KINDS = ("single", "multi", "memory", "fetch", "ask", "failure", "no_tool", "ove
 def render(text: str, port: int) -> str:
     """A turn with the page server's port filled in."""
     return text.replace("{port}", str(port))
+
+
+class Loop:
+    """A loop under test: where it runs, and a task played turn by turn (each turn a new
+    conversation), the last turn's outcome judged. Subclasses play one turn."""
+
+    name = ""
+
+    def __init__(self, workdir: Path, base_url: str, model: str, page_port: int) -> None:
+        self._workdir = workdir
+        self._base_url = base_url
+        self._model = model
+        self._page_port = page_port
+
+    async def run(self, task: Task, record: Any) -> Outcome:
+        outcome = Outcome(started=time.time())
+        answers = list(task.answers)
+        for turn in task.turns:
+            outcome = await self._turn(render(turn, self._page_port), task, answers, record)
+        return outcome
+
+    async def _turn(self, content: str, task: Task, answers: list[str], record: Any) -> Outcome:
+        raise NotImplementedError
