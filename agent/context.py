@@ -201,6 +201,7 @@ class ContextWindow:
         window_tokens: int | None = None,
         earlier: EarlierTurns | None = None,
         tool_tokens: int = 0,
+        own_thinking: bool = True,
     ) -> tuple[list[Message], ContextReport]:
         """The message list for one call, and what had to be done to fit the budget.
 
@@ -215,7 +216,9 @@ class ContextWindow:
         report = ContextReport(window - reserve, exact=self._counter.exact)
         cut_at = self.result_tokens(window)
         earlier = (earlier or EarlierTurns()).of(conversation, run_id, cut_at)
-        head, *current = build_messages(system, conversation[len(earlier.source) :], run_id)
+        head, *current = build_messages(
+            system, conversation[len(earlier.source) :], run_id, own_thinking=own_thinking
+        )
         bound = _byte_bound([head, *current, *extra], cut_at)
         if bound is not None:
             bound = None if earlier.bytes is None else bound + earlier.bytes + tool_tokens

@@ -200,29 +200,31 @@ async def _act(
 ) -> None:
     """Let the model call tools.
 
-    Act's instructions carry a state message (the plan, the tools Reason named, those the
-    user's task names that no call has used yet, and every call so far) for this call only.
-    Calls the model wrote as text instead of `tool_calls` are read and run like native ones
-    (agent/textcalls.py). Where the server takes a `response_format` and a call is wanted
-    (Reason planned one, or none has been made in the run yet), the call is asked for as JSON
-    of the call schema instead (agent/structured.py): a server that constrains decoding can
-    then only write an offered tool with arguments of its schema, or "none". Small models
-    answered the native request in prose, with a call of another tool than the one they had
-    just planned, or with a call written as text and no arguments. The reply kept is the
-    model's plan of action.
+    Act is asked as a plain tool loop asks: the conversation with the task, the calls and
+    their results, and no instructions of ours (agent/history.py), so that the last thing the
+    model reads is the task or a result. Small models choose the right tool from that form,
+    the one they were trained on, far more often than from a request with our directives, a
+    plan or a JSON schema in it (docs/models.md). Calls written as text are read like native
+    ones (agent/textcalls.py).
+
+    When that reply calls nothing although a call is wanted (Reason named a tool, or the
+    user's message names one no call has used), the call is asked for again as JSON of the
+    call schema (agent/structured.py), where the server takes a `response_format`: it can
+    then only write an offered tool with arguments of its schema, or "none". The text of a
+    reply without a call is kept, for Observe to read; beside a call it is dropped (a small
+    model's "I will look it up in the address book" was read back as the finding).
     """
     _check_budget(rec)
-    state = _state(ctx, rec, step, named, asked, plan)
-    instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
-    # A call is wanted: Reason planned one (a question to the person included), the user's
-    # message names a tool no call has used yet, or the run has made none yet.
-    wanted = bool(named) or bool(_unused(rec, named, asked)) or _first_look(rec, tools)
-    if wanted and getattr(ctx.model, "structured_output", False):  # optional, like model_name
-        calls, content = await _call_by_schema(ctx, rec, step, system, instruction, tools)
-    else:
-        calls, content = await _call_natively(ctx, rec, step, system, instruction, tools)
+    calls, content = await _call_natively(ctx, rec, step, system, tools)
+    content = "" if calls else content  # the call is the act: its prose only misleads Observe
+    wanted = bool(named) or bool(_unused(rec, named, asked))
+    if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
+        state = _state(ctx, rec, step, named, asked, plan)
+        instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
+        calls = await _call_by_schema(ctx, rec, step, system, instruction, tools)
+        content = "" if calls else content  # a call replaces what was said instead of one
     if not calls and not content.strip():
         return
     await rec.add(Message("assistant", content, tool_calls=calls, phase="act", run_id=ctx.run_id))
@@ -237,8 +239,8 @@ async def _call_by_schema(
     system: str,
     instruction: Message,
     tools: list[ToolSpec],
-) -> tuple[tuple[ToolCall, ...], str]:
-    """Act's call asked for as JSON of the call schema: (the calls, no text to keep)."""
+) -> tuple[ToolCall, ...]:
+    """Act's call asked for as JSON of the call schema."""
     ask = Message("user", ctx.prompts.render("agent_act_json_prompt"), phase="instruction")
     turn = await call_model(
         ctx,
@@ -254,7 +256,7 @@ async def _call_by_schema(
     calls = rec.own_call_ids(turn.tool_calls)
     calls = calls or read_text_tool_calls(turn.content, {t.name for t in tools})[0]
     ctx.metrics[Metric.SCHEMA_TOOL_CALLS] += len(calls)
-    return calls, ""
+    return calls
 
 
 async def _call_natively(
@@ -262,16 +264,16 @@ async def _call_natively(
     rec: RunRecorder,
     step: int,
     system: str,
-    instruction: Message,
     tools: list[ToolSpec],
 ) -> tuple[tuple[ToolCall, ...], str]:
-    """Act's call as a tool call of the API (or written as text): (the calls, its text)."""
+    """Act's call as a tool call of the API (or written as text), asked of the conversation
+    alone: (the calls, its text)."""
     turn = await call_model(
         ctx,
         rec,
         step,
         "act",
-        lambda: rec.messages(step, "act", system, [instruction]),
+        lambda: rec.messages(step, "act", system, own_thinking=False),
         tools=tools,  # not "required": llama.cpp then pads the call with newlines
     )
     calls, content = rec.own_call_ids(turn.tool_calls), turn.content
@@ -554,7 +556,9 @@ async def stream_text(
         rec,
         step,
         phase,
-        lambda: rec.messages(step, phase, system, extra),
+        # Observe reads the results, not what was said before them: a small model's thought
+        # ("it is 24°C in Oslo", before any call) was read back as the finding.
+        lambda: rec.messages(step, phase, system, extra, own_thinking=phase != "observe"),
         tools=tools,
         tool_choice="none",
         response_format=response_format,

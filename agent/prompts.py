@@ -27,8 +27,15 @@ class FilePromptProvider:
             raise FileNotFoundError(f"no prompt templates (*.md) in {folder}")
 
     def render(self, name: str, **values: object) -> str:
+        """`$writing` in any template is the shared `writing.md` (how to write for the
+        person): the phases whose text the person reads carry it in their own message."""
         try:
             template = self._templates[name]
         except KeyError:
             raise KeyError(f"prompt template {name!r} not found") from None
-        return template.safe_substitute({k: str(v) for k, v in values.items()}).strip()
+        shared = {"writing": self._writing()}
+        return template.safe_substitute(shared | {k: str(v) for k, v in values.items()}).strip()
+
+    def _writing(self) -> str:
+        writing = self._templates.get("writing")
+        return writing.template.strip() if writing is not None else ""

@@ -362,12 +362,23 @@ class RunRecorder:
         return True
 
     async def messages(
-        self, step: int, phase: str, system: str, extra: Sequence[Message] = ()
+        self,
+        step: int,
+        phase: str,
+        system: str,
+        extra: Sequence[Message] = (),
+        *,
+        own_thinking: bool = True,
     ) -> list[Message]:
-        """The message list of one LLM call, fitted to the context budget (and said so)."""
+        """The message list of one LLM call, fitted to the context budget (and said so).
+        Without `own_thinking`, the run's reasoning and observations are left out
+        (agent/history.py)."""
         ctx = self._ctx
         if ctx.context is None:
-            return [*build_messages(system, self._conversation, ctx.run_id), *extra]
+            built = build_messages(
+                system, self._conversation, ctx.run_id, own_thinking=own_thinking
+            )
+            return [*built, *extra]
         messages, report = ctx.context.build(
             system,
             self._conversation,
@@ -376,6 +387,7 @@ class RunRecorder:
             window_tokens=self._window_tokens,
             earlier=self._earlier,
             tool_tokens=self._tool_tokens(ctx.context),
+            own_thinking=own_thinking,
         )
         self._results_cut = self._results_cut or bool(report.compressed)
         shown = (

@@ -31,20 +31,24 @@ class CurrentTimeArgs(BaseModel):
 
     timezone: str = Field(
         default="UTC",
-        description="IANA time zone name, e.g. 'Europe/Paris' or 'America/New_York'.",
+        description="The IANA time zone name of the place asked about (Area/City).",
     )
     timezones: list[str] | None = Field(
         default=None,
         min_length=1,
         max_length=MAX_ZONES,
-        description="Several IANA zones at once; the answer is then {'times': [...]}.",
+        description=(
+            "Only to ask for several places in one call: their IANA zone names. The answer "
+            "is then {'times': [...]}."
+        ),
     )
     relative: str | None = Field(
         default=None,
         max_length=200,
         description=(
-            "Optional relative expression, e.g. 'in 3 days', '2 hours ago', 'tomorrow', "
-            "'next monday at 9am', 'in 1 week and 2 hours'. The answer is that moment."
+            "Only when the person asks about another moment than now: that moment in words, "
+            "relative to now (a number of days, weeks or hours before or after, tomorrow, "
+            "next monday at 9am). The answer is that moment."
         ),
     )
 
@@ -54,8 +58,8 @@ def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
     now_utc = clock or (lambda: datetime.now(UTC))
 
     async def get_current_time(args: CurrentTimeArgs, context: ToolContext) -> object:
-        names = _requested_zones(args)
-        zones = [(name, await _zone(name)) for name in names]
+        names = [await _iana_name(name) for name in _requested_zones(args)]
+        zones = [(name, await _zone(name)) for name in dict.fromkeys(names)]
         reference = now_utc().astimezone(zones[0][1])
         moment = reference
         if args.relative is not None:
@@ -77,7 +81,7 @@ def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
         get_current_time,
         description=(
             "Get the current date and time in one or more time zones (IANA names, default "
-            "UTC), or the date and time of a relative expression such as 'in 3 days'."
+            "UTC), or the date and time of a moment relative to now."
         ),
     )
 
@@ -90,6 +94,23 @@ def _requested_zones(args: CurrentTimeArgs) -> list[str]:
     if "timezone" in args.model_fields_set:
         names.insert(0, args.timezone)
     return list(dict.fromkeys(names))
+
+
+async def _iana_name(name: str) -> str:
+    """`name` as an IANA zone name: itself, or the one zone whose city it names ("Tokyo",
+    "new york": a person, and a model, says the city; the database says `Asia/Tokyo`)."""
+    zones = await _zones()
+    if name in zones:
+        return name
+    wanted = "_".join(name.split()).lower()
+    matches = sorted(
+        z for z in zones if z.lower() == wanted or z.lower().rsplit("/", 1)[-1] == wanted
+    )
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ToolError(f"Time zone {name!r} is ambiguous: use one of {', '.join(matches)}.")
+    return name  # refused by _zone, with the usual message
 
 
 async def _zone(name: str) -> ZoneInfo:

@@ -46,7 +46,8 @@ class ToolRegistry:
         """Schemas never change: build each once (pydantic's schema generation is slow)."""
         spec = self._specs.get(tool.name)
         if spec is None:
-            spec = ToolSpec(tool.name, tool.description, tool.arguments.model_json_schema())
+            schema = _untitled(tool.arguments.model_json_schema())
+            spec = ToolSpec(tool.name, tool.description, schema)
             self._specs[tool.name] = spec
         return spec
 
@@ -63,3 +64,22 @@ class ToolRegistry:
             problems = "; ".join(describe_errors(exc, root="arguments"))
             raise ModelBehaviorError(f"Invalid arguments for {name}: {problems}") from None
         return await tool.run(args, context)
+
+
+def _untitled(schema: Any) -> Any:
+    """The schema without pydantic's `title` keywords ("CurrentTimeArgs", "Timezone"): they
+    tell the model nothing the names do not, and small models copy them into the arguments.
+    A property that is itself called `title` is kept."""
+    if isinstance(schema, list):
+        return [_untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+        else:
+            out[key] = _untitled(value)
+    return out

@@ -55,6 +55,7 @@ def _number_forms(value: float) -> list[str]:
     forms = [f"{value:.2f}", f"{value:,.2f}"]
     if whole:
         forms += [f"{int(value)}", f"{int(value):,}", f"{int(value):,}".replace(",", " ")]
+        forms.append(f"{value:.1f}")  # 90.0
     else:
         forms += [f"{value:g}", f"{value:.1f}"]
     return forms

@@ -107,10 +107,10 @@ async def test_a_finish_without_the_tool_the_user_named_still_acts(harness: Harn
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
-async def test_act_is_told_the_tools_the_user_asked_for_until_they_are_used(harness: Harness):
-    """Reason said it can answer and named no tool: Act, which runs because the user named
-    one, is told which (a small model would otherwise not call it), until it succeeds."""
-    harness.model.script("reason", reason("I know the time.", finish=True))
+async def test_act_reads_the_conversation_as_a_plain_tool_loop_does(harness: Harness):
+    """Act's request ends with the task or the last result, with no instructions, plan or
+    reasoning of ours in it: small models pick their tool best from that form."""
+    harness.model.script("reason", reason("I will look at the clock."))
     harness.model.script("act", act(FakeToolCall("get_current_time", {})))
     harness.model.script("observe", observe("Checked, one more look."))
     harness.model.script("reason", reason("Look again."))
@@ -118,9 +118,34 @@ async def test_act_is_told_the_tools_the_user_asked_for_until_they_are_used(harn
     await harness.run("What time is it? Use the get_current_time tool.", max_steps=2)
 
     first_act, second_act = (c for c in harness.model.calls if c.phase == "act")
-    asked = "Tools the user asked for: get_current_time.\n"
-    assert asked in first_act.messages[-1].content
-    assert asked not in second_act.messages[-1].content  # it has been used
+    assert [m.role for m in first_act.messages] == ["system", "user"]
+    assert first_act.messages[-1].content == "What time is it? Use the get_current_time tool."
+    assert [m.role for m in second_act.messages] == ["system", "user", "assistant", "tool"]
+    thinking = ("I will look at the clock.", "Checked, one more look.", "Look again.", "## Now")
+    for call in (first_act, second_act):
+        assert not any(t in m.content for m in call.messages for t in thinking)
+
+
+async def test_a_wanted_call_is_asked_again_by_schema_naming_the_tools_asked_for(
+    harness: Harness,
+):
+    """Reason said it can answer and named no tool, and the plain request gave no call: the
+    run wants one (the user named the tool), so Act asks again by the call schema, told which
+    tools the user asked for, until one of them has been used."""
+    harness.model.structured_output = True
+    harness.model.script("reason", reason("I know the time.", finish=True))
+    call = '{"tool": "get_current_time", "arguments": {"timezone": "UTC"}}'
+    harness.model.script("act", text("It is noon."), text(call))
+    harness.model.script("observe", observe("Checked, one more look."))
+    harness.model.script("reason", reason("Look again."))
+    harness.model.script("act", text("No call needed."))
+    harness.model.script("observe", observe("Same.", final="It is noon."))
+    record = await harness.run("What time is it? Use the get_current_time tool.", max_steps=2)
+
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert [a.response_format is not None for a in acts] == [False, True, False]
+    assert "Tools the user asked for: get_current_time.\n" in acts[1].messages[-2].content
+    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
 
 
 async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
@@ -206,7 +231,7 @@ async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_wo
     harness: Harness,
 ):
     """Qwen2.5-0.5B on llama.cpp wrote only a block whose plan was a line of its guidance."""
-    copied = "Choose the single next thing to do, from what happened so far."
+    copied = "the tools it needs, or []), finish (true only if you can give the complete answer"
     own = "Look up the time in Tokyo."
 
     def block_only(**fields: object) -> Reply:
@@ -220,7 +245,7 @@ async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_wo
     harness.model.script(
         "observe",
         block_only(
-            observation="one or two short sentences for the person about what you found",
+            observation="what the results say, in one or two sentences for the person",
             should_continue=True,
         ),
         observe("Found it.", final="It is noon."),
@@ -233,14 +258,15 @@ async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_wo
     assert record.of(RunCompleted)[0].final_answer == "It is noon."
 
 
-async def test_act_is_told_the_tools_reason_named(harness: Harness):
+async def test_act_is_told_the_tools_reason_named_when_it_asks_again(harness: Harness):
+    harness.model.structured_output = True
     block = {"plan": "Ask, then look.", "tools_to_consider": ["request_input", "nope"]}
     harness.model.script("reason", text(json.dumps({**block, "finish": False})))
+    harness.model.script("act", text("Nothing to call."), text('{"tool": "none"}'))
     harness.model.script("observe", observe("ok", final="Done."))
     await harness.run("go", max_steps=1)
-    act_call = harness.model.calls[1]
-    assert act_call.phase == "act"
-    instruction = act_call.messages[-1].content
+    again = [c for c in harness.model.calls if c.phase == "act"][1]
+    instruction = again.messages[-2].content
     assert "Tools you named for this step: request_input.\n" in instruction  # offered ones
 
 
@@ -647,27 +673,27 @@ async def test_phases_ask_for_one_json_object_and_every_call_is_bounded(harness:
     }
 
 
-async def test_act_asks_for_the_call_as_json_where_the_server_constrains_decoding(
+async def test_act_asks_again_by_schema_only_when_a_planned_call_was_not_made(
     harness: Harness,
 ):
-    """A server that takes a response_format: a wanted call (the run's first, or one Reason
-    planned) is asked for as JSON of the call schema, not as a native tool call; a step that
-    plans none asks natively, and a call written as text there is read."""
+    """A server that takes a response_format: Act asks natively first; a reply with no call
+    where Reason planned one is asked again as JSON of the call schema. A step that plans
+    none keeps the plain reply."""
     harness.model.structured_output = True
     harness.model.script("reason", _thinks("Check Tokyo.", ["get_current_time"]))
     call = '{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
-    harness.model.script("act", text(call), text("No call needed now."))
+    harness.model.script("act", text("Tokyo is nice."), text(call), text("No call needed now."))
     harness.model.script("observe", observe("Got it."), observe("Done.", final="9:00 in Tokyo."))
     harness.model.script("reason", _thinks("Answer.", []))
     record = await harness.run("What time is it in Tokyo?", max_steps=2)
     acts = [c for c in harness.model.calls if c.phase == "act"]
-    assert [a.response_format is not None for a in acts] == [True, False]
-    schema = acts[0].response_format["json_schema"]["schema"]
+    assert [a.response_format is not None for a in acts] == [False, True, False]
+    schema = acts[1].response_format["json_schema"]["schema"]
     assert {o["properties"]["tool"]["const"] for o in schema["anyOf"]} >= {
         "get_current_time",
         "none",
     }
-    assert acts[0].tool_choice == "none" and acts[1].tool_choice == "auto"
+    assert acts[1].tool_choice == "none" and acts[2].tool_choice == "auto"
     assert [(e.name, e.arguments) for e in record.of(ToolStarted)] == [
         ("get_current_time", {"timezone": "Asia/Tokyo"})
     ]
@@ -685,7 +711,7 @@ async def test_none_by_schema_calls_nothing(harness: Harness):
 
 
 async def test_a_copy_of_the_instructions_in_a_json_field_is_never_shown(harness: Harness):
-    copied = "one or two short sentences for the person about what you found"
+    copied = "what the results say, in one or two sentences for the person"
     harness.model.script(
         "reason",
         text(
@@ -701,7 +727,7 @@ async def test_a_copy_of_the_instructions_in_a_json_field_is_never_shown(harness
     )
     record = await harness.run("What time is it?")
     shown = [e.delta for e in record.of(ObserveDelta)] + [e.content for e in record.of(ObserveDone)]
-    assert not any("short sentences" in text for text in shown), shown
+    assert not any("two sentences" in text for text in shown), shown
     assert "".join(e.delta for e in record.of(ReasonDelta)) == "Checking the clock now for you."
     assert record.of(RunCompleted)[0].final_answer == "Noon."
 

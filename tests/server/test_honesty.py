@@ -243,9 +243,9 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
         assert [m["role"] for m in messages].count("system") == 1, phase
         assert messages[0]["role"] == "system"
     act_messages = by_phase["act"]
-    assert act_messages[-1]["role"] == "user"
-    assert act_messages[-1]["content"].startswith("## Now: act (step 1 of")
-    assert "[Current state] Step 1 of" in act_messages[-1]["content"]
+    # Act reads the conversation as a plain tool loop does: it ends with the task.
+    assert [m["role"] for m in act_messages] == ["system", "user"]
+    assert act_messages[-1]["content"] == "time please"
     # The system message is the same for every phase: a prompt cache reuses it.
     assert len({messages[0]["content"] for messages in by_phase.values()}) == 1
     # The state message exists only for the Act call: Observe sees the results instead.
@@ -262,14 +262,21 @@ async def test_each_phase_sees_its_own_message_list(server, fake_llm: FakeLLM):
 async def test_the_act_state_names_the_plan_or_points_at_the_reasoning_when_there_is_some(
     server, fake_llm: FakeLLM
 ):
-    block = json.dumps({"plan": "", "tools_to_consider": [], "finish": False})
-    fake_llm.script("reason", reason("Check the clock."), text(f"```json\n{block}\n```"))
-    fake_llm.script("act", act(FakeToolCall("get_current_time", {})), act(), act())
+    """The state message is part of the request that asks again, by schema, for a call
+    Reason planned and the plain request did not make."""
+    first = json.dumps({"plan": "Check the clock.", "tools_to_consider": ["get_current_time"]})
+    second = json.dumps({"plan": "", "tools_to_consider": ["get_current_time"], "finish": False})
+    fake_llm.script("reason", text(f"Let me see.\n```json\n{first}\n```"))
+    fake_llm.script("reason", text(f"```json\n{second}\n```"))
+    call = json.dumps({"tool": "get_current_time", "arguments": {}})
+    fake_llm.script("act", act(), text(call), act(), text('{"tool": "none"}'))
     fake_llm.script("observe", observe("Looked."), observe("Done.", final="Noon."))
     async with await server.client() as c:
         await c.recv()
         await c.run("time please", agent_max_steps=2)
-    states = [r.body["messages"][-1]["content"] for r in fake_llm.requests if r.phase == "act"]
+    acts = [r.body for r in fake_llm.requests if r.phase == "act"]
+    assert ["response_format" in body for body in acts] == [False, True, False, True]
+    states = [acts[1]["messages"][-1]["content"], acts[3]["messages"][-1]["content"]]
     assert "Plan: Check the clock." in states[0]  # the plan of Reason's block
     assert "Request: time please" in states[0]  # the request, said again
     # Step 2's Reason wrote no text and no plan: its empty message is not there to point at.

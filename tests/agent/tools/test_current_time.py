@@ -60,6 +60,16 @@ async def test_unknown_zone_is_a_tool_error_naming_it() -> None:
         await call(tool, {"timezone": "../../etc/passwd"})
 
 
+async def test_a_city_names_its_zone_when_only_one_zone_is_that_city() -> None:
+    """People, and models, say "Tokyo" or "new york": the zone is the one of that city."""
+    assert (await call(tool, {"timezone": "Tokyo"}))["timezone"] == "Asia/Tokyo"
+    assert (await call(tool, {"timezone": "new york"}))["timezone"] == "America/New_York"
+    both = await call(tool, {"timezones": ["London", "Europe/London", "Paris"]})
+    assert [t["timezone"] for t in both["times"]] == ["Europe/London", "Europe/Paris"]
+    with pytest.raises(ToolError, match="ambiguous: use one of America/Kentucky/Louisville"):
+        await call(tool, {"timezone": "Louisville"})
+
+
 async def test_relative_expression_moves_the_instant() -> None:
     result = await call(tool, {"timezone": "Europe/Paris", "relative": "in 3 days"})
     # Calendar days keep the wall clock across the DST change of March 30.
