@@ -13,7 +13,7 @@ import math
 import os
 import tomllib
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
@@ -50,6 +50,7 @@ __all__ = [
     "StorageSettings",
     "TelemetrySettings",
     "ToolSettings",
+    "check_tools",
     "load_settings",
 ]
 
@@ -350,6 +351,9 @@ class TelemetrySettings(_Section):
         return value
 
 
+_DEFAULT_RUN_STARTS_PER_MINUTE = 600
+
+
 class Settings(BaseSettings):
     """The whole configuration. Build it with `load_settings`."""
 
@@ -401,6 +405,47 @@ class Settings(BaseSettings):
         return settings
 
     @model_validator(mode="after")
+    def _priced_budget(self) -> Settings:
+        model = self.llm.model
+        if self.agent.max_run_cost and model not in self.llm.prices:
+            raise _refuse(
+                type(self).__name__,
+                ("agent", "max_run_cost"),
+                "needs_price",
+                f'needs a price for model {model!r}: add [llm.prices."{model}"] with '
+                "prompt_per_million and completion_per_million",
+                self.agent.max_run_cost,
+            )
+        return self
+
+    @property
+    def budget(self) -> Budget:
+        """Each run's token and cost bounds, priced by `llm.prices` for `llm.model`."""
+        agent, llm = self.agent, self.llm
+        price = llm.prices.get(llm.model)
+        return Budget(max_tokens=agent.max_run_tokens, max_cost=agent.max_run_cost, price=price)
+
+    @property
+    def run_starts_per_minute(self) -> int:
+        """`agent.run_starts_per_minute_per_tenant` in force: as set, or (0) 600 when tenants
+        are told apart by tokens and none (0) otherwise."""
+        configured = self.agent.run_starts_per_minute_per_tenant
+        if configured:
+            return configured
+        return _DEFAULT_RUN_STARTS_PER_MINUTE if self.auth.tokens else 0
+
+    @property
+    def sockets_per_tenant(self) -> int:
+        """`server.max_sockets_per_tenant` in force: as set, or (0) half of
+        `server.max_connections` when tenants are told apart by tokens, else all of it."""
+        server = self.server
+        if server.max_sockets_per_tenant:
+            return server.max_sockets_per_tenant
+        if self.auth.tokens:
+            return max(1, server.max_connections // 2)
+        return server.max_connections
+
+    @model_validator(mode="after")
     def _safe_binding(self) -> Settings:
         if not self.auth.tokens and not _is_loopback(self.server.host):
             raise _refuse(
@@ -412,6 +457,56 @@ class Settings(BaseSettings):
                 self.server.host,
             )
         return self
+
+
+def check_tools(
+    settings: Settings,
+    offered: Collection[str],
+    needing_setup: Mapping[str, str],
+    modules: Sequence[tuple[str, str]],
+) -> None:
+    """Refuse tool names that name no tool, once the tools are built (which exist depends on
+    their requirements, on tools.modules and on the tools given to create_app).
+
+    `offered`: the tools tools.enabled may name; `needing_setup`: the tools not built for
+    want of a requirement, with what each needs; `modules`: each @tool of tools.modules, as
+    (name, where it comes from), in order. Raise ConfigError naming the key."""
+    config = settings.tools
+    for name in config.enabled:
+        if name in offered:
+            continue
+        if name in needing_setup:
+            raise ConfigError(f"tools.enabled: {name!r} needs {needing_setup[name]}")
+        known = ", ".join(sorted({*offered, *needing_setup}))  # also those needing setup
+        raise ConfigError(f"tools.enabled: unknown tool {name!r}; the tools are: {known}")
+    taken = set(config.enabled)
+    for name, source in modules:
+        if name in taken:
+            raise ConfigError(
+                f"tools.modules: tool {name!r} of {source} has the name of another tool; "
+                "rename it with @tool(name=...)"
+            )
+        taken.add(name)
+    sources = dict(modules)
+    prefixes = tuple(f"{name}__" for name in config.mcp)
+    for name in sorted(taken):
+        if name.startswith(prefixes):
+            raise ConfigError(
+                f"tools: tool {name!r} ({sources.get(name, 'built-in')}) is named like the "
+                f"tools of the MCP server {name.split('__', 1)[0]!r} (<server>__<tool>); "
+                "rename it with @tool(name=...)"
+            )
+    for name in config.approval:
+        if name not in taken and name not in offered and not name.startswith(prefixes):
+            raise ConfigError(
+                f"tools.approval: unknown tool {name!r}; name a built-in or Python tool, or "
+                "an MCP tool as <server>__<tool> of a server in [tools.mcp]"
+            )
+    if settings.agent.pre_task_research and "web_search" not in taken:
+        raise ConfigError(
+            "agent.pre_task_research needs the web_search tool: enable it in tools.enabled "
+            "and configure [tools.web_search] provider"
+        )
 
 
 def _strip(annotation: Any) -> Any:

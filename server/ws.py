@@ -66,7 +66,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await _refuse(websocket, "unauthorized", "A valid token is needed to connect.")
         return
     tenant = scope.tenant_id
-    if services.sockets[tenant] >= services.max_sockets_per_tenant:
+    if services.sockets[tenant] >= services.settings.sockets_per_tenant:
         message = "This tenant has too many connections open; close some, then try again."
         body = {"code": "too_many_connections", "message": message}
         await websocket.send_denial_response(JSONResponse(body, status_code=503))

@@ -332,3 +332,35 @@ def test_a_database_name_mongodb_refuses_and_an_endless_lease_are_said_at_start(
 def test_an_otlp_endpoint_that_is_not_an_http_url_is_refused(tmp_path: Path) -> None:
     message = _refusal(tmp_path, '[telemetry]\notlp_endpoint = "not a url"\n')
     assert "telemetry.otlp_endpoint: must be an absolute http(s) URL with a host" in message
+
+
+# -- checks across sections, in settings.py like every other ----------------------------------
+
+
+def test_a_cost_limit_without_a_price_is_refused_by_the_settings(tmp_path: Path) -> None:
+    # It was refused only by create_app, in another module than every other check.
+    message = _refusal(tmp_path, "[agent]\nmax_run_cost = 1.5\n")
+    assert "agent.max_run_cost: needs a price for model 'gpt-4o-mini'" in message
+    assert '[llm.prices."gpt-4o-mini"]' in message
+    priced = (
+        '[agent]\nmax_run_cost = 1.5\n[llm.prices."gpt-4o-mini"]\n'
+        "prompt_per_million = 0.15\ncompletion_per_million = 0.6\n"
+    )
+    config = tmp_path / "priced.toml"
+    config.write_text(priced)
+    budget = load_settings(config, environ={}).budget
+    assert budget.max_cost == 1.5 and budget.price is not None
+
+
+def test_derived_limits_follow_the_tokens() -> None:
+    """0 means a default that depends on whether tenants are told apart (auth tokens)."""
+    tokens = {"auth": {"tokens": {TOKEN: {"tenant": "acme", "user": "alice"}}}}
+    alone = Settings(server={"max_connections": 10})
+    shared = Settings(server={"max_connections": 10}, **tokens)
+    chosen = Settings(
+        server={"max_connections": 10, "max_sockets_per_tenant": 3},
+        agent={"run_starts_per_minute_per_tenant": 30},
+        **tokens,
+    )
+    assert [s.sockets_per_tenant for s in (alone, shared, chosen)] == [10, 5, 3]
+    assert [s.run_starts_per_minute for s in (alone, shared, chosen)] == [0, 600, 30]
