@@ -209,22 +209,13 @@ def create_app(
         settings, extra_tools, http=http_client, memory=memory_store, extractor=extractor
     )
     hub = SessionHub(
-        budget=settings.budget,
-        context=_context_window(settings),
-        research=_research(settings, registry),
-        run_lease_s=settings.storage.run_lease_s,
-        poll_interval_s=settings.storage.poll_interval_s,
+        settings,
         store=store,
         model=model,
         tools=registry,
-        tool_names=registry.names(),
-        tools_for=registry.known,
-        needs_approval=registry.needs_approval,
-        approval_timeout_s=settings.tools.approval_timeout_s,
         prompts=prompts or FilePromptProvider(),
-        settings=settings.agent,
-        model_name=settings.llm.model,
-        run_starts_per_minute=settings.run_starts_per_minute,
+        context=_context_window(settings),
+        research=_research(settings, registry),
     )
     services = Services(
         settings=settings,

@@ -45,6 +45,7 @@ __all__ = [
     "Identity",
     "LLMSettings",
     "Price",
+    "RUN_LEASE_S",
     "ServerSettings",
     "Settings",
     "StorageSettings",
@@ -262,14 +263,19 @@ class AgentSettings(_Section):
 ContextSettings = ContextLimits
 
 
+# `storage.run_lease_s`'s default, which LiveSession and SessionRegistry start from too.
+RUN_LEASE_S = 30.0
+
+
 class StorageSettings(_Section):
     backend: Literal["sqlite", "mongodb"] = "sqlite"
     sqlite_path: Path = Path("data/agent.db")
     mongodb_uri: str = "mongodb://127.0.0.1:27017"
     mongodb_database: str = "agent_server"
     mongodb_timeout_ms: int = Field(5000, ge=100)
-    run_lease_s: float = Field(30.0, ge=1, le=3600)  # MongoDB: a run whose process stops renewing
-    # this lease is closed as "interrupted" by another server process
+    # Shared stores: a run whose process stops renewing this lease is closed as "interrupted"
+    # by another server process.
+    run_lease_s: float = Field(RUN_LEASE_S, ge=1, le=3600)
     # Several server processes on this store (docs/deploy.md). None: true for MongoDB, false
     # for SQLite (one process per file); `serve --workers N` with N > 1 sets it.
     shared: bool | None = None
