@@ -28,7 +28,12 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from pydantic_settings.exceptions import SettingsError
 
 from agent.budget import Budget, Price
@@ -361,7 +366,8 @@ _DEFAULT_RUN_STARTS_PER_MINUTE = 600
 
 
 class Settings(BaseSettings):
-    """The whole configuration. Build it with `load_settings`."""
+    """The whole configuration. Build it with `load_settings`; built directly, it reads no
+    environment."""
 
     # Each section's default is its class's defaults, so a section is built from what was
     # given alone: its `model_fields_set` tells a key written out from one left unset.
@@ -391,7 +397,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (env_settings, init_settings)  # env beats flags, flags beat the file
+        # The file and the flags only: load_settings lays the environment it was given over
+        # them (_Environment), so that nothing here reads os.environ behind its back.
+        return (init_settings,)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -515,6 +523,30 @@ def check_tools(
         )
 
 
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' reading of the `AGENT__SECTION__KEY` variables, from a given mapping
+    instead of os.environ."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ  # read by _load_env_vars, which the base's __init__ calls
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}  # case-blind
+
+
+def _laid_over(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `top`'s values in their place, tables merged key by key."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = _laid_over(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def _strip(annotation: Any) -> Any:
     """`X` of `Annotated[X, ...]` and of `X | None`."""
     if get_origin(annotation) is Annotated:
@@ -604,9 +636,11 @@ def load_settings(
     """Read the TOML file (if it exists), apply flags and environment, validate everything.
 
     `overrides` are the command-line flags by section, `{"server": {"port": 8080}}` for
-    `--port 8080` (None: not given); a message names a wrong one `--port`. Relative paths
-    resolve against the config file's folder (or the working directory when there is no
-    file). Raise ConfigError with every problem found.
+    `--port 8080` (None: not given); a message names a wrong one `--port`. `environ` is the
+    environment (None: os.environ): its `AGENT__` variables and the secrets named by the
+    settings are read from it alone. Relative paths resolve against the config file's
+    folder (or the working directory when there is no file). Raise ConfigError with every
+    problem found.
     """
     env = os.environ if environ is None else environ
     data: dict[str, Any] = {}
@@ -617,11 +651,11 @@ def load_settings(
         data = _read_toml(config_path)
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    _check_environment()
+    _check_environment(env)
     try:
-        settings = Settings(**data)
+        settings = Settings(**_laid_over(data, _Environment(env)()))  # env beats flags and file
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, config_path, overrides or {})) from None
+        raise ConfigError(_describe(exc, config_path, overrides or {}, env)) from None
     except SettingsError as exc:  # a variable _check_environment did not foresee
         raise ConfigError(f"invalid environment: {exc}") from None
     return _resolve(settings, base, env)
@@ -653,13 +687,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
 _ENV_PREFIX = "AGENT__"
 
 
-def _check_environment() -> None:
+def _check_environment(env: Mapping[str, str]) -> None:
     """`AGENT__` variables that pydantic-settings would ignore (an unknown section, while an
     unknown key of a known section is refused) or fail on with a traceback naming only the
     section (a list or table that is not JSON). Their values are never shown: some are
     secrets (AGENT__AUTH__TOKENS)."""
     problems = []
-    for name, value in os.environ.items():
+    for name, value in env.items():
         if not name.upper().startswith(_ENV_PREFIX):
             continue
         keys = tuple(name[len(_ENV_PREFIX) :].lower().split("__"))
@@ -749,7 +783,10 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
 
 
 def _describe(
-    exc: ValidationError, path: Path | None, overrides: Mapping[str, Mapping[str, Any]]
+    exc: ValidationError,
+    path: Path | None,
+    overrides: Mapping[str, Mapping[str, Any]],
+    env: Mapping[str, str],
 ) -> str:
     """Every problem, each naming the environment variable or the flag that set it when one
     did (a value from there is not in the file the message would otherwise point at). A
@@ -758,7 +795,7 @@ def _describe(
     exc = ValidationError.from_exception_data(exc.title, errors)
     shown = describe_errors(exc, root="(top level)")
     bare = describe_errors(exc, root="(top level)", show_input=False)
-    variables = {name.upper(): name for name in os.environ}
+    variables = {name.upper(): name for name in env}
     lines, from_file = [], False
     for n, err in enumerate(exc.errors(include_url=False)[:MOST_LINES]):
         loc, given = err["loc"], err["input"]

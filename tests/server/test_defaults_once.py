@@ -30,8 +30,14 @@ def _defaults(path: Path) -> list[tuple[str, int]]:
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.arguments):
             positional = [*node.posonlyargs, *node.args]
-            pairs = list(zip(positional[len(positional) - len(node.defaults) :], node.defaults))
-            pairs += [(a, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d is not None]
+            pairs = list(
+                zip(positional[len(positional) - len(node.defaults) :], node.defaults, strict=True)
+            )
+            pairs += [
+                (a, d)
+                for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True)
+                if d is not None
+            ]
             found += [(arg.arg, arg.lineno) for arg, default in pairs if _literal(default)]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if _literal(node.value):
