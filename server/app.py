@@ -183,19 +183,9 @@ def create_app(
     memory_store: MemoryStore | None = None,
 ) -> Starlette:
     """Build the ASGI app. Every collaborator can be substituted (tests, embedding)."""
-    llm = settings.llm
     owned_model = None
     if model is None:
-        owned_model = OpenAIChatModel(
-            model=llm.model,
-            api_key=llm.api_key.get_secret_value(),
-            base_url=llm.base_url or None,
-            timeout_s=llm.timeout_s,
-            max_retries=llm.max_retries,
-            stream_usage=llm.stream_usage,
-            temperature=llm.temperature,
-            max_tokens=llm.max_tokens,
-        )
+        owned_model = OpenAIChatModel(settings.llm)
         model = owned_model
     store = store or create_store(settings)
     owned_http = None

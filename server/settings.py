@@ -36,6 +36,7 @@ from pydantic_settings import (
 )
 from pydantic_settings.exceptions import SettingsError
 
+from agent.adapters.config import ModelConfig
 from agent.budget import Budget, Price
 from agent.context import ContextLimits
 from agent.run import RunLimits, Style
@@ -162,16 +163,11 @@ class ServerSettings(_Section):
         return self
 
 
-class LLMSettings(_Section):
-    base_url: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
-    api_key: SecretStr = SecretStr("")  # filled from the variable named by api_key_env
-    model: str = Field("gpt-4o-mini", min_length=1)
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=10)
-    stream_usage: bool = True
-    temperature: float | None = Field(None, ge=0, le=2)  # unset: the model server's default
-    max_tokens: int | None = Field(None, ge=16)  # per call; unset: each phase's own bound
+class LLMSettings(ModelConfig):
+    """`[llm]`: the model adapter's own keys (agent/adapters/config.py), and where its key
+    comes from, the prices of models, and the bundled model."""
+
+    api_key_env: str = "OPENAI_API_KEY"  # api_key is filled from the variable it names
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name
     # No base_url and no key: serve the bundled small local model (server/local_model.py).
     bundled_model: bool = True

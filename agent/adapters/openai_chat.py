@@ -45,6 +45,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agent.adapters.config import ModelConfig
 from agent.adapters.http import AiohttpTransport, HttpReply, HttpTransport, Unreachable
 from agent.adapters.sse import MalformedChunk, SSELines, StreamState, ThinkSplitter
 from agent.conversation import normalize
@@ -88,23 +89,17 @@ class OpenAIChatModel:
 
     def __init__(
         self,
+        config: ModelConfig,
         *,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        timeout_s: float = 60.0,
-        max_retries: int = 3,
-        stream_usage: bool = True,
         retry_initial_s: float = 0.5,
         retry_max_s: float = 8.0,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
         transport: HttpTransport | None = None,  # tests' chosen reads
     ) -> None:
-        self._transport = transport or AiohttpTransport(timeout_s)
-        self._timeout_s = timeout_s
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        """`config` is the `[llm]` section (or a ModelConfig of one's own)."""
+        self._transport = transport or AiohttpTransport(config.timeout_s)
+        base = config.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._url = base.rstrip("/") + "/chat/completions"
+        api_key = config.api_key.get_secret_value()
         # Built once: none of them changes between calls. The organization and project come
         # from the variables the SDK reads for them, so an OpenAI key scoped to them still works.
         self._headers = {
@@ -117,11 +112,7 @@ class OpenAIChatModel:
             if value := os.environ.get(variable):
                 self._headers[header] = value
         self._secret = api_key  # kept out of every reason the server gives back
-        self._model = model
-        self._max_retries = max_retries
-        self._stream_usage = stream_usage
-        self._temperature = temperature
-        self._max_tokens = max_tokens
+        self._config = config
         self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
         self._structured = True  # until the server refuses a response_format
@@ -136,7 +127,7 @@ class OpenAIChatModel:
     @property
     def model_name(self) -> str:
         """The model requested, for traces (`gen_ai.request.model`)."""
-        return self._model
+        return self._config.model
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -153,16 +144,16 @@ class OpenAIChatModel:
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         # The keys in the order the SDK sends them, so the body is the one it would send.
         body: dict[str, Any] = {
-            "model": self._model,
+            "model": self._config.model,
             "stream": True,
             "messages": [m.to_openai() for m in normalize(messages)],
         }
-        if self._stream_usage:
+        if self._config.stream_usage:
             body["stream_options"] = {"include_usage": True}
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None or max_tokens is not None:
-            body["max_tokens"] = self._max_tokens if self._max_tokens is not None else max_tokens
+        if self._config.temperature is not None:
+            body["temperature"] = self._config.temperature
+        if self._config.max_tokens is not None or max_tokens is not None:
+            body["max_tokens"] = self._config.max_tokens or max_tokens
         if response_format is not None and self._structured:
             body["response_format"] = response_format
         if tools:
@@ -207,13 +198,13 @@ class OpenAIChatModel:
                 return
             except ModelError as exc:
                 broke = exc.__cause__
-                if shown or not _transient(broke) or tried > self._max_retries:
+                if shown or not _transient(broke) or tried > self._config.max_retries:
                     raise
             finally:
                 reply.close()  # also when cancelled: the model stops generating
             # The stream broke before anything of it was passed on: asked again, nothing
             # is repeated, so it is a transient failure like one while opening.
-            await _notify(call, tried + 1, self._max_retries + 1, broke, self._first_wait)
+            await _notify(call, tried + 1, self._config.max_retries + 1, broke, self._first_wait)
             await asyncio.sleep(self._first_wait)
             reply, tried = await self._open(data, headers, call, tried)
 
@@ -233,7 +224,7 @@ class OpenAIChatModel:
         props = await get(base.removesuffix("/v1") + "/props", headers)
         window = _props_window(props)
         if window is None:
-            window = _models_window(await get(base + "/models", headers), self._model)
+            window = _models_window(await get(base + "/models", headers), self._config.model)
         self._window = window
         return window
 
@@ -242,8 +233,8 @@ class OpenAIChatModel:
     ) -> tuple[HttpReply, int]:
         """Send the request (retrying transient failures) and return the open stream, with
         the attempts used so far (`spent` of them before this call)."""
-        total = self._max_retries + 1
-        left = self._max_retries - spent
+        total = self._config.max_retries + 1
+        left = self._config.max_retries - spent
 
         async def before_sleep(state: RetryCallState) -> None:
             failure = state.outcome.exception() if state.outcome else None
@@ -293,7 +284,7 @@ class OpenAIChatModel:
             if exc.timed_out:  # it may be up but slow: say which setting bounds the wait
                 raise ModelError(
                     "The language model did not answer within llm.timeout_s "
-                    f"({self._timeout_s:g} s)."
+                    f"({self._config.timeout_s:g} s)."
                 ) from exc
             raise ModelError(f"The language model could not be reached ({exc.reason}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -359,7 +350,7 @@ class OpenAIChatModel:
             if isinstance(failure, Unreachable) and failure.timed_out:
                 raise ModelError(
                     "The language model sent nothing for longer than llm.timeout_s "
-                    f"({self._timeout_s:g} s) while writing its reply."
+                    f"({self._config.timeout_s:g} s) while writing its reply."
                 ) from failure
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({reason})."
