@@ -25,7 +25,6 @@ thinking (`reasoning_content`, `reasoning`, or a leading `<think>…</think>`) i
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import logging
@@ -61,6 +60,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, also when OPENAI_BA
 _SCOPE_HEADERS = (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID"))
 
 
+_Item = str | Thinking | ModelTurn  # what a stream yields
+
+
 class StatusError(Exception):
     """The model server answered with an error status. `message` and `body` are what the
     openai SDK's APIStatusError would carry: "Error code: N" and the server's own message,
@@ -74,6 +76,14 @@ class StatusError(Exception):
         self.message = message
         self.body = body
         self.retry_after_s = retry_after_s  # the server's `Retry-After`, when it is usable
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """A transient failure to open the stream, or one of a stream that broke before its
+    first item (the reader's ModelError, caused by it)."""
+    if isinstance(exc, ModelError):
+        return _transient(exc.__cause__)
+    return _transient(exc)
 
 
 def _transient(exc: BaseException | None) -> bool:
@@ -113,8 +123,9 @@ class OpenAIChatModel:
                 self._headers[header] = value
         self._secret = api_key  # kept out of every reason the server gives back
         self._config = config
-        self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
         self._first_wait = retry_initial_s
+        # From the second retry: retry_initial_s * 2 ** (retries before it), plus jitter.
+        self._backoff = wait_exponential_jitter(multiplier=retry_initial_s / 2, max=retry_max_s)
         self._structured = True  # until the server refuses a response_format
         self._window: int | None = None
         self._window_asked_at: float | None = None
@@ -179,7 +190,7 @@ class OpenAIChatModel:
         }
         data = orjson.dumps(body)
         try:
-            reply, tried = await self._open(data, headers, call)
+            reply, reader, first = await self._start(data, headers, call)
         except ModelError as exc:
             if "response_format" not in body or not _refuses_structure(exc.__cause__):
                 raise
@@ -188,25 +199,14 @@ class OpenAIChatModel:
             _log.warning("the model server refused response_format; replies are read as text")
             del body["response_format"]
             data = orjson.dumps(body)
-            reply, tried = await self._open(data, headers, call)
-        while True:
-            shown = False
-            try:
-                async for item in self._read(reply):
-                    shown = True
+            reply, reader, first = await self._start(data, headers, call)
+        try:
+            if first is not None:
+                yield first
+                async for item in reader:  # shown as it comes: a failure now fails the call
                     yield item
-                return
-            except ModelError as exc:
-                broke = exc.__cause__
-                if shown or not _transient(broke) or tried > self._config.max_retries:
-                    raise
-            finally:
-                reply.close()  # also when cancelled: the model stops generating
-            # The stream broke before anything of it was passed on: asked again, nothing
-            # is repeated, so it is a transient failure like one while opening.
-            await _notify(call, tried + 1, self._config.max_retries + 1, broke, self._first_wait)
-            await asyncio.sleep(self._first_wait)
-            reply, tried = await self._open(data, headers, call, tried)
+        finally:
+            reply.close()  # also when cancelled: the model stops generating
 
     async def context_window(self) -> int | None:
         """The context window the model server runs with, when it says so: llama.cpp's
@@ -228,43 +228,51 @@ class OpenAIChatModel:
         self._window = window
         return window
 
-    async def _open(
-        self, body: bytes, headers: dict[str, str], call: CallInfo, spent: int = 0
-    ) -> tuple[HttpReply, int]:
-        """Send the request (retrying transient failures) and return the open stream, with
-        the attempts used so far (`spent` of them before this call)."""
+    def _retrying(self, call: CallInfo) -> AsyncRetrying:
+        """The retry policy of a model call (the module's docstring): each retry is announced
+        to `call.on_retry` (which attempt comes, of how many, why, after how long) first."""
         total = self._config.max_retries + 1
-        left = self._config.max_retries - spent
 
-        async def before_sleep(state: RetryCallState) -> None:
+        async def announce(state: RetryCallState) -> None:
             failure = state.outcome.exception() if state.outcome else None
+            if isinstance(failure, ModelError):  # the stream broke: say how
+                failure = failure.__cause__
             delay = state.next_action.sleep if state.next_action else 0.0
-            await _notify(call, spent + state.attempt_number + 2, total, failure, delay)
+            await _notify(call, state.attempt_number + 1, total, failure, delay)
 
-        def wait(state: RetryCallState) -> float:
-            failure = state.outcome.exception() if state.outcome else None
-            return _asked_wait(failure) or self._wait(state)
+        return AsyncRetrying(
+            stop=stop_after_attempt(total),
+            wait=self._wait,
+            retry=retry_if_exception(_worth_retrying),
+            reraise=True,
+            before_sleep=announce,
+        )
 
+    def _wait(self, state: RetryCallState) -> float:
+        """The wait a busy server asked for, else `retry_initial_s` before the first retry,
+        then twice as long each time (with up to a second of jitter), at most `retry_max_s`."""
+        failure = state.outcome.exception() if state.outcome else None
+        asked = _asked_wait(failure)
+        if asked is not None:
+            return asked
+        return self._first_wait if state.attempt_number == 1 else self._backoff(state)
+
+    async def _start(
+        self, body: bytes, headers: dict[str, str], call: CallInfo
+    ) -> tuple[HttpReply, AsyncIterator[_Item], _Item | None]:
+        """Send the request and read up to the reply's first item, trying again under the
+        retry policy; return the open reply, its reader, and that item (None: nothing came).
+        Nothing has reached the caller yet, so asking again repeats nothing."""
         try:
-            try:
-                return await self._send(body, headers), spent + 1
-            except (Unreachable, StatusError) as exc:
-                if not _transient(exc) or left <= 0:
-                    raise
-                first_wait = _asked_wait(exc) or self._first_wait
-                await _notify(call, spent + 2, total, exc, first_wait)
-            await asyncio.sleep(first_wait)  # back off before the first retry too
-            attempts = AsyncRetrying(  # built only after a failure: the common call is fast
-                stop=stop_after_attempt(left),
-                wait=wait,
-                retry=retry_if_exception(_transient),
-                reraise=True,
-                before_sleep=before_sleep,
-            )
-            async for attempt in attempts:
+            async for attempt in self._retrying(call):
                 with attempt:
                     reply = await self._send(body, headers)
-                    return reply, spent + 1 + attempt.retry_state.attempt_number
+                    reader = self._read(reply)
+                    try:
+                        return reply, reader, await anext(reader, None)
+                    except BaseException:
+                        reply.close()
+                        raise
         except StatusError as exc:
             too_long = _context_overflow(exc)
             if too_long is not None:
@@ -300,7 +308,7 @@ class OpenAIChatModel:
             reply.close()
         raise _status_error(reply.status, content, _retry_after(reply.header("Retry-After")))
 
-    async def _read(self, reply: HttpReply) -> AsyncIterator[str | Thinking | ModelTurn]:
+    async def _read(self, reply: HttpReply) -> AsyncIterator[_Item]:
         """Read the server-sent events ourselves (agent/adapters/sse.py).
 
         Each time this generator resumes it reads everything that arrived meanwhile (aiohttp

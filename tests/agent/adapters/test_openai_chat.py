@@ -617,3 +617,58 @@ async def test_https_goes_through_a_real_forward_proxy(monkeypatch, tmp_path):
         await proxy.wait()
     assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
     assert f"CONNECT 127.0.0.1:{server.port}" in log.read_text()  # it went through the proxy
+
+
+class _Broken(_Reply):
+    """A 200 whose stream breaks before its first event."""
+
+    def __init__(self) -> None:
+        super().__init__(200, [])
+
+    async def read_some(self) -> bytes:
+        raise Unreachable("the connection closed before its end")
+
+
+def _answers(*replies: _Reply) -> _Transport:
+    queue = list(replies)
+    return _Transport(lambda: queue.pop(0))
+
+
+def _ok() -> _Reply:
+    return _Reply(200, [_event({"content": "fine"}), b"data: [DONE]\n\n"])
+
+
+async def test_failures_to_open_and_early_breaks_share_one_retry_policy():
+    """One policy for every attempt of a call: a refused request and a stream that broke
+    before its first item count against the same llm.max_retries, each announced in turn."""
+    notices: list[RetryNotice] = []
+
+    async def noted(notice: RetryNotice) -> None:
+        notices.append(notice)
+
+    call = CallInfo("s", "r", 1, "reason", on_retry=noted)
+    busy = {"Retry-After": "0"}
+    replies = (_Reply(503, [b"{}"], headers=busy), _Broken(), _ok())
+    model = OpenAIChatModel(
+        _config("http://llm/v1", max_retries=2),
+        retry_initial_s=0,
+        retry_max_s=0,
+        transport=_answers(*replies),
+    )
+    items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=call)]
+    assert isinstance(items[-1], ModelTurn) and items[-1].content == "fine"
+    assert [(n.attempt, n.max_attempts) for n in notices] == [(2, 3), (3, 3)]
+    assert "HTTP 503" in notices[0].reason and "broke off" in notices[1].reason
+    assert replies[1].closed  # the broken stream's connection was given back
+
+    notices.clear()
+    model = OpenAIChatModel(
+        _config("http://llm/v1", max_retries=1),
+        retry_initial_s=0,
+        retry_max_s=0,
+        transport=_answers(_Reply(503, [b"{}"], headers=busy), _Broken(), _ok()),
+    )
+    with pytest.raises(ModelError, match="broke off"):  # the break was the last attempt
+        async for _ in model.stream([Message("user", "hi")], tools=(), call=call):
+            pass
+    assert [n.attempt for n in notices] == [2]
