@@ -2,6 +2,9 @@
 
 Parsed once, at startup, into frozen models; each component receives only its section.
 Every wrong value is reported at once, with the key, what was expected and what was given.
+Every check is here: those across sections too (a cost limit needs a price), and
+`check_tools`, which create_app calls once the tools are built. So are the defaults that
+follow from other keys (`Settings.run_starts_per_minute`, `Settings.sockets_per_tenant`).
 """
 
 from __future__ import annotations
