@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from agent.adapters.config import ModelConfig
 from agent.adapters.openai_chat import OpenAIChatModel
 from agent.messages import Message, ToolCall
 from agent.ports import CallInfo, ToolSpec
@@ -57,7 +58,7 @@ async def _steps(model: OpenAIChatModel, count: int) -> None:
 
 
 async def _measure(address: str, steps: int, profile: str | None) -> None:
-    model = OpenAIChatModel(model="gpt-4o-mini", api_key="k", base_url=f"http://{address}/v1")
+    model = OpenAIChatModel(ModelConfig(api_key="k", base_url=f"http://{address}/v1"))
     try:
         await _steps(model, 30)  # warm-up: the connection, imports, caches
         profiler = cProfile.Profile(time.process_time) if profile else None

@@ -22,7 +22,6 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from agent.adapters.openai_chat import OpenAIChatModel
-from agent.budget import Budget
 from agent.context import ContextWindow
 from agent.ports import ChatModel, PromptProvider, ToolContext
 from agent.prompts import FilePromptProvider
@@ -47,7 +46,7 @@ from server.http_api import health, http_error
 from server.http_api import routes as api_routes
 from server.services import Services
 from server.sessions import SessionHub
-from server.settings import ConfigError, Settings
+from server.settings import ConfigError, Settings, check_tools
 from server.storage.base import Store
 from server.storage.memory_sqlite import SQLiteMemoryStore
 from server.ws import websocket_endpoint
@@ -94,52 +93,12 @@ def _tools(
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     available = {**BUILTIN_TOOLS, **{t.name: t for t in [*built, *(extra or ())]}}
-    for name in config.enabled:
-        if name in available:
-            continue
-        if name in REQUIREMENTS:
-            raise ConfigError(f"tools.enabled: {name!r} needs {REQUIREMENTS[name]}")
-        known = ", ".join(sorted({*available, *REQUIREMENTS}))  # also those needing setup
-        raise ConfigError(f"tools.enabled: unknown tool {name!r}; the tools are: {known}")
+    check_tools(settings, available, REQUIREMENTS, [(t.name, sources[t.name]) for t in python])
     chosen = [available[n] for n in config.enabled]
-    taken = {t.name for t in chosen}
-    for made in python:
-        if made.name in taken:
-            raise ConfigError(
-                f"tools.modules: tool {made.name!r} of {sources[made.name]} has the name of "
-                "another tool; rename it with @tool(name=...)"
-            )
-        taken.add(made.name)
     servers = [McpServer(name, server) for name, server in config.mcp.items()]
-    prefixes = tuple(f"{name}__" for name in config.mcp)
-    for name in sorted(taken):
-        if name.startswith(prefixes):
-            raise ConfigError(
-                f"tools: tool {name!r} ({sources.get(name, 'built-in')}) is named like the "
-                f"tools of the MCP server {name.split('__', 1)[0]!r} (<server>__<tool>); "
-                "rename it with @tool(name=...)"
-            )
-    for name in config.approval:
-        if name not in taken and name not in available and not name.startswith(prefixes):
-            raise ConfigError(
-                f"tools.approval: unknown tool {name!r}; name a built-in or Python tool, or "
-                "an MCP tool as <server>__<tool> of a server in [tools.mcp]"
-            )
     return ToolCatalog(
         ToolRegistry([*chosen, *python]), servers, approval=config.approval, sources=sources
     )
-
-
-def run_starts_per_minute(settings: Settings) -> int:
-    """`agent.run_starts_per_minute_per_tenant` in force: as set, or (0) 600 when tenants are
-    told apart by tokens and none otherwise."""
-    configured = settings.agent.run_starts_per_minute_per_tenant
-    if configured:
-        return configured
-    return _DEFAULT_RUN_STARTS_PER_MINUTE if settings.auth.tokens else 0
-
-
-_DEFAULT_RUN_STARTS_PER_MINUTE = 600
 
 
 def _memory_store(settings: Settings) -> SQLiteMemoryStore | MongoMemoryStore | None:
@@ -167,14 +126,9 @@ def _context_window(settings: Settings) -> ContextWindow | None:
 
 
 def _research(settings: Settings, registry: ToolCatalog) -> Search | None:
-    """Pre-task research runs the configured web_search tool, when there is one."""
+    """Pre-task research runs the configured web_search tool (check_tools makes sure of it)."""
     if not settings.agent.pre_task_research:
         return None
-    if "web_search" not in registry.registry.names:
-        raise ConfigError(
-            "agent.pre_task_research needs the web_search tool: enable it in tools.enabled "
-            "and configure [tools.web_search] provider"
-        )
 
     async def search(query: str, context: ToolContext) -> Any:
         return await registry.call("web_search", {"query": query}, context)
@@ -193,17 +147,6 @@ def allowed_hosts(settings: Settings) -> list[str]:
             continue
         hosts.append(f"[{name}]" if ":" in name else name)
     return sorted(set(hosts))
-
-
-def _budget(settings: Settings) -> Budget:
-    agent, llm = settings.agent, settings.llm
-    price = llm.prices.get(llm.model)
-    if agent.max_run_cost and price is None:
-        raise ConfigError(
-            f"agent.max_run_cost needs a price for model {llm.model!r}: add "
-            f'[llm.prices."{llm.model}"] with prompt_per_million and completion_per_million'
-        )
-    return Budget(max_tokens=agent.max_run_tokens, max_cost=agent.max_run_cost, price=price)
 
 
 def _agui_routes() -> list[Route]:
@@ -240,19 +183,9 @@ def create_app(
     memory_store: MemoryStore | None = None,
 ) -> Starlette:
     """Build the ASGI app. Every collaborator can be substituted (tests, embedding)."""
-    llm = settings.llm
     owned_model = None
     if model is None:
-        owned_model = OpenAIChatModel(
-            model=llm.model,
-            api_key=llm.api_key.get_secret_value(),
-            base_url=llm.base_url or None,
-            timeout_s=llm.timeout_s,
-            max_retries=llm.max_retries,
-            stream_usage=llm.stream_usage,
-            temperature=llm.temperature,
-            max_tokens=llm.max_tokens,
-        )
+        owned_model = OpenAIChatModel(settings.llm)
         model = owned_model
     store = store or create_store(settings)
     owned_http = None
@@ -266,22 +199,13 @@ def create_app(
         settings, extra_tools, http=http_client, memory=memory_store, extractor=extractor
     )
     hub = SessionHub(
-        budget=_budget(settings),
-        context=_context_window(settings),
-        research=_research(settings, registry),
-        run_lease_s=settings.storage.run_lease_s,
-        poll_interval_s=settings.storage.poll_interval_s,
+        settings,
         store=store,
         model=model,
         tools=registry,
-        tool_names=registry.names(),
-        tools_for=registry.known,
-        needs_approval=registry.needs_approval,
-        approval_timeout_s=settings.tools.approval_timeout_s,
         prompts=prompts or FilePromptProvider(),
-        settings=settings.agent,
-        model_name=settings.llm.model,
-        run_starts_per_minute=run_starts_per_minute(settings),
+        context=_context_window(settings),
+        research=_research(settings, registry),
     )
     services = Services(
         settings=settings,

@@ -31,6 +31,7 @@ from agent.clock import now_ms
 from agent.control import RunControl
 from agent.errors import StorageError
 from agent.messages import Message
+from server.settings import RUN_LEASE_S
 from server.storage.base import (
     Lease,
     PartlyStored,
@@ -158,7 +159,7 @@ class LiveSession:
         store: Store,
         *,
         stored: bool = True,
-        lease_ms: int = 30_000,
+        lease_ms: int = int(RUN_LEASE_S * 1000),
         backlog: WriteBacklog | None = None,
         write_window_s: float = _WRITE_WINDOW_S,
     ) -> None:

@@ -13,11 +13,11 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
-from agent.budget import Budget
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
@@ -26,6 +26,7 @@ from agent.loop import run_agent
 from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ToolSpec
+from agent.run import RunLimits
 from agent.stopping import stop_recorded
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import (
@@ -87,8 +88,7 @@ class RunDriver:
         metrics: TenantMetrics,
         settings: AgentSettings,
         tools_for: Callable[[str], Sequence[str]],
-        budget: Budget | None = None,
-        approval_timeout_s: float = 300.0,
+        limits: RunLimits,
         titles: SessionTitles | None = None,
     ) -> None:
         self._store = store
@@ -99,8 +99,7 @@ class RunDriver:
         self._metrics = metrics
         self._settings = settings
         self._tools_for = tools_for  # the tools a tenant may use now (MCP servers come and go)
-        self._budget = budget or Budget()
-        self._approval_timeout_s = approval_timeout_s
+        self._limits = limits  # the configured ones; each run's steps and style: its request's
         self._tasks: set[asyncio.Task[None]] = set()
         self._titles = titles  # None: sessions keep the first words of their first message
 
@@ -231,12 +230,7 @@ class RunDriver:
         outcome, why = "ended", ""
         first = False  # the session's first run: its answer names the session
         try:
-            limits = self._settings.limits(
-                budget=self._budget,
-                approval_timeout_s=self._approval_timeout_s,
-                max_steps=request.max_steps,
-                style=request.style,
-            )
+            limits = replace(self._limits, max_steps=request.max_steps, style=request.style)
             ctx = self._context(live, run, limits, request.tools, request.client_tools)
             sink = ctx.sink
             async with stop_recorded(ctx):  # also a stop before the loop began

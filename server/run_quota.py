@@ -9,11 +9,11 @@ runs in a loop would otherwise fill the store at the speed of the disk.
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from typing import Literal
 
 from agent.errors import StorageError
+from agent.rate import TokenBuckets
 from server.live import now_ms
 from server.protocol import ProtocolError
 from server.storage.base import Scope, Store
@@ -54,8 +54,7 @@ class RunQuota:
         self._limit = limit
         self._active: Counter[str] = Counter()
         self._per_minute = starts_per_minute
-        self._burst = max(1, starts_per_minute // 6)
-        self._starts: dict[str, tuple[float, float]] = {}  # tenant -> (allowance, when)
+        self._starts = TokenBuckets(starts_per_minute / 60, max(1, starts_per_minute // 6))
 
     def active_runs(self, tenant: str | None = None) -> int:
         """Runs currently working, of one tenant or (None) across tenants."""
@@ -66,19 +65,9 @@ class RunQuota:
         when the tenant starts runs faster than allowed."""
         if self._active[tenant] >= self._limit:
             raise _too_many_runs(self._active[tenant])
-        if self._per_minute:
-            self._take_start(tenant)
-        self._active[tenant] += 1
-
-    def _take_start(self, tenant: str) -> None:
-        """A token bucket per tenant: `_burst` starts at once, refilled at the set rate."""
-        now = time.monotonic()
-        allowance, when = self._starts.get(tenant, (float(self._burst), now))
-        allowance = min(self._burst, allowance + (now - when) * self._per_minute / 60)
-        if allowance < 1:
-            self._starts[tenant] = (allowance, now)
+        if self._per_minute and self._starts.take(tenant):
             raise _started_too_fast(self._per_minute)
-        self._starts[tenant] = (allowance - 1, now)
+        self._active[tenant] += 1
 
     def release(self, tenant: str) -> None:
         """Stop counting a run `reserve` counted."""

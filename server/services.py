@@ -22,11 +22,3 @@ class Services:
     auth: Authenticator
     tools: ToolCatalog | None = None
     sockets: Counter[str] = field(default_factory=Counter)  # open WebSockets, by tenant
-
-    @property
-    def max_sockets_per_tenant(self) -> int:
-        server = self.settings.server
-        if server.max_sockets_per_tenant:
-            return server.max_sockets_per_tenant
-        multi_tenant = bool(self.settings.auth.tokens)
-        return max(1, server.max_connections // 2) if multi_tenant else server.max_connections

@@ -18,6 +18,7 @@ from server.live import LiveSession, WriteBacklog, now_ms
 from server.protocol import ProtocolError
 from server.relay import SESSION_GONE
 from server.run_recovery import Repairs
+from server.settings import RUN_LEASE_S
 from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
 
 # WebSocket "service restart": what is held here of the session was wrong; reconnect (with
@@ -36,7 +37,7 @@ class SessionRegistry:
         repairs: Repairs,
         *,
         sessions: dict[str, LiveSession] | None = None,
-        lease_ms: int = 30_000,
+        lease_ms: int = int(RUN_LEASE_S * 1000),
     ) -> None:
         self._store = store
         self._repairs = repairs

@@ -13,14 +13,14 @@ It wires the parts together and passes each call to the part that owns it:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agent.budget import Budget
 from agent.context import ContextWindow
 from agent.metrics import Metrics
-from agent.ports import ChatModel, PromptProvider, Toolbox, ToolSpec
+from agent.ports import ChatModel, PromptProvider, ToolSpec
 from agent.run import Search
+from agent.tools.catalog import ToolCatalog
 from server import remote
 from server.live import LiveSession
 from server.protocol import AgentControlFrame, ChatFrame, ProtocolError
@@ -32,7 +32,7 @@ from server.run_quota import RunQuota
 from server.run_recovery import RunRecovery
 from server.run_request import Origin
 from server.session_registry import SessionRegistry
-from server.settings import AgentSettings
+from server.settings import Settings
 from server.storage.base import DeleteOutcome, Scope, Store
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles
@@ -47,37 +47,32 @@ class SessionHub:
 
     def __init__(
         self,
+        settings: Settings,
         *,
         store: Store,
         model: ChatModel,
-        tools: Toolbox,
-        tool_names: Sequence[str],
+        tools: ToolCatalog,
         prompts: PromptProvider,
-        settings: AgentSettings,
-        budget: Budget | None = None,
         context: ContextWindow | None = None,
         research: Search | None = None,
-        run_lease_s: float = 30.0,
-        tools_for: Callable[[str], Sequence[str]] | None = None,
-        needs_approval: Callable[[str], bool] | None = None,
-        approval_timeout_s: float = 300.0,
-        model_name: str = "",
-        poll_interval_s: float = 0.05,
-        run_starts_per_minute: int = 0,
     ) -> None:
+        """`tools` offers each tenant its tools (MCP servers come and go); `context` bounds
+        the prompt; `research` runs before a session's first task (agent.pre_task_research)."""
+        agent, storage = settings.agent, settings.storage
         self.session_defaults: dict[str, Any] = {  # in every `session` frame
-            "model": model_name,
+            "model": settings.llm.model,
             "defaults": {
-                "agent_mode": settings.default_mode,
-                "max_steps": settings.default_max_steps,
-                "max_steps_limit": settings.max_steps_limit,
-                "style": settings.style,
+                "agent_mode": agent.default_mode,
+                "max_steps": agent.default_max_steps,
+                "max_steps_limit": agent.max_steps_limit,
+                "style": agent.style,
             },
         }
-        names = tuple(tool_names)
-        # The tools a tenant may use now (MCP servers come and go); default: tool_names.
-        tools_for = tools_for or (lambda tenant: names)
-        lease_ms = int(run_lease_s * 1000)
+        lease_ms = int(storage.run_lease_s * 1000)
+        # The configured limits of every run; each run's steps and style come from its request.
+        limits = agent.limits(
+            budget=settings.budget, approval_timeout_s=settings.tools.approval_timeout_s
+        )
         live: dict[str, LiveSession] = {}
         # Shared store: follow other processes' runs and take controls for ours (relay.py).
         self._relay = (
@@ -85,7 +80,7 @@ class SessionHub:
                 store,
                 live,
                 remote.apply_control,
-                poll_interval_s,
+                storage.poll_interval_s,
                 gone=lambda sid, code: self._registry.forget(sid, code),  # made below
             )
             if store.shared
@@ -93,17 +88,17 @@ class SessionHub:
         )
         self._metrics = TenantMetrics()
         self._quota = RunQuota(
-            store, settings.max_concurrent_runs_per_tenant, run_starts_per_minute
+            store, agent.max_concurrent_runs_per_tenant, settings.run_starts_per_minute
         )
         contexts = RunContexts(
             model=model,
             tools=tools,
-            tools_for=tools_for,
+            tools_for=tools.known,
             prompts=prompts,
             metrics=self._metrics,
             context=context,
-            research=research if settings.pre_task_research else None,
-            needs_approval=needs_approval,
+            research=research if agent.pre_task_research else None,
+            needs_approval=tools.needs_approval,
         )
         self._recovery = RunRecovery(
             store=store,
@@ -112,9 +107,7 @@ class SessionHub:
             release_run=self._quota.free_slot,
             relay=self._relay,
             lease_ms=lease_ms,
-            limits=settings.limits(
-                budget=budget or Budget(), approval_timeout_s=approval_timeout_s
-            ),
+            limits=limits,
         )
         self._registry = SessionRegistry(store, self._recovery, sessions=live, lease_ms=lease_ms)
         self._runs = RunDriver(
@@ -124,11 +117,10 @@ class SessionHub:
             repairs=self._recovery,
             context=contexts.build,
             metrics=self._metrics,
-            settings=settings,
-            tools_for=tools_for,
-            budget=budget,
-            approval_timeout_s=approval_timeout_s,
-            titles=SessionTitles(store, model) if settings.session_titles else None,
+            settings=agent,
+            tools_for=tools.known,
+            limits=limits,
+            titles=SessionTitles(store, model) if agent.session_titles else None,
         )
         self._controls = RunControls(store)
 

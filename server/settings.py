@@ -2,6 +2,9 @@
 
 Parsed once, at startup, into frozen models; each component receives only its section.
 Every wrong value is reported at once, with the key, what was expected and what was given.
+Every check is here: those across sections too (a cost limit needs a price), and
+`check_tools`, which create_app calls once the tools are built. So are the defaults that
+follow from other keys (`Settings.run_starts_per_minute`, `Settings.sockets_per_tenant`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import math
 import os
 import tomllib
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from urllib.parse import urlsplit
@@ -28,9 +31,15 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 from pydantic_settings.exceptions import SettingsError
 
+from agent.adapters.config import ModelConfig
 from agent.budget import Budget, Price
 from agent.context import ContextLimits
 from agent.run import RunLimits, Style
@@ -45,11 +54,13 @@ __all__ = [
     "Identity",
     "LLMSettings",
     "Price",
+    "RUN_LEASE_S",
     "ServerSettings",
     "Settings",
     "StorageSettings",
     "TelemetrySettings",
     "ToolSettings",
+    "check_tools",
     "load_settings",
 ]
 
@@ -155,16 +166,11 @@ class ServerSettings(_Section):
         return self
 
 
-class LLMSettings(_Section):
-    base_url: str = ""
-    api_key_env: str = "OPENAI_API_KEY"
-    api_key: SecretStr = SecretStr("")  # filled from the variable named by api_key_env
-    model: str = Field("gpt-4o-mini", min_length=1)
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(3, ge=0, le=10)
-    stream_usage: bool = True
-    temperature: float | None = Field(None, ge=0, le=2)  # unset: the model server's default
-    max_tokens: int | None = Field(None, ge=16)  # per call; unset: each phase's own bound
+class LLMSettings(ModelConfig):
+    """`[llm]`: the model adapter's own keys (agent/adapters/config.py), and where its key
+    comes from, the prices of models, and the bundled model."""
+
+    api_key_env: str = "OPENAI_API_KEY"  # api_key is filled from the variable it names
     prices: dict[str, Price] = Field(default_factory=dict)  # per model name
     # No base_url and no key: serve the bundled small local model (server/local_model.py).
     bundled_model: bool = True
@@ -261,14 +267,19 @@ class AgentSettings(_Section):
 ContextSettings = ContextLimits
 
 
+# `storage.run_lease_s`'s default, which LiveSession and SessionRegistry start from too.
+RUN_LEASE_S = 30.0
+
+
 class StorageSettings(_Section):
     backend: Literal["sqlite", "mongodb"] = "sqlite"
     sqlite_path: Path = Path("data/agent.db")
     mongodb_uri: str = "mongodb://127.0.0.1:27017"
     mongodb_database: str = "agent_server"
     mongodb_timeout_ms: int = Field(5000, ge=100)
-    run_lease_s: float = Field(30.0, ge=1, le=3600)  # MongoDB: a run whose process stops renewing
-    # this lease is closed as "interrupted" by another server process
+    # Shared stores: a run whose process stops renewing this lease is closed as "interrupted"
+    # by another server process.
+    run_lease_s: float = Field(RUN_LEASE_S, ge=1, le=3600)
     # Several server processes on this store (docs/deploy.md). None: true for MongoDB, false
     # for SQLite (one process per file); `serve --workers N` with N > 1 sets it.
     shared: bool | None = None
@@ -350,8 +361,12 @@ class TelemetrySettings(_Section):
         return value
 
 
+_DEFAULT_RUN_STARTS_PER_MINUTE = 600
+
+
 class Settings(BaseSettings):
-    """The whole configuration. Build it with `load_settings`."""
+    """The whole configuration. Build it with `load_settings`; built directly, it reads no
+    environment."""
 
     # Each section's default is its class's defaults, so a section is built from what was
     # given alone: its `model_fields_set` tells a key written out from one left unset.
@@ -381,7 +396,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (env_settings, init_settings)  # env beats flags, flags beat the file
+        # The file and the flags only: load_settings lays the environment it was given over
+        # them (_Environment), so that nothing here reads os.environ behind its back.
+        return (init_settings,)
 
     @model_validator(mode="wrap")
     @classmethod
@@ -401,6 +418,47 @@ class Settings(BaseSettings):
         return settings
 
     @model_validator(mode="after")
+    def _priced_budget(self) -> Settings:
+        model = self.llm.model
+        if self.agent.max_run_cost and model not in self.llm.prices:
+            raise _refuse(
+                type(self).__name__,
+                ("agent", "max_run_cost"),
+                "needs_price",
+                f'needs a price for model {model!r}: add [llm.prices."{model}"] with '
+                "prompt_per_million and completion_per_million",
+                self.agent.max_run_cost,
+            )
+        return self
+
+    @property
+    def budget(self) -> Budget:
+        """Each run's token and cost bounds, priced by `llm.prices` for `llm.model`."""
+        agent, llm = self.agent, self.llm
+        price = llm.prices.get(llm.model)
+        return Budget(max_tokens=agent.max_run_tokens, max_cost=agent.max_run_cost, price=price)
+
+    @property
+    def run_starts_per_minute(self) -> int:
+        """`agent.run_starts_per_minute_per_tenant` in force: as set, or (0) 600 when tenants
+        are told apart by tokens and none (0) otherwise."""
+        configured = self.agent.run_starts_per_minute_per_tenant
+        if configured:
+            return configured
+        return _DEFAULT_RUN_STARTS_PER_MINUTE if self.auth.tokens else 0
+
+    @property
+    def sockets_per_tenant(self) -> int:
+        """`server.max_sockets_per_tenant` in force: as set, or (0) half of
+        `server.max_connections` when tenants are told apart by tokens, else all of it."""
+        server = self.server
+        if server.max_sockets_per_tenant:
+            return server.max_sockets_per_tenant
+        if self.auth.tokens:
+            return max(1, server.max_connections // 2)
+        return server.max_connections
+
+    @model_validator(mode="after")
     def _safe_binding(self) -> Settings:
         if not self.auth.tokens and not _is_loopback(self.server.host):
             raise _refuse(
@@ -412,6 +470,80 @@ class Settings(BaseSettings):
                 self.server.host,
             )
         return self
+
+
+def check_tools(
+    settings: Settings,
+    offered: Collection[str],
+    needing_setup: Mapping[str, str],
+    modules: Sequence[tuple[str, str]],
+) -> None:
+    """Refuse tool names that name no tool, once the tools are built (which exist depends on
+    their requirements, on tools.modules and on the tools given to create_app).
+
+    `offered`: the tools tools.enabled may name; `needing_setup`: the tools not built for
+    want of a requirement, with what each needs; `modules`: each @tool of tools.modules, as
+    (name, where it comes from), in order. Raise ConfigError naming the key."""
+    config = settings.tools
+    for name in config.enabled:
+        if name in offered:
+            continue
+        if name in needing_setup:
+            raise ConfigError(f"tools.enabled: {name!r} needs {needing_setup[name]}")
+        known = ", ".join(sorted({*offered, *needing_setup}))  # also those needing setup
+        raise ConfigError(f"tools.enabled: unknown tool {name!r}; the tools are: {known}")
+    taken = set(config.enabled)
+    for name, source in modules:
+        if name in taken:
+            raise ConfigError(
+                f"tools.modules: tool {name!r} of {source} has the name of another tool; "
+                "rename it with @tool(name=...)"
+            )
+        taken.add(name)
+    sources = dict(modules)
+    prefixes = tuple(f"{name}__" for name in config.mcp)
+    for name in sorted(taken):
+        if name.startswith(prefixes):
+            raise ConfigError(
+                f"tools: tool {name!r} ({sources.get(name, 'built-in')}) is named like the "
+                f"tools of the MCP server {name.split('__', 1)[0]!r} (<server>__<tool>); "
+                "rename it with @tool(name=...)"
+            )
+    for name in config.approval:
+        if name not in taken and name not in offered and not name.startswith(prefixes):
+            raise ConfigError(
+                f"tools.approval: unknown tool {name!r}; name a built-in or Python tool, or "
+                "an MCP tool as <server>__<tool> of a server in [tools.mcp]"
+            )
+    if settings.agent.pre_task_research and "web_search" not in taken:
+        raise ConfigError(
+            "agent.pre_task_research needs the web_search tool: enable it in tools.enabled "
+            "and configure [tools.web_search] provider"
+        )
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' reading of the `AGENT__SECTION__KEY` variables, from a given mapping
+    instead of os.environ."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ  # read by _load_env_vars, which the base's __init__ calls
+        super().__init__(Settings)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {name.lower(): value for name, value in self._environ.items()}  # case-blind
+
+
+def _laid_over(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `top`'s values in their place, tables merged key by key."""
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, dict):
+            merged[key] = _laid_over(below, value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _strip(annotation: Any) -> Any:
@@ -503,9 +635,11 @@ def load_settings(
     """Read the TOML file (if it exists), apply flags and environment, validate everything.
 
     `overrides` are the command-line flags by section, `{"server": {"port": 8080}}` for
-    `--port 8080` (None: not given); a message names a wrong one `--port`. Relative paths
-    resolve against the config file's folder (or the working directory when there is no
-    file). Raise ConfigError with every problem found.
+    `--port 8080` (None: not given); a message names a wrong one `--port`. `environ` is the
+    environment (None: os.environ): its `AGENT__` variables and the secrets named by the
+    settings are read from it alone. Relative paths resolve against the config file's
+    folder (or the working directory when there is no file). Raise ConfigError with every
+    problem found.
     """
     env = os.environ if environ is None else environ
     data: dict[str, Any] = {}
@@ -516,11 +650,11 @@ def load_settings(
         data = _read_toml(config_path)
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
-    _check_environment()
+    _check_environment(env)
     try:
-        settings = Settings(**data)
+        settings = Settings(**_laid_over(data, _Environment(env)()))  # env beats flags and file
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, config_path, overrides or {})) from None
+        raise ConfigError(_describe(exc, config_path, overrides or {}, env)) from None
     except SettingsError as exc:  # a variable _check_environment did not foresee
         raise ConfigError(f"invalid environment: {exc}") from None
     return _resolve(settings, base, env)
@@ -552,13 +686,13 @@ def _read_toml(path: Path) -> dict[str, Any]:
 _ENV_PREFIX = "AGENT__"
 
 
-def _check_environment() -> None:
+def _check_environment(env: Mapping[str, str]) -> None:
     """`AGENT__` variables that pydantic-settings would ignore (an unknown section, while an
     unknown key of a known section is refused) or fail on with a traceback naming only the
     section (a list or table that is not JSON). Their values are never shown: some are
     secrets (AGENT__AUTH__TOKENS)."""
     problems = []
-    for name, value in os.environ.items():
+    for name, value in env.items():
         if not name.upper().startswith(_ENV_PREFIX):
             continue
         keys = tuple(name[len(_ENV_PREFIX) :].lower().split("__"))
@@ -648,7 +782,10 @@ def _resolve(settings: Settings, base: Path, env: Mapping[str, str]) -> Settings
 
 
 def _describe(
-    exc: ValidationError, path: Path | None, overrides: Mapping[str, Mapping[str, Any]]
+    exc: ValidationError,
+    path: Path | None,
+    overrides: Mapping[str, Mapping[str, Any]],
+    env: Mapping[str, str],
 ) -> str:
     """Every problem, each naming the environment variable or the flag that set it when one
     did (a value from there is not in the file the message would otherwise point at). A
@@ -657,7 +794,7 @@ def _describe(
     exc = ValidationError.from_exception_data(exc.title, errors)
     shown = describe_errors(exc, root="(top level)")
     bare = describe_errors(exc, root="(top level)", show_input=False)
-    variables = {name.upper(): name for name in os.environ}
+    variables = {name.upper(): name for name in env}
     lines, from_file = [], False
     for n, err in enumerate(exc.errors(include_url=False)[:MOST_LINES]):
         loc, given = err["loc"], err["input"]

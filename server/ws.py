@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.errors import StorageError
+from agent.rate import TokenBucket
 from agent.validation import quoted
 from server.auth import SUBPROTOCOL
 from server.connection import FRAMES_PER_TURN, OVERFLOW_CLOSE_CODE, Connection
@@ -65,7 +66,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
         await _refuse(websocket, "unauthorized", "A valid token is needed to connect.")
         return
     tenant = scope.tenant_id
-    if services.sockets[tenant] >= services.max_sockets_per_tenant:
+    if services.sockets[tenant] >= services.settings.sockets_per_tenant:
         message = "This tenant has too many connections open; close some, then try again."
         body = {"code": "too_many_connections", "message": message}
         await websocket.send_denial_response(JSONResponse(body, status_code=503))
@@ -211,7 +212,8 @@ async def _read(
     """Handle inbound frames until the client leaves; return a close code if we must close."""
     limit = services.settings.server.max_message_bytes
     server = services.settings.server
-    rate = InboundRate(server.max_messages_per_s, server.message_burst)
+    clock = asyncio.get_running_loop().time
+    rate = TokenBucket(server.max_messages_per_s, server.message_burst, clock)
     while True:
         try:
             message = await websocket.receive()
@@ -219,7 +221,7 @@ async def _read(
             return None
         if message["type"] == "websocket.disconnect":
             return None
-        if not rate.take():
+        if rate.take():  # over the rate: no token left
             return CLOSE_RATE_LIMITED
         text = message.get("text")
         if text is None:
@@ -263,26 +265,6 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
     except ProtocolError as exc:
         exc.frame_id = frame.id
         raise
-
-
-class InboundRate:
-    """A token bucket: `burst` frames at once, refilled at `per_s` frames a second."""
-
-    def __init__(self, per_s: float, burst: int) -> None:
-        self._per_s = per_s
-        self._burst = float(burst)
-        self._tokens = float(burst)
-        self._at = asyncio.get_running_loop().time()
-
-    def take(self) -> bool:
-        """Spend one frame's allowance; False when the client is over the rate."""
-        now = asyncio.get_running_loop().time()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._per_s)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
 
 _RATE_LIMITED = _dumps(

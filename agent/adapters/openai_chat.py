@@ -25,7 +25,6 @@ thinking (`reasoning_content`, `reasoning`, or a leading `<think>…</think>`) i
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import logging
@@ -45,6 +44,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from agent.adapters.config import ModelConfig
 from agent.adapters.http import AiohttpTransport, HttpReply, HttpTransport, Unreachable
 from agent.adapters.sse import MalformedChunk, SSELines, StreamState, ThinkSplitter
 from agent.conversation import normalize
@@ -58,6 +58,9 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the SDK's, also when OPENAI_BASE_URL is unset
 _SCOPE_HEADERS = (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID"))
+
+
+_Item = str | Thinking | ModelTurn  # what a stream yields
 
 
 class StatusError(Exception):
@@ -75,6 +78,14 @@ class StatusError(Exception):
         self.retry_after_s = retry_after_s  # the server's `Retry-After`, when it is usable
 
 
+def _worth_retrying(exc: BaseException) -> bool:
+    """A transient failure to open the stream, or one of a stream that broke before its
+    first item (the reader's ModelError, caused by it)."""
+    if isinstance(exc, ModelError):
+        return _transient(exc.__cause__)
+    return _transient(exc)
+
+
 def _transient(exc: BaseException | None) -> bool:
     if isinstance(exc, Unreachable):
         return not exc.lasting
@@ -88,23 +99,17 @@ class OpenAIChatModel:
 
     def __init__(
         self,
+        config: ModelConfig,
         *,
-        model: str,
-        api_key: str,
-        base_url: str | None = None,
-        timeout_s: float = 60.0,
-        max_retries: int = 3,
-        stream_usage: bool = True,
         retry_initial_s: float = 0.5,
         retry_max_s: float = 8.0,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
         transport: HttpTransport | None = None,  # tests' chosen reads
     ) -> None:
-        self._transport = transport or AiohttpTransport(timeout_s)
-        self._timeout_s = timeout_s
-        base = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        """`config` is the `[llm]` section (or a ModelConfig of one's own)."""
+        self._transport = transport or AiohttpTransport(config.timeout_s)
+        base = config.base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._url = base.rstrip("/") + "/chat/completions"
+        api_key = config.api_key.get_secret_value()
         # Built once: none of them changes between calls. The organization and project come
         # from the variables the SDK reads for them, so an OpenAI key scoped to them still works.
         self._headers = {
@@ -117,13 +122,10 @@ class OpenAIChatModel:
             if value := os.environ.get(variable):
                 self._headers[header] = value
         self._secret = api_key  # kept out of every reason the server gives back
-        self._model = model
-        self._max_retries = max_retries
-        self._stream_usage = stream_usage
-        self._temperature = temperature
-        self._max_tokens = max_tokens
-        self._wait = wait_exponential_jitter(multiplier=retry_initial_s, max=retry_max_s)
+        self._config = config
         self._first_wait = retry_initial_s
+        # From the second retry: retry_initial_s * 2 ** (retries before it), plus jitter.
+        self._backoff = wait_exponential_jitter(multiplier=retry_initial_s / 2, max=retry_max_s)
         self._structured = True  # until the server refuses a response_format
         self._window: int | None = None
         self._window_asked_at: float | None = None
@@ -136,7 +138,7 @@ class OpenAIChatModel:
     @property
     def model_name(self) -> str:
         """The model requested, for traces (`gen_ai.request.model`)."""
-        return self._model
+        return self._config.model
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -153,16 +155,16 @@ class OpenAIChatModel:
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         # The keys in the order the SDK sends them, so the body is the one it would send.
         body: dict[str, Any] = {
-            "model": self._model,
+            "model": self._config.model,
             "stream": True,
             "messages": [m.to_openai() for m in normalize(messages)],
         }
-        if self._stream_usage:
+        if self._config.stream_usage:
             body["stream_options"] = {"include_usage": True}
-        if self._temperature is not None:
-            body["temperature"] = self._temperature
-        if self._max_tokens is not None or max_tokens is not None:
-            body["max_tokens"] = self._max_tokens if self._max_tokens is not None else max_tokens
+        if self._config.temperature is not None:
+            body["temperature"] = self._config.temperature
+        if self._config.max_tokens is not None or max_tokens is not None:
+            body["max_tokens"] = self._config.max_tokens or max_tokens
         if response_format is not None and self._structured:
             body["response_format"] = response_format
         if tools:
@@ -188,7 +190,7 @@ class OpenAIChatModel:
         }
         data = orjson.dumps(body)
         try:
-            reply, tried = await self._open(data, headers, call)
+            reply, reader, first = await self._start(data, headers, call)
         except ModelError as exc:
             if "response_format" not in body or not _refuses_structure(exc.__cause__):
                 raise
@@ -197,25 +199,14 @@ class OpenAIChatModel:
             _log.warning("the model server refused response_format; replies are read as text")
             del body["response_format"]
             data = orjson.dumps(body)
-            reply, tried = await self._open(data, headers, call)
-        while True:
-            shown = False
-            try:
-                async for item in self._read(reply):
-                    shown = True
+            reply, reader, first = await self._start(data, headers, call)
+        try:
+            if first is not None:
+                yield first
+                async for item in reader:  # shown as it comes: a failure now fails the call
                     yield item
-                return
-            except ModelError as exc:
-                broke = exc.__cause__
-                if shown or not _transient(broke) or tried > self._max_retries:
-                    raise
-            finally:
-                reply.close()  # also when cancelled: the model stops generating
-            # The stream broke before anything of it was passed on: asked again, nothing
-            # is repeated, so it is a transient failure like one while opening.
-            await _notify(call, tried + 1, self._max_retries + 1, broke, self._first_wait)
-            await asyncio.sleep(self._first_wait)
-            reply, tried = await self._open(data, headers, call, tried)
+        finally:
+            reply.close()  # also when cancelled: the model stops generating
 
     async def context_window(self) -> int | None:
         """The context window the model server runs with, when it says so: llama.cpp's
@@ -233,47 +224,55 @@ class OpenAIChatModel:
         props = await get(base.removesuffix("/v1") + "/props", headers)
         window = _props_window(props)
         if window is None:
-            window = _models_window(await get(base + "/models", headers), self._model)
+            window = _models_window(await get(base + "/models", headers), self._config.model)
         self._window = window
         return window
 
-    async def _open(
-        self, body: bytes, headers: dict[str, str], call: CallInfo, spent: int = 0
-    ) -> tuple[HttpReply, int]:
-        """Send the request (retrying transient failures) and return the open stream, with
-        the attempts used so far (`spent` of them before this call)."""
-        total = self._max_retries + 1
-        left = self._max_retries - spent
+    def _retrying(self, call: CallInfo) -> AsyncRetrying:
+        """The retry policy of a model call (the module's docstring): each retry is announced
+        to `call.on_retry` (which attempt comes, of how many, why, after how long) first."""
+        total = self._config.max_retries + 1
 
-        async def before_sleep(state: RetryCallState) -> None:
+        async def announce(state: RetryCallState) -> None:
             failure = state.outcome.exception() if state.outcome else None
+            if isinstance(failure, ModelError):  # the stream broke: say how
+                failure = failure.__cause__
             delay = state.next_action.sleep if state.next_action else 0.0
-            await _notify(call, spent + state.attempt_number + 2, total, failure, delay)
+            await _notify(call, state.attempt_number + 1, total, failure, delay)
 
-        def wait(state: RetryCallState) -> float:
-            failure = state.outcome.exception() if state.outcome else None
-            return _asked_wait(failure) or self._wait(state)
+        return AsyncRetrying(
+            stop=stop_after_attempt(total),
+            wait=self._wait,
+            retry=retry_if_exception(_worth_retrying),
+            reraise=True,
+            before_sleep=announce,
+        )
 
+    def _wait(self, state: RetryCallState) -> float:
+        """The wait a busy server asked for, else `retry_initial_s` before the first retry,
+        then twice as long each time (with up to a second of jitter), at most `retry_max_s`."""
+        failure = state.outcome.exception() if state.outcome else None
+        asked = _asked_wait(failure)
+        if asked is not None:
+            return asked
+        return self._first_wait if state.attempt_number == 1 else self._backoff(state)
+
+    async def _start(
+        self, body: bytes, headers: dict[str, str], call: CallInfo
+    ) -> tuple[HttpReply, AsyncIterator[_Item], _Item | None]:
+        """Send the request and read up to the reply's first item, trying again under the
+        retry policy; return the open reply, its reader, and that item (None: nothing came).
+        Nothing has reached the caller yet, so asking again repeats nothing."""
         try:
-            try:
-                return await self._send(body, headers), spent + 1
-            except (Unreachable, StatusError) as exc:
-                if not _transient(exc) or left <= 0:
-                    raise
-                first_wait = _asked_wait(exc) or self._first_wait
-                await _notify(call, spent + 2, total, exc, first_wait)
-            await asyncio.sleep(first_wait)  # back off before the first retry too
-            attempts = AsyncRetrying(  # built only after a failure: the common call is fast
-                stop=stop_after_attempt(left),
-                wait=wait,
-                retry=retry_if_exception(_transient),
-                reraise=True,
-                before_sleep=before_sleep,
-            )
-            async for attempt in attempts:
+            async for attempt in self._retrying(call):
                 with attempt:
                     reply = await self._send(body, headers)
-                    return reply, spent + 1 + attempt.retry_state.attempt_number
+                    reader = self._read(reply)
+                    try:
+                        return reply, reader, await anext(reader, None)
+                    except BaseException:
+                        reply.close()
+                        raise
         except StatusError as exc:
             too_long = _context_overflow(exc)
             if too_long is not None:
@@ -293,7 +292,7 @@ class OpenAIChatModel:
             if exc.timed_out:  # it may be up but slow: say which setting bounds the wait
                 raise ModelError(
                     "The language model did not answer within llm.timeout_s "
-                    f"({self._timeout_s:g} s)."
+                    f"({self._config.timeout_s:g} s)."
                 ) from exc
             raise ModelError(f"The language model could not be reached ({exc.reason}).") from exc
         raise AssertionError("unreachable")  # pragma: no cover
@@ -309,7 +308,7 @@ class OpenAIChatModel:
             reply.close()
         raise _status_error(reply.status, content, _retry_after(reply.header("Retry-After")))
 
-    async def _read(self, reply: HttpReply) -> AsyncIterator[str | Thinking | ModelTurn]:
+    async def _read(self, reply: HttpReply) -> AsyncIterator[_Item]:
         """Read the server-sent events ourselves (agent/adapters/sse.py).
 
         Each time this generator resumes it reads everything that arrived meanwhile (aiohttp
@@ -359,7 +358,7 @@ class OpenAIChatModel:
             if isinstance(failure, Unreachable) and failure.timed_out:
                 raise ModelError(
                     "The language model sent nothing for longer than llm.timeout_s "
-                    f"({self._timeout_s:g} s) while writing its reply."
+                    f"({self._config.timeout_s:g} s) while writing its reply."
                 ) from failure
             raise ModelError(
                 f"The language model's reply broke off or could not be read ({reason})."

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from agent.run import RunLimits
 from agent.tools.ssrf import parse_allow_entry
 
 __all__ = [
@@ -142,7 +143,7 @@ class ToolsConfig(_Config):
     # Filled by the settings layer: the config file's folder, searched first for modules.
     modules_dir: Path | None = None
     approval: tuple[str, ...] = Field((), description="Tools that need the user's approval.")
-    approval_timeout_s: float = Field(300.0, gt=0)
+    approval_timeout_s: float = Field(RunLimits().approval_timeout_s, gt=0)  # the run's own
     mcp: dict[str, McpServerConfig] = Field(default_factory=dict)
     web_search: WebSearchConfig = WebSearchConfig()
     web_fetch: WebFetchConfig = WebFetchConfig()

@@ -29,7 +29,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -150,9 +150,9 @@ class McpServer:
         self.state = "stopped"
 
     async def _run_forever(self) -> None:
-        delay = self.config.restart_backoff_s
+        backoff = _Backoff(self.config.restart_backoff_s, self.config.restart_backoff_max_s)
         while not self._stopping.is_set():
-            started = time.monotonic()
+            backoff.started()
             try:
                 await self._serve_once()
             except Exception as exc:  # noqa: BLE001 - a broken server must never end the app
@@ -161,8 +161,7 @@ class McpServer:
                 self._attempted.set()
             if self._stopping.is_set():
                 break
-            if time.monotonic() - started > 4 * delay:
-                delay = self.config.restart_backoff_s  # it ran for a while: start over
+            delay = backoff.wait()
             log.warning(
                 "MCP server %s is down (%s); restarting in %.1f s", self.name, self.error, delay
             )
@@ -171,7 +170,6 @@ class McpServer:
                     await self._stopping.wait()
             except TimeoutError:
                 pass
-            delay = min(delay * 2, self.config.restart_backoff_max_s)
             self.restarts += 1
 
     async def _serve_once(self) -> None:
@@ -298,7 +296,7 @@ class McpServer:
         tools = client.server_capabilities.tools
         if tools is None or not tools.list_changed:
             return  # it never says its tools changed: the periodic check is all there is
-        delay = self.config.restart_backoff_s
+        backoff = _Backoff(self.config.restart_backoff_s, self.config.restart_backoff_max_s)
         while True:
             async with AsyncExitStack() as stack:
                 try:
@@ -309,7 +307,7 @@ class McpServer:
                 if not subscription.honored.tools_list_changed:
                     self._refused("the server did not honour it")
                     return
-                opened = time.monotonic()
+                backoff.started()
                 self._changed.set()  # a change before the acknowledgment is not replayed
                 try:
                     async for _event in subscription:  # only ToolsListChanged was asked for
@@ -318,8 +316,7 @@ class McpServer:
                 except Exception as exc:  # noqa: BLE001 - SubscriptionLost: the cause says why
                     why = _describe_failure(exc.__cause__ or exc)
             self._changed.set()  # also finds out at once whether the connection is gone
-            if time.monotonic() - opened > 4 * delay:
-                delay = self.config.restart_backoff_s
+            delay = backoff.wait()
             log.info(
                 "MCP server %s: the tools/list_changed subscription ended (%s); "
                 "subscribing again in %.1f s",
@@ -328,7 +325,6 @@ class McpServer:
                 delay,
             )
             await asyncio.sleep(delay)  # cancelled with the connection (`_serve_once`)
-            delay = min(delay * 2, self.config.restart_backoff_max_s)
 
     async def _subscribe(self, client: Client, stack: AsyncExitStack) -> Subscription:
         """Open a `subscriptions/listen` stream for tools/list_changed on `stack`, within
@@ -503,6 +499,29 @@ class McpServer:
         if ask is None and len(set(self._asks.values())) == 1:
             ask = next(iter(self._asks.values()))
         return await elicit(ask, params)
+
+
+class _Backoff:
+    """Waits between tries of something that should keep running: `first`, doubled after
+    each try up to `most`, and `first` again after a try that ran four times its wait."""
+
+    def __init__(
+        self, first: float, most: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._first, self._most, self._clock = first, most, clock
+        self._next = first
+        self._since = clock()
+
+    def started(self) -> None:
+        """A try is running from now."""
+        self._since = self._clock()
+
+    def wait(self) -> float:
+        """The wait before the next try, once the current one ended."""
+        if self._clock() - self._since > 4 * self._next:
+            self._next = self._first  # it ran for a while: start over
+        wait, self._next = self._next, min(self._next * 2, self._most)
+        return wait
 
 
 def _closed_stream(exc: BaseException) -> bool:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.errors import ToolError
 from agent.ports import ToolContext
+from agent.rate import TokenBuckets
 from agent.tools.base import Tool
 from agent.tools.config import WebSearchConfig
 from agent.tools.python import make_tool
@@ -34,7 +35,6 @@ __all__ = [
     "SearchProvider",
     "SearchResult",
     "SearxngSearch",
-    "TokenBucket",
     "WebSearchArgs",
     "build_web_search",
 ]
@@ -179,27 +179,6 @@ def _text(value: object) -> str:
     return " ".join(html.unescape(_TAG.sub("", value)).split())
 
 
-class TokenBucket:
-    """Per-key token buckets: `per_minute` requests, refilled continuously, burst = limit."""
-
-    def __init__(self, per_minute: int, clock: Callable[[], float]) -> None:
-        self._capacity = float(per_minute)
-        self._rate = per_minute / 60.0
-        self._clock = clock
-        self._buckets: dict[str, tuple[float, float]] = {}
-
-    def take(self, key: str) -> float:
-        """Take one token; return 0 on success, else the seconds until one is available."""
-        now = self._clock()
-        tokens, stamp = self._buckets.get(key, (self._capacity, now))
-        tokens = min(self._capacity, tokens + (now - stamp) * self._rate)
-        if tokens >= 1:
-            self._buckets[key] = (tokens - 1, now)
-            return 0.0
-        self._buckets[key] = (tokens, now)
-        return (1 - tokens) / self._rate
-
-
 class _TTLCache:
     """A bounded LRU of results with a time to live; ttl 0 or size 0 disables it."""
 
@@ -271,7 +250,9 @@ def build_web_search(
         else:
             provider = SearxngSearch(http, config.base_url, timeout_s=config.timeout_s)
     chosen: SearchProvider = provider
-    limiter = TokenBucket(config.rate_limit_per_minute, clock)
+    # Per tenant: `rate_limit_per_minute` searches at once, refilled continuously.
+    per_minute = config.rate_limit_per_minute
+    limiter = TokenBuckets(per_minute / 60.0, per_minute, clock)
     cache = _TTLCache(config.cache_ttl_s, config.cache_size, clock)
 
     async def web_search(args: WebSearchArgs, context: ToolContext) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from agent.tools.ssrf import AddressGuard, Refused
-from server.app import run_starts_per_minute
 from server.redact import redact
 from server.settings import load_settings
 from tests.conftest import ServerFactory
@@ -366,4 +365,4 @@ def test_run_starts_are_limited_by_default_only_between_tenants(tmp_path: Path) 
     chosen = load_settings(
         None, {"storage": storage, "agent": {"run_starts_per_minute_per_tenant": 30}}
     )
-    assert [run_starts_per_minute(s) for s in (alone, tenants, chosen)] == [0, 600, 30]
+    assert [s.run_starts_per_minute for s in (alone, tenants, chosen)] == [0, 600, 30]

@@ -89,12 +89,10 @@ def test_a_wrong_token_or_key_is_named_by_its_place_never_shown(
     assert "SECRET" not in message
 
 
-def test_tokens_from_the_environment_are_not_shown_either(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AGENT__AUTH__TOKENS", f'{{"{TOKEN}": {{"tenant": ""}}}}')
+def test_tokens_from_the_environment_are_not_shown_either() -> None:
+    environ = {"AGENT__AUTH__TOKENS": f'{{"{TOKEN}": {{"tenant": ""}}}}'}
     with pytest.raises(ConfigError) as refused:
-        load_settings(None, environ={})
+        load_settings(None, environ=environ)
     message = str(refused.value)
     assert "auth.tokens.<token 1>.tenant" in message and "(from AGENT__AUTH__TOKENS)" in message
     assert "SECRET" not in message
@@ -171,13 +169,13 @@ def test_no_number_may_be_infinite(tmp_path: Path, value: str) -> None:
     assert "tools.mcp.x.start_timeout_s: Input should be a finite number" in message
 
 
-def test_an_infinite_number_from_the_environment_is_refused(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AGENT__SERVER__SHUTDOWN_TIMEOUT_S", "inf")
-    monkeypatch.setenv("AGENT__TOOLS__WEB_FETCH__TIMEOUT_S", "1e999")
+def test_an_infinite_number_from_the_environment_is_refused() -> None:
+    environ = {
+        "AGENT__SERVER__SHUTDOWN_TIMEOUT_S": "inf",
+        "AGENT__TOOLS__WEB_FETCH__TIMEOUT_S": "1e999",
+    }
     with pytest.raises(ConfigError) as refused:
-        load_settings(None, environ={})
+        load_settings(None, environ=environ)
     lines = str(refused.value).splitlines()
     assert any(
         "server.shutdown_timeout_s: Input should be a finite number" in line
@@ -195,13 +193,13 @@ def test_true_and_false_are_not_numbers(tmp_path: Path) -> None:
             assert f"{'.'.join(key)}: Input should be a number, not true or false" in message
 
 
-def test_numbers_from_the_environment_still_read_as_numbers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("AGENT__SERVER__PORT", "8080")
-    monkeypatch.setenv("AGENT__LLM__TIMEOUT_S", "12.5")
-    monkeypatch.setenv("AGENT__CONTEXT__WINDOW_TOKENS", "8192")
-    settings = load_settings(None, environ={})
+def test_numbers_from_the_environment_still_read_as_numbers() -> None:
+    environ = {
+        "AGENT__SERVER__PORT": "8080",
+        "AGENT__LLM__TIMEOUT_S": "12.5",
+        "AGENT__CONTEXT__WINDOW_TOKENS": "8192",
+    }
+    settings = load_settings(None, environ=environ)
     assert settings.server.port == 8080 and settings.llm.timeout_s == 12.5
     assert settings.context.window_tokens == 8192
 
@@ -258,26 +256,22 @@ def test_serve_answers_an_unreadable_config_with_exit_2_not_a_traceback(tmp_path
     ],
 )
 def test_a_list_or_table_variable_that_is_not_json_is_named(
-    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, expected: str
+    variable: str, value: str, expected: str
 ) -> None:
     # A 50-line traceback naming only the section ("server"), with the token in it.
-    monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigError) as refused:
-        load_settings(None, environ={})
+        load_settings(None, environ={variable: value})
     assert f"{variable}: {expected}" in str(refused.value)
     assert value not in str(refused.value)
 
 
-def test_a_variable_of_an_unknown_section_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_variable_of_an_unknown_section_is_refused() -> None:
     # AGENT__SERVRE__PORT was ignored, while AGENT__SERVER__PROT was refused.
-    monkeypatch.setenv("AGENT__SERVRE__PORT", "1")
     with pytest.raises(ConfigError) as refused:
-        load_settings(None, environ={})
+        load_settings(None, environ={"AGENT__SERVRE__PORT": "1"})
     assert "AGENT__SERVRE__PORT: unknown section 'servre'" in str(refused.value)
-    monkeypatch.delenv("AGENT__SERVRE__PORT")
-    monkeypatch.setenv("AGENT_SERVER_PORT", "1")  # not ours (one underscore): left alone
-    monkeypatch.setenv("OPENAI_API_KEY", "k")
-    assert load_settings(None).llm.api_key.get_secret_value() == "k"
+    ours = {"AGENT_SERVER_PORT": "1", "OPENAI_API_KEY": "k"}  # one underscore: not ours
+    assert load_settings(None, environ=ours).llm.api_key.get_secret_value() == "k"
 
 
 # -- llm.base_url -------------------------------------------------------------------------------
@@ -332,3 +326,35 @@ def test_a_database_name_mongodb_refuses_and_an_endless_lease_are_said_at_start(
 def test_an_otlp_endpoint_that_is_not_an_http_url_is_refused(tmp_path: Path) -> None:
     message = _refusal(tmp_path, '[telemetry]\notlp_endpoint = "not a url"\n')
     assert "telemetry.otlp_endpoint: must be an absolute http(s) URL with a host" in message
+
+
+# -- checks across sections, in settings.py like every other ----------------------------------
+
+
+def test_a_cost_limit_without_a_price_is_refused_by_the_settings(tmp_path: Path) -> None:
+    # It was refused only by create_app, in another module than every other check.
+    message = _refusal(tmp_path, "[agent]\nmax_run_cost = 1.5\n")
+    assert "agent.max_run_cost: needs a price for model 'gpt-4o-mini'" in message
+    assert '[llm.prices."gpt-4o-mini"]' in message
+    priced = (
+        '[agent]\nmax_run_cost = 1.5\n[llm.prices."gpt-4o-mini"]\n'
+        "prompt_per_million = 0.15\ncompletion_per_million = 0.6\n"
+    )
+    config = tmp_path / "priced.toml"
+    config.write_text(priced)
+    budget = load_settings(config, environ={}).budget
+    assert budget.max_cost == 1.5 and budget.price is not None
+
+
+def test_derived_limits_follow_the_tokens() -> None:
+    """0 means a default that depends on whether tenants are told apart (auth tokens)."""
+    tokens = {"auth": {"tokens": {TOKEN: {"tenant": "acme", "user": "alice"}}}}
+    alone = Settings(server={"max_connections": 10})
+    shared = Settings(server={"max_connections": 10}, **tokens)
+    chosen = Settings(
+        server={"max_connections": 10, "max_sockets_per_tenant": 3},
+        agent={"run_starts_per_minute_per_tenant": 30},
+        **tokens,
+    )
+    assert [s.sockets_per_tenant for s in (alone, shared, chosen)] == [10, 5, 3]
+    assert [s.run_starts_per_minute for s in (alone, shared, chosen)] == [0, 600, 30]

@@ -13,6 +13,7 @@ import pytest
 
 from agent.metrics import Metric
 from agent.ports import ToolSpec
+from agent.run import RunLimits
 from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
@@ -305,6 +306,7 @@ async def test_a_chat_cut_off_while_its_session_is_repaired_leaves_nothing_taken
         metrics=TenantMetrics(),
         settings=AgentSettings(),
         tools_for=lambda tenant: [],
+        limits=RunLimits(),
     )
     live, _ = await registry.open(ALICE, None)
     repairs.defer(UnfinishedRun(ALICE, live.session_id, "r0"))

@@ -30,7 +30,21 @@ def test_the_shipped_config_loads_and_points_at_the_openai_env(tmp_path):
     assert settings.storage.sqlite_path == REPO / "data" / "agent.db"
 
 
-def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
+def test_the_environment_given_is_the_only_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`environ=` was ignored by the variables' checks and by pydantic-settings, which read
+    os.environ: a process's AGENT__ variables changed what a caller loaded with its own."""
+    monkeypatch.setenv("AGENT__SERVER__PORT", "3000")  # the process's: not the caller's
+    monkeypatch.setenv("AGENT__NOSUCH__KEY", "1")
+    settings = load_settings(None, environ={"AGENT__LLM__MODEL": "given"})
+    assert settings.server.port == 8765 and settings.llm.model == "given"
+    with pytest.raises(ConfigError) as refused:
+        load_settings(None, environ={"AGENT__SERVER__PORT": "abc"})
+    assert str(refused.value).rstrip().endswith("(from AGENT__SERVER__PORT)")
+    monkeypatch.delenv("AGENT__NOSUCH__KEY")
+    assert load_settings(None).server.port == 3000  # none given: the process's own
+
+
+def test_flags_override_the_file_and_env_overrides_both(tmp_path):
     config = tmp_path / "conf" / "c.toml"
     config.parent.mkdir()
     config.write_text(
@@ -39,9 +53,8 @@ def test_flags_override_the_file_and_env_overrides_both(tmp_path, monkeypatch):
     settings = load_settings(config, {"server": {"port": 2000}}, environ={})
     assert settings.server.port == 2000 and settings.llm.model == "from-file"
     assert settings.storage.sqlite_path == tmp_path / "conf" / "db" / "x.db"
-    monkeypatch.setenv("AGENT__SERVER__PORT", "3000")
-    monkeypatch.setenv("AGENT__LLM__MODEL", "from-env")
-    settings = load_settings(config, {"server": {"port": 2000}}, environ={})
+    environ = {"AGENT__SERVER__PORT": "3000", "AGENT__LLM__MODEL": "from-env"}
+    settings = load_settings(config, {"server": {"port": 2000}}, environ=environ)
     assert settings.server.port == 3000 and settings.llm.model == "from-env"
 
 
@@ -285,21 +298,17 @@ def test_the_default_origins_follow_the_port(monkeypatch: pytest.MonkeyPatch) ->
     )
 
 
-def test_origins_set_by_hand_are_kept_as_written_on_any_port(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_origins_set_by_hand_are_kept_as_written_on_any_port(tmp_path: Path) -> None:
     # A list equal to the defaults was replaced when the port changed: the shipped config's
     # http://127.0.0.1:8765 was refused when serving with --port 19240.
-    monkeypatch.delenv("AGENT__SERVER__PORT", raising=False)
     config = tmp_path / "config.toml"
     config.write_text('[server]\nallowed_origins = ["http://127.0.0.1:8765"]\n')
     kept = load_settings(config, {"server": {"port": 19240}}, environ={})
     assert kept.server.allowed_origins == ("http://127.0.0.1:8765",)
-    monkeypatch.setenv("AGENT__SERVER__ALLOWED_ORIGINS", '["http://127.0.0.1:8765"]')
-    from_env = load_settings(None, {"server": {"port": 19240}}, environ={})
+    environ = {"AGENT__SERVER__ALLOWED_ORIGINS": '["http://127.0.0.1:8765"]'}
+    from_env = load_settings(None, {"server": {"port": 19240}}, environ=environ)
     assert from_env.server.allowed_origins == ("http://127.0.0.1:8765",)
     # The shipped config leaves them unset, so that they follow --port.
-    monkeypatch.delenv("AGENT__SERVER__ALLOWED_ORIGINS")
     assert "allowed_origins" not in tomllib.loads((REPO / "config.toml").read_text())["server"]
     shipped = load_settings(REPO / "config.toml", {"server": {"port": 19240}}, environ={})
     assert shipped.server.allowed_origins == (

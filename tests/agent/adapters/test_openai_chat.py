@@ -11,11 +11,13 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from pathlib import Path
+from typing import Any
 
 import httpx2 as httpx  # the HTTP client the openai SDK is built on: to capture its request
 import orjson
 import pytest
 
+from agent.adapters.config import ModelConfig
 from agent.adapters.http import Unreachable
 from agent.adapters.openai_chat import RETRY_AFTER_MAX_S, OpenAIChatModel, StatusError, _retry_after
 from agent.adapters.sse import SSELines
@@ -92,10 +94,13 @@ async def _failure(model: OpenAIChatModel) -> ModelError:
     return failure.value
 
 
-def _model(transport: _Transport, **options: object) -> OpenAIChatModel:
-    return OpenAIChatModel(
-        model="m", api_key="k", base_url="http://llm/v1", transport=transport, **options
-    )
+def _config(base_url: str, **options: Any) -> ModelConfig:
+    return ModelConfig(model="m", api_key="k", base_url=base_url, **options)
+
+
+def _model(transport: _Transport, **options: Any) -> OpenAIChatModel:
+    """A model on `transport`; `options` are ModelConfig keys."""
+    return OpenAIChatModel(_config("http://llm/v1", **options), transport=transport)
 
 
 async def _stream(reads: list[bytes], gate_at: int = -1) -> list[str | Thinking | ModelTurn]:
@@ -287,7 +292,7 @@ async def test_a_base_url_with_or_without_its_slash_reaches_the_same_endpoint():
     urls = []
     for base in ("http://llm/v1", "http://llm/v1/"):
         transport = _Transport(lambda: _Reply(200, [b"data: [DONE]\n\n"]))
-        model = OpenAIChatModel(model="m", api_key="k", base_url=base, transport=transport)
+        model = OpenAIChatModel(_config(base), transport=transport)
         async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
             pass
         urls.append(transport.sent[0][0])
@@ -315,7 +320,7 @@ async def test_a_cookie_the_model_server_sets_goes_back_with_the_next_call():
 
     app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
     async with serve(app) as address:
-        model = OpenAIChatModel(model="m", api_key="k", base_url=f"http://{address}/v1")
+        model = OpenAIChatModel(_config(f"http://{address}/v1"))
         try:
             for _ in range(3):
                 async for _ in model.stream([Message("user", "hi")], tools=(), call=CALL):
@@ -364,13 +369,8 @@ async def test_no_reason_the_server_gives_hands_the_key_to_the_log_or_the_user(
     key = "sk-proj-Zq81mXv03LpT7uNc"
     said = f"Incorrect API key provided: {key}; also known as {key[:12]}***{key[-4:]}."
     body = orjson.dumps({"error": {"message": said}})
-    model = OpenAIChatModel(
-        model="m",
-        api_key=key,
-        base_url="http://llm/v1",
-        transport=_Transport(lambda: _Reply(status, [body])),
-        max_retries=0,
-    )
+    config = ModelConfig(model="m", api_key=key, base_url="http://llm/v1", max_retries=0)
+    model = OpenAIChatModel(config, transport=_Transport(lambda: _Reply(status, [body])))
     failure = await _failure(model)
     shown = f"{failure} {caplog.text}"
     assert f"HTTP {status}" in str(failure) and f"HTTP {status}" in caplog.text
@@ -430,7 +430,7 @@ async def test_a_proxy_named_in_the_environment_carries_the_calls(monkeypatch):
         monkeypatch.setenv("HTTP_PROXY", f"http://{address}")
         for name in ("NO_PROXY", "no_proxy", "http_proxy"):
             monkeypatch.delenv(name, raising=False)
-        model = OpenAIChatModel(model="m", api_key="k", base_url="http://model.invalid/v1")
+        model = OpenAIChatModel(_config("http://model.invalid/v1"))
         try:
             items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
         finally:
@@ -450,9 +450,7 @@ async def test_no_proxy_reaches_its_hosts_directly(monkeypatch):
     async with serve(model_server) as address:
         monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # the discard port: no proxy
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
-        model = OpenAIChatModel(
-            model="m", api_key="k", base_url=f"http://{address}/v1", max_retries=0
-        )
+        model = OpenAIChatModel(_config(f"http://{address}/v1", max_retries=0))
         try:
             items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=CALL)]
         finally:
@@ -508,9 +506,7 @@ async def _call(
         if retries is not None:
             retries.append(notice)
 
-    model = OpenAIChatModel(
-        model="m", api_key="k", base_url=base_url, max_retries=3, retry_initial_s=0, retry_max_s=0
-    )
+    model = OpenAIChatModel(_config(base_url, max_retries=3), retry_initial_s=0, retry_max_s=0)
     call = CallInfo("s", "r", 1, "reason", on_retry=noted)
     try:
         return [i async for i in model.stream([Message("user", "hi")], tools=(), call=call)]
@@ -561,7 +557,7 @@ async def test_a_kept_alive_connection_the_server_closed_is_not_a_failed_call():
         retries.append(notice)
 
     async with _HangUpServer() as server:
-        model = OpenAIChatModel(model="m", api_key="k", base_url=server.url, max_retries=3)
+        model = OpenAIChatModel(_config(server.url, max_retries=3))
         call = CallInfo("s", "r", 1, "reason", on_retry=noted)
         try:
             for _ in range(3):
@@ -621,3 +617,58 @@ async def test_https_goes_through_a_real_forward_proxy(monkeypatch, tmp_path):
         await proxy.wait()
     assert isinstance(items[-1], ModelTurn) and items[-1].content == "over TLS"
     assert f"CONNECT 127.0.0.1:{server.port}" in log.read_text()  # it went through the proxy
+
+
+class _Broken(_Reply):
+    """A 200 whose stream breaks before its first event."""
+
+    def __init__(self) -> None:
+        super().__init__(200, [])
+
+    async def read_some(self) -> bytes:
+        raise Unreachable("the connection closed before its end")
+
+
+def _answers(*replies: _Reply) -> _Transport:
+    queue = list(replies)
+    return _Transport(lambda: queue.pop(0))
+
+
+def _ok() -> _Reply:
+    return _Reply(200, [_event({"content": "fine"}), b"data: [DONE]\n\n"])
+
+
+async def test_failures_to_open_and_early_breaks_share_one_retry_policy():
+    """One policy for every attempt of a call: a refused request and a stream that broke
+    before its first item count against the same llm.max_retries, each announced in turn."""
+    notices: list[RetryNotice] = []
+
+    async def noted(notice: RetryNotice) -> None:
+        notices.append(notice)
+
+    call = CallInfo("s", "r", 1, "reason", on_retry=noted)
+    busy = {"Retry-After": "0"}
+    replies = (_Reply(503, [b"{}"], headers=busy), _Broken(), _ok())
+    model = OpenAIChatModel(
+        _config("http://llm/v1", max_retries=2),
+        retry_initial_s=0,
+        retry_max_s=0,
+        transport=_answers(*replies),
+    )
+    items = [i async for i in model.stream([Message("user", "hi")], tools=(), call=call)]
+    assert isinstance(items[-1], ModelTurn) and items[-1].content == "fine"
+    assert [(n.attempt, n.max_attempts) for n in notices] == [(2, 3), (3, 3)]
+    assert "HTTP 503" in notices[0].reason and "broke off" in notices[1].reason
+    assert replies[1].closed  # the broken stream's connection was given back
+
+    notices.clear()
+    model = OpenAIChatModel(
+        _config("http://llm/v1", max_retries=1),
+        retry_initial_s=0,
+        retry_max_s=0,
+        transport=_answers(_Reply(503, [b"{}"], headers=busy), _Broken(), _ok()),
+    )
+    with pytest.raises(ModelError, match="broke off"):  # the break was the last attempt
+        async for _ in model.stream([Message("user", "hi")], tools=(), call=call):
+            pass
+    assert [n.attempt for n in notices] == [2]

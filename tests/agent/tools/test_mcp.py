@@ -13,7 +13,7 @@ import pytest
 from agent.errors import ToolError
 from agent.tools.catalog import _missing
 from agent.tools.config import McpServerConfig
-from agent.tools.mcp import McpServer, _describe_failure, exposed_name
+from agent.tools.mcp import McpServer, _Backoff, _describe_failure, exposed_name
 from agent.tools.mcp_content import fill_form
 from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.mcp_sdk import mcp_sdk_over_http, mcp_sdk_server
@@ -256,3 +256,18 @@ async def test_a_command_that_is_not_found_says_where_it_was_looked_for(
         assert server.error is not None and said in server.error
         if cwd == "":
             assert str(tmp_path) in server.error
+
+
+def test_restarts_back_off_doubling_and_start_over_after_a_long_run() -> None:
+    """One backoff for both loops that keep something running (the connection and the
+    tools/list_changed subscription)."""
+    now = [0.0]
+    backoff = _Backoff(1.0, 5.0, clock=lambda: now[0])
+    waits = []
+    for _ in range(5):  # each try fails at once
+        backoff.started()
+        waits.append(backoff.wait())
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
+    backoff.started()
+    now[0] += 20.5  # ran for more than four times the wait it would get
+    assert backoff.wait() == 1.0
