@@ -61,6 +61,7 @@ _STATUS = {
     "run_in_progress": 409,
     "too_many_runs": 429,
     "storage_unavailable": 503,
+    "storage_quota_exceeded": 507,
     "no_active_run": 409,
     "not_awaiting_input": 409,
     "not_awaiting_approval": 409,
@@ -425,6 +426,8 @@ async def agui_endpoint(request: Request) -> Response:
         scope = _caller(request, services)
         run_input = await _read_input(request, services.settings.server.max_message_bytes)
         create = _may_create(services, scope, run_input)
+        if create:  # refused before the thread is made, as _may_create's refusals are
+            await services.hub.check_storage(scope)
         live = await _open(services, scope, run_input.thread_id, create)
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)

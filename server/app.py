@@ -282,6 +282,7 @@ def create_app(
         settings=settings.agent,
         model_name=settings.llm.model,
         run_starts_per_minute=run_starts_per_minute(settings),
+        max_bytes_per_tenant=settings.storage.max_bytes_per_tenant,
     )
     services = Services(
         settings=settings,
