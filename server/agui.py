@@ -439,7 +439,7 @@ async def agui_endpoint(request: Request) -> Response:
         return _refusal(request, services, live, stream, exc, "The change could not be saved.")
     names = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(
-        run_input.thread_id,  # the client's, also where the session's id is derived from it
+        run_input.thread_id,  # the client's own, which the session's id may not be
         run_id,
         names,
         client_calls=_client_calls(run_input),

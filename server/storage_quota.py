@@ -13,6 +13,7 @@ import logging
 from agent.errors import StorageError
 from server.protocol import ProtocolError
 from server.storage.base import Scope, Store
+from server.storage.outage import outage_of
 
 __all__ = ["StorageQuota"]
 
@@ -28,9 +29,10 @@ class StorageQuota:
 
     async def check(self, scope: Scope) -> None:
         """Raise ProtocolError("storage_quota_exceeded") when the tenant is at the quota. A
-        store that cannot say lets the run start: it meets the store's failure itself."""
-        if not self._limit:
-            return
+        store that cannot say lets the run go on: it meets the store's failure itself."""
+        outage = outage_of(self._store)
+        if not self._limit or (outage is not None and outage.exhausted):
+            return  # an exhausted store: the run is refused as `storage_unavailable` at once
         try:
             used = (await self._store.stored_bytes(scope.tenant_id)).get(scope.tenant_id, 0)
         except StorageError as exc:
