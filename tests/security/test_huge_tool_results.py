@@ -155,3 +155,31 @@ async def test_events_are_split_however_the_reads_cut_them() -> None:
     )
     events = [event async for event in _events(stream, 4096)]  # type: ignore[arg-type]
     assert events == [b"data: a\n\n", b"data: b\r\n\r\n", None, b"data: c\n\n"]
+
+
+@pytest.mark.parametrize("answers", ["sse", "json"])
+async def test_a_huge_http_answer_in_a_run_leaves_the_server_to_the_other_tenant(
+    server_factory: ServerFactory, fake_llm: FakeLLM, answers: str
+) -> None:
+    """The same over streamable HTTP: tenant a's 20 MB call fails alone, tenant b's call of
+    the same server completes meanwhile, /healthz says `ok` throughout, no restart."""
+    calls = by_content(
+        "be huge",
+        act(FakeToolCall("sdk__huge", {"megabytes": 20})),
+        act(FakeToolCall("sdk__echo", {"text": "still here"})),
+    )
+    fake_llm.script("act", calls, calls)
+    fake_llm.script("observe", *[observe("Done.", final="Done.")] * 2)
+    async with mcp_sdk_over_http(json_response=answers == "json") as url:
+        tools = {"enabled": [], "mcp": {"sdk": {"url": url, "approval": "never"}}}
+        async with (
+            server_factory(tools=tools, auth={"tokens": TENANT_TOKENS}) as running,
+            httpx.AsyncClient(base_url=f"http://{running.address}") as http,
+        ):
+            seen = await attack_while_another_runs(running.address, "be huge", "echo", 60)
+            after = (await http.get("/healthz", headers=bearer("operator"))).json()
+    assert seen.probes >= 1 and after["mcp"]["sdk"] == {"state": "up", "tools": 3, "restarts": 0}
+    (failed,) = [f for f in seen.attack if kind(f) == "tool_error"]
+    assert "more than this server may send" in json.dumps(failed)
+    (echoed,) = [f for f in seen.other if kind(f) == "tool_complete"]
+    assert "echo: still here" in json.dumps(echoed)
