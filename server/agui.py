@@ -5,8 +5,9 @@ mapping from our wire frames to AG-UI events.
 A request attaches to its session like a `/ws` connection (same auth, Origin rule, session
 registry and live events), starts a run (or resumes the paused one) and streams that run's
 frames, translated, until the run ends or pauses on a question. Closing the request does not
-stop the run; `POST /agui/{thread_id}/stop` does. server/app.py routes both here, and imports
-this module (with the AG-UI SDK) on the first request.
+stop the run; `POST /agui/{thread_id}/stop` does. A thread id is the caller's own: the
+session it names is found by server/agui_threads.py. server/app.py routes both here, and
+imports this module (with the AG-UI SDK) on the first request.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from agent.errors import StorageError
 from agent.ports import ToolSpec
 from agent.validation import describe_errors
 from server.agui_events import Translator
+from server.agui_threads import session_of_thread
 from server.live import LiveSession
 from server.protocol import MAX_REASON_CHARS, ChatFrame, ProtocolError, check_echo_fits
 from server.services import Services
@@ -59,6 +61,7 @@ _STATUS = {
     "run_in_progress": 409,
     "too_many_runs": 429,
     "storage_unavailable": 503,
+    "storage_quota_exceeded": 507,
     "no_active_run": 409,
     "not_awaiting_input": 409,
     "not_awaiting_approval": 409,
@@ -190,12 +193,21 @@ def _may_create(services: Services, scope: Scope, run_input: RunAgentInput) -> b
     return True
 
 
-async def _open(services: Services, scope: Scope, thread_id: str, create: bool) -> LiveSession:
+async def _session_id(services: Services, scope: Scope, thread_id: str) -> str:
+    """The caller's session for the thread (server/agui_threads.py)."""
     if not _THREAD_ID.fullmatch(thread_id):
         raise _Refused(400, "invalid_message", "threadId: 1-128 letters, digits, '_.:-'.")
+    try:
+        return await session_of_thread(services.store, scope, thread_id)
+    except StorageError:
+        raise _Refused(503, "storage_error", "The store is unavailable.") from None
+
+
+async def _open(services: Services, scope: Scope, thread_id: str, create: bool) -> LiveSession:
+    session_id = await _session_id(services, scope, thread_id)
     hub = services.hub
     try:
-        live, _ = await hub.open(scope, thread_id, create=create)
+        live, _ = await hub.open(scope, session_id, create=create)
     except ProtocolError as exc:
         raise _Refused(404, exc.code, exc.message) from None
     except StorageError:
@@ -205,7 +217,7 @@ async def _open(services: Services, scope: Scope, thread_id: str, create: bool) 
     except StorageError:
         hub.release(live)
         try:  # the id is another's (the insert failed) or the store is down
-            await services.store.get_session(scope, thread_id)
+            await services.store.get_session(scope, session_id)
         except StorageError:
             raise _Refused(503, "storage_error", "The store is unavailable.") from None
         raise _Refused(404, "session_not_found", "There is no such session.") from None
@@ -414,6 +426,8 @@ async def agui_endpoint(request: Request) -> Response:
         scope = _caller(request, services)
         run_input = await _read_input(request, services.settings.server.max_message_bytes)
         create = _may_create(services, scope, run_input)
+        if create:  # refused before the thread is made, as _may_create's refusals are
+            await services.hub.check_storage(scope)
         live = await _open(services, scope, run_input.thread_id, create)
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
@@ -425,7 +439,7 @@ async def agui_endpoint(request: Request) -> Response:
         return _refusal(request, services, live, stream, exc, "The change could not be saved.")
     names = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(
-        live.session_id,
+        run_input.thread_id,  # the client's own, which the session's id may not be
         run_id,
         names,
         client_calls=_client_calls(run_input),
@@ -622,8 +636,9 @@ async def stop_endpoint(request: Request) -> Response:
 
 
 async def _stop(services: Services, scope: Scope, thread_id: str) -> str:
+    session_id = await _session_id(services, scope, thread_id)
     try:
-        live, _ = await services.hub.open(scope, thread_id)
+        live, _ = await services.hub.open(scope, session_id)
     except ProtocolError as exc:
         raise _Refused(404, exc.code, exc.message) from None
     except StorageError:

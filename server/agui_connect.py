@@ -74,7 +74,7 @@ async def connect_endpoint(request: Request) -> Response:
         return _refusal(request, services, live, stream, exc, "The store is unavailable.")
     run_id = str(frames[0]["run_id"]) if frames else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
-    translator = Translator(live.session_id, run_id, client_tools)
+    translator = Translator(run_input.thread_id, run_id, client_tools)
     body = _events(services, live, stream, translator, messages, frames)
     response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
     response.headers.update(_SSE_HEADERS)

@@ -2,7 +2,7 @@
 
 | our frame                                | AG-UI events                                      |
 | ---------------------------------------- | ------------------------------------------------- |
-| (stream opens)                           | RUN_STARTED (threadId session_id, runId run_id)   |
+| (stream opens)                           | RUN_STARTED (threadId the client's, runId run_id) |
 | agent_turn_start                         | STEP_FINISHED (last step), STEP_STARTED "step N"  |
 | agent_reason(_delta), agent_observe(_d.) | REASONING_START, REASONING_MESSAGE_START/CONTENT/ |
 |                                          | END, REASONING_END: one message per phase         |

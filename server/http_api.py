@@ -344,13 +344,28 @@ async def metrics(request: Request) -> Response:
         "runs_active": hub.active_runs(tenant),
         "sessions_in_memory": hub.live_count(tenant),
     }
+    stored = await _stored_bytes(services, tenant)
+    if tenant is not None and stored is not None:
+        gauges["stored_bytes"] = stored.get(tenant, 0)
+    by_tenant = {"stored_bytes": stored} if tenant is None and stored is not None else {}
     counts = hub.metrics(tenant)
     if wants_prometheus(request.headers.get("accept", ""), request.query_params.get("format")):
         labels = {} if tenant is None else {"tenant": tenant}
-        text = prometheus_text(counts, gauges, labels)
+        text = prometheus_text(counts, gauges, labels, by_tenant)
         return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
     counters = {str(name): count for name, count in sorted(counts.items())}
-    return _json({**head, **gauges, **counters})
+    return _json(
+        {**head, **gauges, **{f"{k}_by_tenant": v for k, v in by_tenant.items()}, **counters}
+    )
+
+
+async def _stored_bytes(services: Services, tenant: str | None) -> dict[str, int] | None:
+    """The bytes each tenant keeps in the store (one tenant's, or None: every tenant's), or
+    None when the store cannot say: the other figures are still served."""
+    try:
+        return await services.store.stored_bytes(tenant)
+    except StorageError:
+        return None
 
 
 routes = [

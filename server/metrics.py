@@ -31,21 +31,30 @@ def wants_prometheus(accept: str, query_format: str | None) -> bool:
 
 
 def prometheus_text(
-    counts: Mapping[Counted, int], gauges: Mapping[str, int], labels: Mapping[str, str]
+    counts: Mapping[Counted, int],
+    gauges: Mapping[str, int],
+    labels: Mapping[str, str],
+    by_tenant: Mapping[str, Mapping[str, int]] | None = None,
 ) -> bytes:
-    """Every counter (zero when never counted) and gauge, each with `labels` (the tenant)."""
+    """Every counter (zero when never counted) and gauge, each with `labels` (the tenant);
+    and each gauge of `by_tenant` (name -> tenant -> value), one sample per tenant."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(counts, gauges, labels))
+    registry.register(_Snapshot(counts, gauges, labels, by_tenant or {}))
     return generate_latest(registry)
 
 
 class _Snapshot(Collector):
     def __init__(
-        self, counts: Mapping[Counted, int], gauges: Mapping[str, int], labels: Mapping[str, str]
+        self,
+        counts: Mapping[Counted, int],
+        gauges: Mapping[str, int],
+        labels: Mapping[str, str],
+        by_tenant: Mapping[str, Mapping[str, int]],
     ) -> None:
         self._counts = counts
         self._gauges = gauges
         self._labels = dict(labels)
+        self._by_tenant = by_tenant
 
     def collect(self) -> Iterator[Metric]:
         names, values = list(self._labels), list(self._labels.values())
@@ -64,4 +73,10 @@ class _Snapshot(Collector):
         for name, value in self._gauges.items():
             gauge = GaugeMetricFamily(_PREFIX + name, name.replace("_", " ") + ".", labels=names)
             gauge.add_metric(values, value)
+            yield gauge
+        for name, per_tenant in self._by_tenant.items():
+            about = name.replace("_", " ") + ", by tenant."
+            gauge = GaugeMetricFamily(_PREFIX + name, about, labels=["tenant"])
+            for tenant, value in sorted(per_tenant.items()):
+                gauge.add_metric([tenant], value)
             yield gauge

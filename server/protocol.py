@@ -51,6 +51,7 @@ ErrorCode = Literal[
     "internal_error",
     "rate_limited",
     "storage_unavailable",
+    "storage_quota_exceeded",
 ]
 
 MAX_WHOLE_NUMBER = 2**63 - 1  # what SQLite and MongoDB store as an integer

@@ -34,6 +34,7 @@ from server.run_request import Origin
 from server.session_registry import SessionRegistry
 from server.settings import Settings
 from server.storage.base import DeleteOutcome, Scope, Store
+from server.storage_quota import StorageQuota
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles
 
@@ -123,6 +124,7 @@ class SessionHub:
             titles=SessionTitles(store, model) if agent.session_titles else None,
         )
         self._controls = RunControls(store)
+        self._storage = StorageQuota(store, storage.max_bytes_per_tenant)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -171,8 +173,10 @@ class SessionHub:
         origin: Origin = "chat",
         client_tools: Sequence[ToolSpec] = (),
     ) -> str:
-        """Start a run for `frame`; see RunDriver.start_run."""
+        """Start a run for `frame`; see RunDriver.start_run. A tenant at her storage quota
+        starts none (`check_storage`)."""
         self._refuse_if_deleting(live)
+        await self._storage.check(live.scope)
         return await self._runs.start_run(live, frame, origin, client_tools)
 
     def check_run(self, scope: Scope, frame: ChatFrame, client_tools: Sequence[ToolSpec]) -> None:
@@ -183,7 +187,13 @@ class SessionHub:
     async def rerun(self, live: LiveSession, frame: AgentControlFrame) -> str:
         """`retry` or `continue` the session's last run; see RunDriver.rerun."""
         self._refuse_if_deleting(live)
+        await self._storage.check(live.scope)
         return await self._runs.rerun(live, frame)
+
+    async def check_storage(self, scope: Scope) -> None:
+        """Raise ProtocolError("storage_quota_exceeded") when the tenant's stored bytes have
+        reached `storage.max_bytes_per_tenant` (server/storage_quota.py)."""
+        await self._storage.check(scope)
 
     def _refuse_if_deleting(self, live: LiveSession) -> None:
         if self._registry.deleting(live.session_id):

@@ -287,6 +287,9 @@ class StorageSettings(_Section):
     # How long a store error that can pass (a timeout, no primary, a network error, a locked
     # SQLite file) is retried before a run ends with storage_error (docs/storage.md). 0: none.
     outage_tolerance_s: float = Field(30.0, ge=0, le=3600)
+    # The bytes of events and messages a tenant may keep stored; at it, her runs are refused
+    # with storage_quota_exceeded until she deletes some (server/storage_quota.py). 0: none.
+    max_bytes_per_tenant: int = Field(0, ge=0)
 
     @property
     def is_shared(self) -> bool:

@@ -118,7 +118,8 @@ class McpServerConfig(_Config):
     max_message_bytes: int = Field(
         8 * 1024 * 1024,
         ge=64 * 1024,
-        description="stdio: a longer message is not parsed; the call it answers fails alone.",
+        description="A longer message (a stdio line, an HTTP JSON body or server-sent event) is "
+        "not parsed; the call it answers fails alone.",
     )
 
     @model_validator(mode="after")

@@ -17,8 +17,9 @@ Results: text blocks and `structuredContent` become the result; images, audio an
 are described (type, size, URI) instead of dropped; `isError` results raise ToolError.
 Cancelling a call (a stop) abandons the request, and the SDK sends MCP's
 `notifications/cancelled` for it. A stdio answer the SDK's parser refuses is mended or fails
-its call at once (`_MendingReader`), instead of being dropped while the call waits; one longer
-than `max_message_bytes` fails its call unparsed (agent/tools/mcp_stdio.py).
+its call at once (`_MendingReader`), instead of being dropped while the call waits. An answer
+longer than `max_message_bytes` fails its call unparsed, over stdio
+(agent/tools/mcp_stdio.py) and streamable HTTP (agent/tools/mcp_http.py) alike.
 """
 
 from __future__ import annotations
@@ -241,13 +242,22 @@ class McpServer:
         from mcp import Client, StdioServerParameters
         from mcp.client.streamable_http import streamable_http_client
 
+        from agent.tools.mcp_http import IDENTITY, bound_messages
+
         config = self.config
         if config.url:
-            headers = {k: v.get_secret_value() for k, v in config.headers.items()}
-            # The SDK's recommended timeouts: a response stream may stay open for minutes.
-            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300))
+            headers = IDENTITY | {k: v.get_secret_value() for k, v in config.headers.items()}
+            cap = config.max_message_bytes
+            http = httpx2.AsyncClient(
+                headers=headers,
+                # The SDK's recommended timeouts: a response stream may stay open for minutes.
+                timeout=httpx2.Timeout(30, read=300),
+                event_hooks={"response": [bound_messages(cap, self.name)]},
+            )
             stack.push_async_callback(http.aclose)
-            server: Any = streamable_http_client(config.url, http_client=http)
+            server: Any = streamable_http_client(
+                config.url, http_client=http, max_sse_event_size=cap
+            )
         else:
             params = StdioServerParameters(
                 command=config.command,

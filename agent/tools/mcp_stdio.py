@@ -24,12 +24,13 @@ import anyio
 import anyio.to_thread
 
 if TYPE_CHECKING:
+    import mcp_types as types
     from anyio.abc import ByteReceiveStream
     from mcp import StdioServerParameters
     from mcp.client._transport import TransportStreams
     from mcp.shared.message import SessionMessage
 
-__all__ = ["TooLong", "bounded_stdio_client", "read_lines"]
+__all__ = ["TooLong", "bounded_stdio_client", "call_error", "more_than", "read_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +118,6 @@ def _parse(line: bytes, encoding: str, errors: str) -> SessionMessage | Exceptio
 
 def _too_long(line: TooLong, cap: int, server: str) -> SessionMessage | None:
     """The error that fails the call `line` answered, or None when its id is not found."""
-    import mcp_types as types
     from mcp.shared.message import SessionMessage
 
     request_id = line.request_id()
@@ -130,14 +130,21 @@ def _too_long(line: TooLong, cap: int, server: str) -> SessionMessage | None:
     )
     if request_id is None:
         return None
-    error = types.ErrorData(
-        code=types.INTERNAL_ERROR,
-        message=(
-            f"its answer was {line.size:,} bytes, more than this server may send "
-            f"(max_message_bytes, {cap:,})"
-        ),
-    )
-    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+    why = f"its answer was {line.size:,} bytes, {more_than(cap)}"
+    return SessionMessage(call_error(request_id, why))
+
+
+def more_than(cap: int) -> str:
+    """What an answer over the cap is, in the error its call gets."""
+    return f"more than this server may send (max_message_bytes, {cap:,})"
+
+
+def call_error(request_id: int | str, message: str) -> types.JSONRPCError:
+    """The JSON-RPC error that fails the call `request_id` in place of its answer."""
+    import mcp_types as types
+
+    error = types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+    return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
 
 
 @asynccontextmanager

@@ -310,6 +310,13 @@ class Store(Protocol):
         """Free the slots `take_run_slot` took for this run."""
         ...
 
+    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
+        """Bytes of stored events and messages per tenant: one tenant's, or (None) every
+        tenant's; a tenant with nothing stored may be left out. Cheap: read from counts kept
+        per session, never by reading the events. On a shared store a run's latest writes
+        may be counted only by its next status change (MongoDB)."""
+        ...
+
     async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
         """The owner of each of these sessions that is stored, whoever it is: another process
         may have deleted one, someone else may have made a new one with its id, and a

@@ -5,7 +5,8 @@ and since 4.13.2 connecting no longer blocks the event loop.
 
 Collections, every document carrying `tenant_id` and `user_id` so each query filters on both:
 
-    sessions  one per session: status, title, timestamps, active run, pending question
+    sessions  one per session: status, title, timestamps, active run, pending question,
+              `bytes` (its events' and messages' bodies, for `stored_bytes`)
     events    one per event: `seq`, `run_id`, `ts` and `body`, the exact JSON bytes sent
     messages  one per conversation message: `sequence`, `ts` and `body`, its API dict
     controls  one per stop, answer or approval sent to a run another process may own
@@ -19,6 +20,12 @@ It needs no transactions and no atomic read-modify-write, which matters because 
 applies every update (`$inc` included) as read-then-replace: a `$inc` counter there hands two
 processes the same numbers. `last_seq` and the message total are therefore read from the
 indexes too, never cached on the session document.
+
+A session's `bytes` is a count, not a number anything depends on: the bytes this process
+stored for it are added (`$inc`) with its next session write (`_touch`, a status change),
+which a run makes at least at its end, so counting costs no round trip of its own. A process
+that dies loses what it had not added yet, and on FerretDB a write of the session by another
+process at the same moment can undo an addition: a quota read from it may be a little low.
 
 Every driver failure surfaces as `StorageError`, and `mongodb_timeout_ms` bounds each
 operation (server selection, connect, socket and the whole operation), so an unreachable
@@ -113,6 +120,7 @@ class MongoStore(WritesInOrder):
         self._checked: OrderedDict[tuple[str, str, str], None] = OrderedDict()  # see append
         self._gate = WriteGate()  # FerretDB: no write of a session undoes another (write_gate)
         self._text_index = False  # the server has the message text index (mongo_search.py)
+        self._uncounted: dict[str, int] = {}  # session_id -> bytes stored, not yet in `bytes`
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -165,6 +173,7 @@ class MongoStore(WritesInOrder):
             "updated_at": now,
             "active_run_id": None,
             "pending_input": None,
+            "bytes": 0,
         }
 
         async def create() -> None:
@@ -253,9 +262,10 @@ class MongoStore(WritesInOrder):
 
         async def update() -> None:
             async with self._gate.write(session_id):
-                result = await self._col("sessions").update_one(
-                    _session_filter(scope, session_id), {"$set": fields}
-                )
+                with self._counting(session_id) as count:
+                    result = await self._col("sessions").update_one(
+                        _session_filter(scope, session_id), {"$set": fields, **count}
+                    )
             if status == "idle" and result.matched_count:  # the run ended: free its slots
                 await self._col("run_slots").delete_many({"session_id": session_id})
 
@@ -312,6 +322,7 @@ class MongoStore(WritesInOrder):
             return outcome
         for name in ("events", "messages"):
             self._hints.pop((name, session_id), None)
+        self._uncounted.pop(session_id, None)
         self._checked.pop((scope.tenant_id, scope.user_id, session_id), None)
         return "deleted"
 
@@ -343,7 +354,9 @@ class MongoStore(WritesInOrder):
             }
 
         docs = await self._insert_numbered("events", "seq", scope, session_id, frames, event)
-        return [bytes(doc["body"]) for doc in docs]
+        bodies = [bytes(doc["body"]) for doc in docs]
+        self._uncount(session_id, sum(map(len, bodies)))
+        return bodies
 
     async def read_events(
         self,
@@ -393,7 +406,10 @@ class MongoStore(WritesInOrder):
                 "body": body,
             }
 
-        await self._insert_numbered("messages", "sequence", scope, session_id, messages, message)
+        docs = await self._insert_numbered(
+            "messages", "sequence", scope, session_id, messages, message
+        )
+        self._uncount(session_id, sum(len(orjson.dumps(doc["body"])) for doc in docs))
 
     async def read_messages(
         self,
@@ -703,9 +719,10 @@ class MongoStore(WritesInOrder):
 
         async def touch() -> Any:
             async with self._gate.write(session_id):
-                return await self._col("sessions").update_one(
-                    _session_filter(scope, session_id), {"$set": {"updated_at": now}}
-                )
+                with self._counting(session_id) as count:
+                    return await self._col("sessions").update_one(
+                        _session_filter(scope, session_id), {"$set": {"updated_at": now}, **count}
+                    )
 
         result = await self._ride("update session", touch)
         if result.matched_count == 0:
@@ -806,6 +823,35 @@ class MongoStore(WritesInOrder):
         while count < len(ids) and ids[count] in found:
             count += 1
         return count
+
+    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
+        match = {} if tenant is None else {"tenant_id": tenant}
+        pipeline: list[Doc] = [
+            {"$match": match},
+            {"$group": {"_id": "$tenant_id", "bytes": {"$sum": "$bytes"}}},
+        ]
+
+        async def read() -> dict[str, int]:
+            cursor = await self._col("sessions").aggregate(pipeline)
+            return {str(doc["_id"]): int(doc["bytes"]) async for doc in cursor}
+
+        return await self._ride("count stored bytes", read)
+
+    def _uncount(self, session_id: str, size: int) -> None:
+        """Bytes stored for the session, to add to its count with its next write."""
+        self._uncounted[session_id] = self._uncounted.get(session_id, 0) + size
+
+    @contextmanager
+    def _counting(self, session_id: str) -> Iterator[Doc]:
+        """The `$inc` that adds the session's uncounted bytes to a write of it; given back
+        if the write fails (a try that timed out may still have added them: counted twice)."""
+        size = self._uncounted.pop(session_id, 0)
+        try:
+            yield {"$inc": {"bytes": size}} if size else {}
+        except BaseException:
+            if size:
+                self._uncount(session_id, size)
+            raise
 
     async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
         if not session_ids:

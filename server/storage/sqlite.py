@@ -29,7 +29,7 @@ import orjson
 
 from agent.errors import StorageError
 from agent.messages import Message
-from server.storage import sqlite_search
+from server.storage import sqlite_search, sqlite_usage
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
@@ -197,6 +197,7 @@ class SQLiteStore:
         if "lease_until" not in columns:  # files written before leases existed
             conn.execute("ALTER TABLE sessions ADD COLUMN lease_until INTEGER")
         sqlite_search.backfill(conn)  # files written before message search existed
+        sqlite_usage.add_counts(conn)  # files written before byte counts existed
         self._write_conn = conn
 
     def _open_reader(self) -> None:
@@ -779,6 +780,9 @@ class SQLiteStore:
 
     async def _in_reader(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._reader, fn, *args)
+
+    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
+        return await self._read(lambda conn: sqlite_usage.stored_bytes(conn, tenant))
 
     async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
         ids = list(session_ids)

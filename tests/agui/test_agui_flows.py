@@ -13,7 +13,7 @@ import httpx
 import pytest
 from ag_ui.core import EventType
 
-from tests.agui.test_agui import check_sequence, post, run_input
+from tests.agui.test_agui import check_sequence, post, run_input, session_of
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason, text
 
 _SHOW = {
@@ -175,7 +175,9 @@ async def test_cancelling_an_open_question_with_a_new_message_runs_the_message(
     check_sequence(second)
     assert second[-1].outcome.type == "success" and second[-1].result["final_answer"] == "Noon."
     async with httpx.AsyncClient() as http:
-        stored = await http.get(f"http://{server.address}/api/sessions/{thread}/messages")
+        stored = await http.get(
+            f"http://{server.address}/api/sessions/{session_of(thread)}/messages"
+        )
     users = [m["content"] for m in stored.json()["messages"] if m["role"] == "user"]
     assert users == ["Book a table", "Never mind, what time is it?"]
 
@@ -230,7 +232,9 @@ async def test_refused_requests_store_nothing_and_bad_frontend_tools_are_named(
             answer = await http.post(f"http://{server.address}/agui", json=body)
             assert answer.status_code == 400, (expected, answer.text)
             assert expected in answer.json()["message"]
-            stored = await http.get(f"http://{server.address}/api/sessions/{body['threadId']}")
+            stored = await http.get(
+                f"http://{server.address}/api/sessions/{session_of(body['threadId'])}"
+            )
             assert stored.status_code == 404, expected
     assert not fake_llm.requests
 
@@ -301,7 +305,7 @@ async def test_results_reach_the_run_when_the_client_leaves_right_after_sending_
     async with httpx.AsyncClient(timeout=10) as http:
         async with http.stream("POST", f"http://{server.address}/agui", json=body) as answer:
             assert answer.status_code == 200  # and gone, without reading a single event
-    async with await server.client(session_id=thread) as watcher:
+    async with await server.client(session_id=session_of(thread)) as watcher:
         hello = await watcher.recv()
         if hello["status"] != "idle":
             await watcher.until("response_complete", timeout=10)

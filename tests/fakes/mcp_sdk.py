@@ -2,11 +2,13 @@
 SDK in .venv: there a change notice goes only to the `subscriptions/listen` streams a client
 opened, as the SDK's servers send it (`ctx.notify_tools_changed()`), never unasked.
 
-`grow` adds a tool (`added_1`, then `added_2`, ...) and says so. With `--refuse-listen` every
+`grow` adds a tool (`added_1`, then `added_2`, ...) and says so; `huge` answers with that many
+megabytes of text, `echo` with its text. With `--refuse-listen` every
 `subscriptions/listen` is refused (its event backend is down), although the server declares
 `tools.listChanged`. Run as `python -m tests.fakes.mcp_sdk`: over stdio (`mcp_sdk_server()` is
 its config), or with `--http` over streamable HTTP on a free loopback port, which it prints
-first (`mcp_sdk_over_http()` runs it and yields its URL).
+first (`mcp_sdk_over_http()` runs it and yields its URL); with `--json` too, it answers each
+POST with one JSON body instead of an event stream.
 """
 
 import asyncio
@@ -23,10 +25,14 @@ def mcp_sdk_server(*, refuse_listen: bool = False) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def mcp_sdk_over_http(*, refuse_listen: bool = False) -> AsyncIterator[str]:
-    """This server over streamable HTTP, in a subprocess; yield its URL."""
+async def mcp_sdk_over_http(
+    *, refuse_listen: bool = False, json_response: bool = False
+) -> AsyncIterator[str]:
+    """This server over streamable HTTP, in a subprocess; yield its URL. `json_response`:
+    each answer is a JSON body, not an event stream."""
+    http = ["--http", *(["--json"] if json_response else [])]
     process = await asyncio.create_subprocess_exec(
-        sys.executable, *_args(refuse_listen), "--http", stdout=asyncio.subprocess.PIPE
+        sys.executable, *_args(refuse_listen), *http, stdout=asyncio.subprocess.PIPE
     )
     try:
         assert process.stdout is not None
@@ -72,6 +78,21 @@ def main() -> None:
         await ctx.notify_tools_changed()  # to the listen streams: 2026-07-28's only way
         return name
 
+    @app.tool(structured_output=False)
+    async def huge(megabytes: float, ctx: Context) -> str:
+        """Answer with `megabytes` megabytes of text. Over HTTP a notification first, on the
+        request's own stream: the answer is then an event on an event stream, not a JSON body
+        (the SDK's servers have no public call that does it unasked at 2026-07-28)."""
+        from mcp_types import ToolListChangedNotification
+
+        await ctx.session._notify(ToolListChangedNotification(), request_scoped=True)
+        return "x" * int(megabytes * 1e6)
+
+    @app.tool(structured_output=False)
+    def echo(text: str) -> str:
+        """Echo a text."""
+        return f"echo: {text}"
+
     if "--http" not in sys.argv:
         app.run("stdio")
         return
@@ -81,7 +102,9 @@ def main() -> None:
     sock.bind(("127.0.0.1", 0))
     sock.listen()  # a client that connects before uvicorn serves waits in the backlog
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(app.streamable_http_app(), log_level="warning")
+    config = uvicorn.Config(
+        app.streamable_http_app(json_response="--json" in sys.argv), log_level="warning"
+    )
     anyio.run(lambda: uvicorn.Server(config).serve(sockets=[sock]))
 
 

@@ -16,7 +16,8 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from server import live as live_module
-from server.storage.base import WritesInOrder
+from server.agui_threads import thread_session
+from server.storage.base import Scope, WritesInOrder
 from server.storage.sqlite import SQLiteStore
 from tests.conftest import ServerFactory
 from tests.fakes.client import Client
@@ -77,9 +78,10 @@ async def test_a_lone_sqlite_server_starts_no_relay(
 async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_the_first(
     server_factory: ServerFactory, fake_llm: FakeLLM
 ) -> None:
-    """Alice watches her session on server b and deletes it on server a; Bob then makes a
-    session with the same id (AG-UI thread ids are the client's). Alice's watcher on b is
-    closed as deleted and never gets a frame of Bob's conversation."""
+    """Alice watches her session on server b and deletes it on server a; Bob then starts a
+    thread with the same thread id (AG-UI thread ids are the client's; his is a session of
+    his own). Alice's watcher on b is closed as deleted and never gets a frame of Bob's
+    conversation."""
     tokens = {
         "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
         "bob-token-0123456789": {"tenant": "other", "user": "bob"},
@@ -96,6 +98,8 @@ async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_
         "forwardedProps": None,
         "messages": [{"id": "m1", "role": "user", "content": "My IBAN is DE89 3704."}],
     }
+    alices = thread_session(Scope("acme", "alice"), thread)
+    ids = {alices, thread_session(Scope("other", "bob"), thread)}
     auth = {"tokens": tokens}
     async with (
         server_factory(storage=SHARED, auth=auth) as a,
@@ -103,9 +107,9 @@ async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_
         httpx.AsyncClient(base_url=f"http://{a.address}", timeout=10) as http,
     ):
         assert (await http.post("/agui", json=body, headers=alice)).status_code == 200
-        async with await Client.connect(b.address, headers=alice, session_id=thread) as watcher:
+        async with await Client.connect(b.address, headers=alice, session_id=alices) as watcher:
             assert (await watcher.recv())["resumed"] is True
-            deleted = await http.delete(f"/api/sessions/{thread}", headers=alice)
+            deleted = await http.delete(f"/api/sessions/{alices}", headers=alice)
             assert deleted.status_code == 204
             assert (await http.post("/agui", json=body, headers=bob)).status_code == 200
             seen: list[dict[str, Any]] = []
@@ -113,7 +117,7 @@ async def test_a_deleted_session_made_again_by_another_user_is_not_followed_for_
                 while True:
                     seen.append(await watcher.recv(timeout=10))
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 4404
-    assert all(f.get("session_id") != thread or f["type"] == "error" for f in seen), seen
+    assert all(f.get("session_id") not in ids or f["type"] == "error" for f in seen), seen
 
 
 async def test_a_client_moving_to_a_server_whose_view_lags_gets_no_event_twice(

@@ -24,6 +24,8 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from server.agui_threads import thread_session
+from server.storage.base import Scope
 from tests.fakes.client import Client, Frame, kind
 from tests.fakes.openai_server import FakeLLM, FakeToolCall, Reply, act, observe, reason
 from tests.fakes.processes import free_port, start_server_process
@@ -288,8 +290,9 @@ async def test_a_session_made_again_under_a_deleted_id_is_not_sent_to_the_old_wa
     fake_llm: FakeLLM, tmp_path: Path, store_env: dict[str, str]
 ) -> None:
     """Alice watches her AG-UI thread on process 1 and deletes it through process 0; Bob
-    (another tenant) then starts a thread with the same id on process 0. Process 1 closes
-    Alice's watcher as deleted and sends her no frame of Bob's conversation."""
+    (another tenant) then starts a thread with the same thread id on process 0 (a session of
+    his own). Process 1 closes Alice's watcher as deleted and sends her no frame of Bob's
+    conversation."""
     tokens = {
         "alice-token-0123456789": {"tenant": "acme", "user": "alice"},
         "bob-token-0123456789": {"tenant": "other", "user": "bob"},
@@ -306,13 +309,15 @@ async def test_a_session_made_again_under_a_deleted_id_is_not_sent_to_the_old_wa
         "forwardedProps": {"agent_mode": False},
         "messages": [{"id": "m1", "role": "user", "content": "My IBAN is DE89 3704."}],
     }
+    alices = thread_session(Scope("acme", "alice"), thread)
+    ids = {alices, thread_session(Scope("other", "bob"), thread)}
     env = store_env | {"AGENT__AUTH__TOKENS": json.dumps(tokens)}
     async with replicas(tmp_path, fake_llm, env) as group:
         async with httpx.AsyncClient(base_url=f"http://{group.addresses[0]}", timeout=30) as http:
             assert (await http.post("/agui", json=body, headers=alice)).status_code == 200
-            watcher = await Client.connect(group.addresses[1], headers=alice, session_id=thread)
+            watcher = await Client.connect(group.addresses[1], headers=alice, session_id=alices)
             assert (await watcher.recv())["resumed"] is True
-            deleted = await http.delete(f"/api/sessions/{thread}", headers=alice)
+            deleted = await http.delete(f"/api/sessions/{alices}", headers=alice)
             assert deleted.status_code == 204, deleted.text
             assert (await http.post("/agui", json=body, headers=bob)).status_code == 200
         seen: list[Frame] = []
@@ -323,7 +328,7 @@ async def test_a_session_made_again_under_a_deleted_id_is_not_sent_to_the_old_wa
         except ConnectionClosed as closed:
             code = None if closed.rcvd is None else closed.rcvd.code
     assert code == 4404
-    assert [f for f in seen if f.get("session_id") == thread] == [], seen
+    assert [f for f in seen if f.get("session_id") in ids] == [], seen
 
 
 async def test_a_paused_process_writes_nothing_more_of_a_run_another_closed(

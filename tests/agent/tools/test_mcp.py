@@ -144,7 +144,7 @@ async def test_a_changed_tool_list_is_read_again_at_once_at_2026_07_28(transport
         await server.wait_started()
         assert server.state == "up", server.error
         assert server._client is not None and server._client.protocol_version == "2026-07-28"
-        assert set(server.tools) == {"sdk__grow"}
+        assert set(server.tools) == {"sdk__grow", "sdk__huge", "sdk__echo"}
         async with asyncio.timeout(10):
             await _grow_and_see(server, "added_1")
             await _grow_and_see(server, "added_2")  # the stream is open by now, whatever the race
