@@ -26,6 +26,7 @@ from server.protocol import (
     AgentControlFrame,
     ChatFrame,
     ProtocolError,
+    SelectVersionFrame,
     ToolDecisionFrame,
     check_echo_fits,
     error_frame,
@@ -145,6 +146,11 @@ async def _attach(
         "resumed": resumed,
         **services.hub.session_defaults,
     }
+    try:  # read after subscribing: a switch meanwhile is in the held frames
+        first["active_path"] = await services.hub.active_path(live)
+    except StorageError:
+        first["active_path"] = None  # unknown now; the replay's `active_path` events say
+    # the switches made since, and a client that reconnects asks again
     await websocket.send_text(_dumps({**first, **snapshot}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
@@ -258,6 +264,8 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
                 await services.hub.rerun(live, frame)
         elif isinstance(frame, ToolDecisionFrame):
             await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
+        elif isinstance(frame, SelectVersionFrame):
+            await services.hub.select_version(live, frame.run_id, frame.id)
         else:
             await services.hub.answer(live, frame.content, frame.tool_call_id)
     except ProtocolError as exc:

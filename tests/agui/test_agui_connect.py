@@ -159,3 +159,22 @@ async def test_a_question_answered_before_the_reconnect_is_not_asked_again(
     assert events[-1].outcome.type == "cancelled"  # not an interrupt: it was answered
     thought = "".join(e.delta for e in events if e.type == EventType.REASONING_MESSAGE_CONTENT)
     assert thought.endswith("Lisbon, then")  # the observation after the answer
+
+
+async def test_the_snapshot_shows_the_versions_shown(server: Any, fake_llm: FakeLLM) -> None:
+    """Versions of a turn (wire-protocol.md): the snapshot is the active path, and follows a
+    switch."""
+    fake_llm.script("chat", Reply(chunks=["Paris."]), Reply(chunks=["Rome."]))
+    async with await server.client() as c:
+        thread = (await c.recv())["session_id"]
+        first = await c.run("France?", agent_mode=False)
+        edited = await c.run("Italy?", agent_mode=False, replaces=first[0]["run_id"])
+
+        def texts(events: list[Any]) -> list[str]:
+            return [m.content for m in events[1].messages]
+
+        assert texts(await _connect(server.address, thread)) == ["Italy?", "Rome."]
+        await c.send({"type": "select_version", "run_id": first[0]["run_id"]})
+        await c.until("active_path")
+        assert texts(await _connect(server.address, thread)) == ["France?", "Paris."]
+    assert edited[0]["replaces"] == first[0]["run_id"]
