@@ -13,8 +13,9 @@ On a terminal, answers are rendered as Markdown (client/display.py) and a status
 what works and for how long (`⠹ step 1 · acting · 12 s`); piped output stays raw text.
 
 Ctrl-C during a run stops it (a second Ctrl-C quits); Ctrl-C at the prompt or Ctrl-D (end of
-input) quits. `/versions` lists the versions of each turn, `/show 2.1` shows one, `/edit 2 …`
-and `/regen 2` make a new one (client/versions.py). A question from the agent (`request_input`) is answered at an `answer>` prompt.
+input) quits. A question from the agent (`request_input`) is answered at an `answer>` prompt.
+`/versions` lists the versions of each turn, `/show 2.1` shows one, `/edit 2 …` and
+`/regen 2` make a new one (client/versions.py).
 The session id is printed so that `--session ID` resumes it later; the last event seen per
 session is kept in $XDG_STATE_HOME/agent-server/terminal.json, so a resumed session (and a
 reconnect after a dropped connection) shows only what this terminal has not shown yet.
@@ -36,13 +37,12 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from client import DEFAULT_URL
 from client.printer import Printer, Style, approval_text, clean
-from client.versions import Command, fetch_events, parse_command, turns_of, versions_lines
+from client.versions import Command, fetch_events, parse_command, run_command
 
 __all__ = ["resume_command", "run_terminal_chat"]
 
@@ -439,31 +439,15 @@ class TerminalChat:
 
     async def on_command(self, command: Command | str) -> None:
         """`/versions`, `/show`, `/edit`, `/regen` (client/versions.py)."""
-        if isinstance(command, str):
-            self.p.line(self.s.dim(command))
-            return
-        try:
-            events = await fetch_events(_ws_url(self.url, {}), str(self.session_id), self.token)
-            turns = turns_of(events)
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
-            self.p.line(self.s.bad(f"! the versions could not be read: {exc}"))
-            return
-        if command.name == "versions":
-            for line in versions_lines(turns):
-                self.p.line(clean(line))
-            return
-        if not 1 <= command.turn <= len(turns):
-            self.p.line(self.s.bad(f"! there is no turn {command.turn} (/versions lists them)"))
-            return
-        turn = turns[command.turn - 1]
-        if command.name == "show":
-            if not 1 <= command.version <= len(turn.versions):
-                count = len(turn.versions)
-                self.p.line(self.s.bad(f"! turn {command.turn} has {count} version(s)"))
-                return
-            run_id = turn.versions[command.version - 1][0]
-            await self.send({"type": "select_version", "run_id": run_id})
-        elif await self.send(turn.again(command.text if command.name == "edit" else None)):
+        url, session = _ws_url(self.url, {}), str(self.session_id)
+        started = await run_command(
+            command,
+            events=lambda: fetch_events(url, session, self.token),
+            say=lambda text: self.p.line(clean(text)),
+            fail=lambda text: self.p.line(self.s.bad(f"! {text}")),
+            send=self.send,
+        )
+        if started:
             self.status = "running"
 
     async def decide(self, text: str) -> None:

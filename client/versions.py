@@ -9,13 +9,22 @@ are read from the session's stored events (`GET /api/sessions/{id}/events`): eve
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
-__all__ = ["Command", "Turn", "fetch_events", "parse_command", "turns_of", "versions_lines"]
+__all__ = [
+    "Command",
+    "Turn",
+    "fetch_events",
+    "parse_command",
+    "run_command",
+    "turns_of",
+    "versions_lines",
+]
 
 Frame = dict[str, Any]
 COMMANDS = ("/versions", "/show", "/edit", "/regen")
@@ -155,3 +164,39 @@ async def fetch_events(ws_url: str, session_id: str, token: str | None) -> list[
         reply.raise_for_status()
     events: list[Frame] = reply.json()["events"]
     return events
+
+
+async def run_command(
+    command: Command | str,
+    *,
+    events: Callable[[], Awaitable[list[Frame]]],
+    say: Callable[[str], None],
+    fail: Callable[[str], None],
+    send: Callable[[Frame], Awaitable[bool]],
+) -> bool:
+    """Carry out `command` (or say how to write it) with the session's `events`; True when
+    it started a run (`/edit`, `/regen`)."""
+    if isinstance(command, str):
+        say(command)
+        return False
+    try:
+        turns = turns_of(await events())
+    except (httpx.HTTPError, ValueError, KeyError) as exc:
+        fail(f"the versions could not be read: {exc}")
+        return False
+    if command.name == "versions":
+        for line in versions_lines(turns):
+            say(line)
+        return False
+    if not 1 <= command.turn <= len(turns):
+        fail(f"there is no turn {command.turn} (/versions lists them)")
+        return False
+    turn = turns[command.turn - 1]
+    if command.name == "show":
+        if not 1 <= command.version <= len(turn.versions):
+            fail(f"turn {command.turn} has {len(turn.versions)} version(s)")
+        else:
+            run_id = turn.versions[command.version - 1][0]
+            await send({"type": "select_version", "run_id": run_id})
+        return False
+    return await send(turn.again(command.text if command.name == "edit" else None))
