@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import Running, ServerFactory
 from tests.fakes.client import Client, Frame, kind
-from tests.fakes.openai_server import FakeLLM, text
+from tests.fakes.openai_server import FakeLLM, observe, text
 from tests.storage.conftest import Backend
 
 CHAT = {"agent_mode": False}
@@ -198,3 +198,29 @@ async def test_bad_version_requests_are_refused_and_change_nothing(
     body = await messages(running, session)
     assert texts(body)[:3] == ["capital of France?", "Paris.", "capital of Spain?"]
     assert body["active_path"][:2] == [first, edited]
+
+
+async def test_a_continuation_belongs_to_its_turn_and_leaves_with_it(
+    running: Running, fake_llm: FakeLLM
+) -> None:
+    """Continue still extends the same turn: its run follows the one it continues, and a new
+    version of that turn hides both."""
+    fake_llm.script("observe", observe("Half way."), observe("Done.", final="All of it."))
+    fake_llm.script("summarize", text("Half of it."))
+    fake_llm.script("chat", text("Short answer."))
+    async with await running.client() as c:
+        session = (await c.recv())["session_id"]
+        first = await c.run("research it", agent_max_steps=1)
+        assert first[-2]["stop_reason"] == "max_steps"
+        await c.send({"type": "agent_control", "action": "continue"})
+        more = await c.until("response_complete")
+        echo = more[0]
+        assert (echo["origin"], echo["parent_run_id"]) == ("continue", first[0]["run_id"])
+        assert more[-2]["final_answer"] == "All of it."
+        body = await messages(running, session)
+        assert body["active_path"] == [first[0]["run_id"], echo["run_id"]]
+        again, _ = await chat(c, "research it, briefly", replaces=first[0]["run_id"])
+        assert said(fake_llm) == ["research it, briefly"]
+    body = await messages(running, session)
+    assert texts(body) == ["research it, briefly", "Short answer."]
+    assert body["messages"][0]["versions"] == [first[0]["run_id"], again]
