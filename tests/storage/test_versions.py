@@ -48,9 +48,9 @@ async def chat(c: Client, content: str, **fields: Any) -> tuple[str, list[Frame]
     return frames[0]["run_id"], frames
 
 
-async def messages(server: Running, session: str) -> dict[str, Any]:
+async def messages(server: Running, session: str, query: str = "") -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=f"http://{server.address}") as http:
-        reply = await http.get(f"/api/sessions/{session}/messages")
+        reply = await http.get(f"/api/sessions/{session}/messages{query}")
     assert reply.status_code == 200
     body: dict[str, Any] = reply.json()
     return body
@@ -80,6 +80,13 @@ async def test_an_edit_is_a_new_version_and_the_model_reads_only_the_shown_one(
         asked = body["messages"][2]
         assert (asked["versions"], asked["version_index"]) == ([second, edited], 1)
         assert "versions" not in body["messages"][0]  # one version only
+        # pages count the shown messages only
+        last = await messages(running, session, "?limit=1")
+        assert texts(last) == ["Madrid."] and last["total"] == 4
+        since = body["messages"][1]["ts"] - 1
+        after = await messages(running, session, f"?since={since}&limit=2")
+        assert after["messages"] == [m for m in body["messages"] if m["ts"] > since][:2]
+        assert "capital of Italy?" not in texts(after)
 
         # The next turn follows the shown version, not the one stored last.
         await chat(c, "and its river?")
