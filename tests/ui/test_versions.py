@@ -96,3 +96,21 @@ async def test_an_edit_can_be_cancelled_and_changes_nothing(
     await expect(run.get_by_role("textbox")).to_have_count(0)
     await expect(page.locator("#send")).to_have_text("Send")  # Esc did not reach the composer
     assert len([r for r in fake_llm.requests if r.phase == "chat"]) == 1
+
+
+async def test_retry_after_a_stop_is_a_new_version_of_the_turn(
+    ui_server: Any, page: Any, fake_llm: FakeLLM
+) -> None:
+    fake_llm.script("chat", text("Slowly", " and more", hang_after=1), text("Done now."))
+    await open_page(page, ui_server.url)
+    await page.locator("#agent-mode").uncheck()
+    await send(page, "Take your time")
+    await expect(page.locator(".answer")).to_have_text("Slowly")
+    await page.locator("#message").press("Escape")
+    await expect(page.locator(".notice.warning")).to_have_text("Stopped by you.")
+    await page.get_by_role("button", name="Retry").click()
+    await expect(shown(page)).to_have_count(1)
+    await expect(shown(page).locator(".answer")).to_have_text("Done now.")
+    await expect(shown(page).locator(".version-count")).to_have_text("2/2")
+    await expect(page.locator(".notice.warning")).to_be_hidden()  # the stopped version
+    assert said(fake_llm) == ["Take your time"]  # not the stopped turn, not twice
