@@ -13,7 +13,7 @@ of every turn: everything is shown, in order, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -80,7 +80,7 @@ async def load_tree(store: Store, scope: Scope, session_id: str) -> Tree:
     return Tree.of(await store.run_nodes(scope, session_id))
 
 
-def on_path(tree: Tree, items: Sequence[T], run_of: Any) -> list[T]:
+def on_path(tree: Tree, items: Sequence[T], run_of: Callable[[T], Any]) -> list[T]:
     """`items` of the shown path only; `run_of(item)` names an item's run."""
     if len(tree.path()) == len(tree.nodes):
         return list(items)  # one version of every turn: nothing is hidden
