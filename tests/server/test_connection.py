@@ -118,7 +118,10 @@ async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
                 for sub in live.subscribers:
                     sub.deliver(*_frame("chat_delta", 8))
 
-    services = SimpleNamespace(hub=SimpleNamespace(session_defaults={}))
+    async def active_path(live: Any) -> list[str]:
+        return []
+
+    services = SimpleNamespace(hub=SimpleNamespace(session_defaults={}, active_path=active_path))
     await _attach(
         cast(Any, services),
         cast(WebSocket, _SocketWithARunningSession()),
