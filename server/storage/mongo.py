@@ -474,9 +474,12 @@ class MongoStore(WritesInOrder):
                 "position": position,
                 "shown_at": await self._latest_shown(query, now),
             }
-            await self._col("runs").update_one(
-                {**query, "run_id": run_id}, {"$setOnInsert": doc}, upsert=True
-            )
+            try:
+                await self._col("runs").update_one(
+                    {**query, "run_id": run_id}, {"$setOnInsert": doc}, upsert=True
+                )
+            except DuplicateKeyError:
+                pass  # stored by a try whose answer a timeout lost, still running meanwhile
 
         await self._ride("store a run", add)
 

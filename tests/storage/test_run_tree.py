@@ -3,6 +3,8 @@ path it gives (server/versions.py)."""
 
 from __future__ import annotations
 
+import asyncio
+
 from server.storage.base import Scope, Store
 from server.storage.runs import RunNode, RunTree
 from server.versions import Tree
@@ -57,3 +59,12 @@ def test_a_switch_shows_below_a_turn_what_was_shown_there_last() -> None:
     assert tree.leaf_under("a") == "e"  # the most recently shown branch
     assert tree.path("d") == ["a", "b", "d"]
     assert Tree().path() == [] and Tree().leaf() is None
+
+
+async def test_a_run_stored_twice_at_once_is_one_node(store: Store) -> None:
+    """A write retried after a timeout may run beside the first try, still going: both
+    succeed, and the run has one node."""
+    assert isinstance(store, RunTree)
+    await store.create_session(ALICE, "s1", 1)
+    await asyncio.gather(*(store.add_run(ALICE, "s1", "a", None, 10) for _ in range(8)))
+    assert [n.run_id for n in await store.run_nodes(ALICE, "s1")] == ["a"]
