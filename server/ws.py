@@ -35,6 +35,7 @@ from server.protocol import (
 )
 from server.services import Services
 from server.storage.base import Scope, events_in_pages
+from server.storage.outage import outage_of
 
 __all__ = ["websocket_endpoint"]
 
@@ -45,6 +46,7 @@ CLOSE_TOO_BIG = 1009
 CLOSE_RATE_LIMITED = 1008  # policy violation
 REPLAY_PAGE = 500  # events read from the store per replay page
 REPLAY_BYTES = 4 << 20  # and about this many bytes of them (500 large tool results: ~128 MB)
+ACTIVE_PATH_WAIT_S = 2.0  # the most a `session` frame waits for the store's active path
 
 
 def _dumps(frame: dict[str, Any]) -> str:
@@ -110,6 +112,21 @@ async def _accepted(
         services.hub.release(live)
 
 
+async def _active_path(services: Services, live: LiveSession) -> list[str] | None:
+    """The session's active path for its `session` frame, read after subscribing (a switch
+    meanwhile is in the held frames); None when the store does not answer at once: a client
+    is never kept waiting for it through a store outage (it shows every version until the
+    next switch or reconnect)."""
+    outage = outage_of(services.store)
+    if outage is not None and outage.down:
+        return None
+    try:
+        async with asyncio.timeout(ACTIVE_PATH_WAIT_S):
+            return await services.hub.active_path(live)
+    except (StorageError, TimeoutError):
+        return None
+
+
 def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
     if raw is None or raw == "":
         return None, None
@@ -146,11 +163,7 @@ async def _attach(
         "resumed": resumed,
         **services.hub.session_defaults,
     }
-    try:  # read after subscribing: a switch meanwhile is in the held frames
-        first["active_path"] = await services.hub.active_path(live)
-    except StorageError:
-        first["active_path"] = None  # unknown now; the replay's `active_path` events say
-    # the switches made since, and a client that reconnects asks again
+    first["active_path"] = await _active_path(services, live)
     await websocket.send_text(_dumps({**first, **snapshot}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
