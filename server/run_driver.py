@@ -121,13 +121,15 @@ class RunDriver:
         """
         available = self._tools_for(live.scope.tenant_id)
         request = read_request(frame, self._settings, available, origin, client_tools)
-        if request.replaces is not None:
-            await self._parent(live, request.replaces)  # refused now, not once started
         if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise run_in_progress()
         outage = outage_of(self._store)
         if outage is not None and outage.exhausted:  # it would only wait to fail
             raise storage_unavailable()
+        if request.replaces is not None:
+            await self._parent(live, request.replaces)  # refused now, not once started
+            if live.run is not None:  # a chat of another tab started meanwhile
+                raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
         run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
         live.run = run  # claimed before any wait, so a second chat meanwhile is refused
