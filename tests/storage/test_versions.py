@@ -154,6 +154,7 @@ async def test_a_switch_is_stored_sent_to_every_tab_and_followed_by_replays(
     # A fresh connection replaying everything sees every version and every switch.
     async with await running.client(session_id=session, after_seq=0) as fresh:
         hello = await fresh.recv()
+        assert hello["active_path"] == [first, second, river]
         everything = [await fresh.recv() for _ in range(hello["last_seq"])]
     assert [f["seq"] for f in everything] == list(range(1, hello["last_seq"] + 1))
     runs = [f["run_id"] for f in everything if kind(f) == "agent_user_message"]
@@ -231,3 +232,21 @@ async def test_a_continuation_belongs_to_its_turn_and_leaves_with_it(
     body = await messages(running, session)
     assert texts(body) == ["research it, briefly", "Short answer."]
     assert body["messages"][0]["versions"] == [first[0]["run_id"], again]
+
+
+async def test_the_shown_versions_outlive_a_restart(
+    server_factory: ServerFactory, backend: Backend, fake_llm: FakeLLM
+) -> None:
+    fake_llm.script("chat", text("Paris."), text("Rome."))
+    async with server_factory(storage=storage_of(backend)) as server, await server.client() as c:
+        session = (await c.recv())["session_id"]
+        first, _ = await chat(c, "France?")
+        edited, _ = await chat(c, "Italy?", replaces=first)
+        await c.send({"type": "select_version", "run_id": first})
+        await c.until("active_path")
+    async with server_factory(storage=storage_of(backend)) as again:
+        async with await again.client(session_id=session) as c:
+            assert (await c.recv())["active_path"] == [first]
+        body = await messages(again, session)
+    assert texts(body) == ["France?", "Paris."]
+    assert body["messages"][0]["versions"] == [first, edited]
