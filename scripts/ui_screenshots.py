@@ -221,7 +221,8 @@ async def desktop_states(browser: Any, url: str) -> None:
 
 
 async def versions(browser: Any, url: str, fake_llm: FakeLLM) -> None:
-    """Versions of a turn: an edited message (2/2 under it), at both sizes."""
+    """Versions of a turn: a message edited in place (phone), then 2/2 under it (both
+    sizes)."""
     for size, name in ((DESKTOP, "ui/versions.png"), (PHONE, "ui/versions-phone.png")):
         fake_llm.script(
             "chat",
@@ -243,6 +244,9 @@ async def versions(browser: Any, url: str, fake_llm: FakeLLM) -> None:
         await second.get_by_role("button", name="Edit this message").click()
         box = second.get_by_role("textbox", name="Edit your message")
         await box.fill("And in Coimbra?")
+        if size == PHONE:  # the message edited in place
+            await page.screenshot(path=str(DOCS / "ui" / "versions-editing-phone.png"))
+            print("wrote docs/ui/versions-editing-phone.png")
         await box.press("Enter")
         await expect(page.locator("article.run:not([hidden]) .version-count")).to_have_text("2/2")
         await expect(page.locator("#send")).to_have_text("Send")
