@@ -215,6 +215,9 @@ class UserMessage:
     agent_mode: bool
     origin: Literal["chat", "retry", "continue"] = "chat"
     client_id: str | None = None
+    parent_run_id: str | None = None  # the run before it on the conversation's path
+    replaces: str | None = None  # the run whose turn it is a new version of
+    versioned: bool = False  # the run has a place in a run tree (its parent may be None)
     kind: Literal["user_message"] = "user_message"
 
 

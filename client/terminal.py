@@ -14,6 +14,8 @@ what works and for how long (`⠹ step 1 · acting · 12 s`); piped output stays
 
 Ctrl-C during a run stops it (a second Ctrl-C quits); Ctrl-C at the prompt or Ctrl-D (end of
 input) quits. A question from the agent (`request_input`) is answered at an `answer>` prompt.
+`/versions` lists the versions of each turn, `/show 2.1` shows one, `/edit 2 …` and
+`/regen 2` make a new one (client/versions.py).
 The session id is printed so that `--session ID` resumes it later; the last event seen per
 session is kept in $XDG_STATE_HOME/agent-server/terminal.json, so a resumed session (and a
 reconnect after a dropped connection) shows only what this terminal has not shown yet.
@@ -40,6 +42,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from client import DEFAULT_URL
 from client.printer import Printer, Style, approval_text, clean
+from client.versions import Command, fetch_events, parse_command, run_command
 
 __all__ = ["resume_command", "run_terminal_chat"]
 
@@ -362,7 +365,9 @@ class TerminalChat:
                     f"replaying {self.history_until - self.last_seq} event(s) not shown here yet"
                 )
             )
-        self.p.line(self.s.dim("Enter sends · Ctrl-C stops a run · Ctrl-D quits"))
+        self.p.line(
+            self.s.dim("Enter sends · /versions lists versions · Ctrl-C stops a run · Ctrl-D quits")
+        )
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -374,6 +379,10 @@ class TerminalChat:
             self.last_seq = seq
         if f.get("type") == "error" and not f.get("run_id"):
             return self.on_client_error(f)
+        if f.get("type") == "active_path":
+            if not isinstance(seq, int) or seq > self.history_until:  # not history: news
+                self.p.line(self.s.dim("(another version is shown now: /versions lists them)"))
+            return None
         if f.get("type") == "session_title":
             self.p.line(self.s.dim(f"(this chat is now called: {clean(str(f.get('title')))})"))
             return None
@@ -401,7 +410,7 @@ class TerminalChat:
     def on_client_error(self, f: Frame) -> None:
         self.p.line(self.s.bad(f"! {clean(str(f.get('message')))} ({f.get('code')})"))
         code = f.get("code")
-        if code in ("invalid_message", "too_many_runs", "no_active_run"):
+        if code in ("invalid_message", "too_many_runs", "no_active_run", "unknown_run"):
             self.status, self.stopping = "idle", False
         elif code == "run_in_progress":
             self.status = "running"
@@ -423,7 +432,22 @@ class TerminalChat:
                 self.status, self.question = "running", None
         elif self.status != "idle":
             self.p.line(self.s.dim("(a run is in progress: Ctrl-C stops it)"))
+        elif (command := parse_command(text)) is not None:
+            await self.on_command(command)
         elif text.strip() and await self.send({"type": "chat", "content": text}):
+            self.status = "running"
+
+    async def on_command(self, command: Command | str) -> None:
+        """`/versions`, `/show`, `/edit`, `/regen` (client/versions.py)."""
+        url, session = _ws_url(self.url, {}), str(self.session_id)
+        started = await run_command(
+            command,
+            events=lambda: fetch_events(url, session, self.token),
+            say=lambda text: self.p.line(clean(text)),
+            fail=lambda text: self.p.line(self.s.bad(f"! {text}")),
+            send=self.send,
+        )
+        if started:
             self.status = "running"
 
     async def decide(self, text: str) -> None:

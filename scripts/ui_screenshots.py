@@ -1,6 +1,7 @@
 """Refresh the web UI screenshots in docs/ (docs/screenshot.png and docs/ui/*.png).
 
     .venv/bin/python scripts/ui_screenshots.py      (or: make screenshots)
+    .venv/bin/python scripts/ui_screenshots.py versions      (only the states named)
 
 Runs the real server over a temporary SQLite file with the scripted fake LLM, and Debian's
 Chromium through Playwright (scripts/test-deps.sh installs both). States the server cannot
@@ -219,7 +220,51 @@ async def desktop_states(browser: Any, url: str) -> None:
     await page.context.close()
 
 
-async def main() -> None:
+async def versions(browser: Any, url: str, fake_llm: FakeLLM) -> None:
+    """Versions of a turn: a message edited in place (phone), then 2/2 under it (both
+    sizes)."""
+    for size, name in ((DESKTOP, "ui/versions.png"), (PHONE, "ui/versions-phone.png")):
+        fake_llm.script(
+            "chat",
+            Reply(chunks=["Lisbon has about **545,000** people in the city itself."]),
+            Reply(chunks=["Porto has about 232,000 people."]),
+            Reply(chunks=["Coimbra has about 140,000 people."]),
+        )
+        fake_llm.script("title", Reply(chunks=["People in Portuguese cities"]))
+        page = await new_page(browser, size)
+        await open_page(page, url)
+        await page.locator("#agent-mode").uncheck()
+        await send(page, "How many people live in Lisbon?")
+        await expect(page.locator(".answer")).to_have_count(1)
+        await expect(page.locator("#send")).to_have_text("Send")
+        await send(page, "And in Porto?")
+        await expect(page.locator(".answer")).to_have_count(2)
+        await expect(page.locator("#send")).to_have_text("Send")
+        second = page.locator("article.run").nth(1)
+        await second.get_by_role("button", name="Edit this message").click()
+        box = second.get_by_role("textbox", name="Edit your message")
+        await box.fill("And in Coimbra?")
+        if size == PHONE:  # the message edited in place
+            await page.screenshot(path=str(DOCS / "ui" / "versions-editing-phone.png"))
+            print("wrote docs/ui/versions-editing-phone.png")
+        await box.press("Enter")
+        await expect(page.locator("article.run:not([hidden]) .version-count")).to_have_text("2/2")
+        await expect(page.locator("#send")).to_have_text("Send")
+        await page.mouse.move(0, 0)
+        await shoot(page, name)
+        await page.context.close()
+
+
+STATES = {  # name: (function, whether it takes the fake LLM)
+    "finished": (finished_run, True),
+    "phone": (phone_states, True),
+    "live": (live_run, False),
+    "desktop": (desktop_states, False),
+    "versions": (versions, True),
+}
+
+
+async def main(names: list[str]) -> None:
     fake_llm = FakeLLM()
     with tempfile.TemporaryDirectory() as tmp:
         async with serve(fake_llm.app) as llm:
@@ -236,13 +281,12 @@ async def main() -> None:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 url = f"http://{address}/"
                 try:
-                    await finished_run(browser, url, fake_llm)
-                    await phone_states(browser, url, fake_llm)
-                    await live_run(browser, url)
-                    await desktop_states(browser, url)
+                    for name in names or list(STATES):
+                        state, scripted = STATES[name]
+                        await (state(browser, url, fake_llm) if scripted else state(browser, url))
                 finally:
                     await browser.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(sys.argv[1:]))

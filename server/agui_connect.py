@@ -1,12 +1,12 @@
 """AG-UI reconnect: `POST /agui/connect` brings a front end that reloaded back into an
 existing thread (what `AbstractAgent.connectAgent` asks of an agent's `connect`).
 
-The stream: RUN_STARTED, MESSAGES_SNAPSHOT (the conversation as stored: the user's messages,
-the answers, tool calls and their results), then, when a run is going on, that run from its
-first event, translated as `POST /agui` streams it, and on live until it ends or pauses on a
-question (RUN_FINISHED as there); with no run, RUN_FINISHED at once. A question the run asked
-and was answered is not shown again as an interrupt: only one still open ends the stream.
-docs/ag-ui.md is the contract.
+The stream: RUN_STARTED, MESSAGES_SNAPSHOT (the conversation as stored, in the versions of
+its turns that are shown: the user's messages, the answers, tool calls and their results),
+then, when a run is going on, that run from its first event, translated as `POST /agui`
+streams it, and on live until it ends or pauses on a question (RUN_FINISHED as there); with
+no run, RUN_FINISHED at once. A question the run asked and was answered is not shown again as
+an interrupt: only one still open ends the stream. docs/ag-ui.md is the contract.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from server.live import LiveSession
 from server.services import Services
 from server.storage.base import Scope, events_in_pages
 from server.storage.search import ANSWER_PHASES
+from server.versions import load_tree, on_path
 
 __all__ = ["connect_endpoint"]
 
@@ -100,6 +101,8 @@ async def _snapshot(
     """The stored conversation as AG-UI messages; of the run going on only its user's
     message (the stream shows the rest of it)."""
     stored, _ = await services.store.read_messages(scope, session_id, _HISTORY_LIMIT, None)
+    tree = await load_tree(services.store, scope, session_id)
+    stored = on_path(tree, stored, lambda body: body.get("run_id"))  # the versions shown
     run_id = running[0]["run_id"] if running else None
     out: list[Message] = []
     for body in stored:

@@ -24,6 +24,7 @@ from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
 from server.storage.outage import outage_of
 from server.storage.search import MAX_QUERY_CHARS, SessionSearch
+from server.versions import messages_on_path
 
 __all__ = ["health", "routes"]
 
@@ -251,10 +252,11 @@ async def session_messages(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     assert limit is not None
     store = _services(request).store
-    messages, total = await store.read_messages(
-        scope, session_id, limit, since, max_bytes=MESSAGES_MAX_BYTES
+    messages, total, path = await messages_on_path(
+        store, scope, session_id, limit, since, MESSAGES_MAX_BYTES
     )
-    return _json({"session_id": session_id, "messages": messages, "total": total})
+    body = {"session_id": session_id, "messages": messages, "total": total}
+    return _json({**body, "active_path": path})
 
 
 @_handler

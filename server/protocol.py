@@ -23,6 +23,7 @@ __all__ = [
     "ChatFrame",
     "ClientFrame",
     "ProtocolError",
+    "SelectVersionFrame",
     "ToolDecisionFrame",
     "UserInputFrame",
     "check_echo_fits",
@@ -52,6 +53,7 @@ ErrorCode = Literal[
     "rate_limited",
     "storage_unavailable",
     "storage_quota_exceeded",
+    "unknown_run",
 ]
 
 MAX_WHOLE_NUMBER = 2**63 - 1  # what SQLite and MongoDB store as an integer
@@ -105,6 +107,8 @@ class ChatFrame(_Frame):
     agent_max_steps: Annotated[StrictInt, Field(ge=1)] | None = None
     tools: Annotated[list[StrictStr], Field(max_length=MAX_TOOLS)] | None = None
     agent_style: Style | None = None
+    # A run this one replaces, as a new version of its turn (docs/wire-protocol.md).
+    replaces: Annotated[StrictStr, Field(min_length=1, max_length=128)] | None = None
 
 
 class AgentControlFrame(_Frame):
@@ -129,12 +133,22 @@ class ToolDecisionFrame(_Frame):
     reason: Annotated[StrictStr, Field(max_length=MAX_REASON_CHARS)] | None = None
 
 
-ClientFrame = ChatFrame | AgentControlFrame | UserInputFrame | ToolDecisionFrame
+class SelectVersionFrame(_Frame):
+    """Show `run_id`'s version of its turn (and below it, what was shown there last)."""
+
+    type: Literal["select_version"]
+    run_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
+
+
+ClientFrame = (
+    ChatFrame | AgentControlFrame | UserInputFrame | ToolDecisionFrame | SelectVersionFrame
+)
 _FRAMES: dict[str, type[_Frame]] = {
     "chat": ChatFrame,
     "agent_control": AgentControlFrame,
     "agent_user_input": UserInputFrame,
     "agent_tool_decision": ToolDecisionFrame,
+    "select_version": SelectVersionFrame,
 }
 
 
@@ -177,7 +191,8 @@ def check_echo_fits(frame: ChatFrame, session_id: str, limit: int) -> None:
     """
     if len(frame.content) * 6 + 2048 <= limit:  # a character is at most 6 bytes as JSON
         return
-    echo = UserMessage("", False, "continue", frame.id)  # the longest envelope
+    parent = "0" * 32  # a run id
+    echo = UserMessage("", False, "continue", frame.id, parent, frame.replaces, True)  # longest
     envelope = len(orjson.dumps(event_frame(echo, session_id, "0" * 32, 10**13)))
     envelope += len(str(MAX_WHOLE_NUMBER)) - 1  # `seq`, 0 until the store numbers it
     room = limit - envelope
@@ -394,6 +409,11 @@ def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dic
     frame = run_frame(shape.type, session_id, run_id, ts, shape.update_type)
     for wire, attr in shape.fields:
         frame[wire] = getattr(event, attr)
-    if isinstance(event, UserMessage) and event.client_id is not None:
-        frame["id"] = event.client_id
+    if isinstance(event, UserMessage):
+        if event.client_id is not None:
+            frame["id"] = event.client_id
+        if event.versioned:  # versions of a turn: null for a session's first run
+            frame["parent_run_id"] = event.parent_run_id
+        if event.replaces is not None:
+            frame["replaces"] = event.replaces
     return frame

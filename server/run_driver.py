@@ -44,8 +44,10 @@ from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
 from server.storage.outage import StoreUnavailable, outage_of
+from server.storage.runs import RunTree
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles, first_words
+from server.versions import history_on_path, load_tree, on_path
 
 __all__ = ["RunDriver"]
 
@@ -123,6 +125,10 @@ class RunDriver:
         outage = outage_of(self._store)
         if outage is not None and outage.exhausted:  # it would only wait to fail
             raise storage_unavailable()
+        if request.replaces is not None:
+            await self._parent(live, request.replaces)  # refused now, not once started
+            if live.run is not None:  # a chat of another tab started meanwhile
+                raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
         run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
         live.run = run  # claimed before any wait, so a second chat meanwhile is refused
@@ -194,12 +200,13 @@ class RunDriver:
             await self._titles.close()
 
     async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
-        """(the last run's user message, its mode, how it ended), from the stored events;
-        older sessions without `agent_user_message` events fall back to the messages."""
+        """(the shown path's last user message, its mode, how it ended), from the stored
+        events; older sessions without `agent_user_message` events fall back to the messages."""
         tail = await self._store.read_events(
             live.scope, live.session_id, max(0, live.last_seq - _TAIL_EVENTS)
         )
-        frames = [orjson.loads(raw) for raw in tail]
+        tree = await load_tree(self._store, live.scope, live.session_id)
+        frames = on_path(tree, [orjson.loads(raw) for raw in tail], lambda f: f.get("run_id"))
         ending = ""
         for frame in reversed(frames):
             kind = frame.get("update_type") or frame.get("type")
@@ -238,10 +245,16 @@ class RunDriver:
                 if repair is not None:  # the last run's end was never stored: close it first
                     await self._repairs.repair(repair)
                 first = not live.title  # untitled: no run before this one (AG-UI threads too)
-                known = await self._begin(live, run, request)
+                known, parent = await self._begin(live, run, request)
                 await sink.emit(
                     UserMessage(
-                        request.content, request.agent_mode, request.origin, request.client_id
+                        request.content,
+                        request.agent_mode,
+                        request.origin,
+                        request.client_id,
+                        parent,
+                        request.replaces,
+                        isinstance(self._store, RunTree),
                     )
                 )
                 # Only now may a stop cancel the run: the user's message is stored and shown
@@ -251,7 +264,7 @@ class RunDriver:
                 if run.control.stop_reason is not None:
                     await asyncio.sleep(0)  # it lands here, before any step (a new session
                     # has its history at hand, and the loop's first wait is its model call)
-                history = known or await self._store.load_history(live.scope, live.session_id)
+                history = known or await history_on_path(self._store, live.scope, live.session_id)
                 runner = run_agent if request.agent_mode else run_chat
                 await runner(ctx, history)
             reason = run.control.stop_reason
@@ -280,19 +293,39 @@ class RunDriver:
         if first and outcome == "ended" and self._titles is not None:
             self._titles.after_first_run(live, run.run_id)
 
-    async def _begin(self, live: LiveSession, run: ActiveRun, request: RunRequest) -> list[Message]:
-        """Store the session (on its first run), the user's message and the status. Returns
-        the conversation when it is known without reading it back: in a session this run
-        created, the one message it just saved."""
+    async def _begin(
+        self, live: LiveSession, run: ActiveRun, request: RunRequest
+    ) -> tuple[list[Message], str | None]:
+        """Store the session (on its first run), the run's place in the run tree, the user's
+        message and the status. Returns the conversation when it is known without reading it
+        back (in a session this run created, the one message it just saved), and the run's
+        parent: the run it follows on the conversation's path."""
         new = not live.stored
         title = first_words(request.content)
+        parent = None if new else await self._parent(live, request.replaces)
         await live.ensure_stored(title)  # a new session is stored with its title: one write
         if not live.title:
             await live.set_title(title)
+        if isinstance(self._store, RunTree):  # shown from now: the model reads its path
+            await self._store.add_run(live.scope, live.session_id, run.run_id, parent, now_ms())
         message = Message("user", request.content, run_id=run.run_id)
         await live.save_messages([message])
         await live.publish([], status="running", run_id=run.run_id)
-        return [message] if new else []
+        return ([message] if new else []), parent
+
+    async def _parent(self, live: LiveSession, replaces: str | None) -> str | None:
+        """The parent of a run that `replaces` a run of the shown path (its parent), or
+        follows it (its last run); ProtocolError `unknown_run` when `replaces` is not shown."""
+        tree = await load_tree(self._store, live.scope, live.session_id)
+        if replaces is None:
+            return tree.leaf()
+        if replaces not in tree.path():
+            raise ProtocolError(
+                "unknown_run",
+                f"replaces: {replaces!r} is not a run shown in this conversation; "
+                "only a shown version of a turn can be replaced.",
+            )
+        return tree.nodes[replaces].parent_run_id
 
     async def _fail(
         self,

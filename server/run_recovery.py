@@ -29,6 +29,7 @@ from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
 from server.storage.outage import log_retry
+from server.versions import history_on_path
 
 __all__ = ["CutShort", "Repairs", "RunRecovery", "where_it_stopped"]
 
@@ -191,7 +192,7 @@ class RunRecovery:
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
         if not (ours and _ENDINGS & {last.get("type"), last.get("update_type")}):
             ctx = self._context(live, run, self._limits, None)
-            history = await self._store.load_history(item.scope, item.session_id)
+            history = await history_on_path(self._store, item.scope, item.session_id)
             cut = await self._cut_short(live, run.run_id)
             shown = (cut.phase, cut.text) if cut.phase is not None else None
             why = await self._why_closed(item)

@@ -33,6 +33,7 @@ class RunRequest:
     client_id: str | None = None
     origin: Origin = "chat"
     client_tools: tuple[ToolSpec, ...] = ()
+    replaces: str | None = None  # a run of the shown path this one is a new version of
 
 
 def read_request(
@@ -73,4 +74,5 @@ def read_request(
         frame.id,
         origin,
         tuple(client_tools),
+        frame.replaces,
     )

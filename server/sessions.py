@@ -37,6 +37,8 @@ from server.storage.base import DeleteOutcome, Scope, Store
 from server.storage_quota import StorageQuota
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles
+from server.version_switch import select_version
+from server.versions import load_tree
 
 __all__ = ["SessionHub"]
 
@@ -69,6 +71,7 @@ class SessionHub:
                 "style": agent.style,
             },
         }
+        self._store = store
         lease_ms = int(storage.run_lease_s * 1000)
         # The configured limits of every run; each run's steps and style come from its request.
         limits = agent.limits(
@@ -198,6 +201,19 @@ class SessionHub:
     def _refuse_if_deleting(self, live: LiveSession) -> None:
         if self._registry.deleting(live.session_id):
             raise ProtocolError("run_in_progress", "This conversation is being deleted.")
+
+    async def select_version(
+        self, live: LiveSession, run_id: str, frame_id: str | None = None
+    ) -> None:
+        """Show another version of a turn (server/version_switch.py)."""
+        self._refuse_if_deleting(live)
+        await select_version(self._store, live, run_id, frame_id)
+
+    async def active_path(self, live: LiveSession) -> list[str]:
+        """The runs the session shows, first first (server/versions.py)."""
+        if not live.stored:
+            return []
+        return (await load_tree(self._store, live.scope, live.session_id)).path()
 
     async def stop(self, live: LiveSession) -> None:
         """Stop the session's run, here or (shared store) in the process that owns it."""

@@ -27,6 +27,7 @@ from server.protocol import (
     AgentControlFrame,
     ChatFrame,
     ProtocolError,
+    SelectVersionFrame,
     ToolDecisionFrame,
     check_echo_fits,
     error_frame,
@@ -35,6 +36,7 @@ from server.protocol import (
 )
 from server.services import Services
 from server.storage.base import Scope, events_in_pages
+from server.storage.outage import outage_of
 
 __all__ = ["websocket_endpoint"]
 
@@ -45,6 +47,7 @@ CLOSE_TOO_BIG = 1009
 CLOSE_RATE_LIMITED = 1008  # policy violation
 REPLAY_PAGE = 500  # events read from the store per replay page
 REPLAY_BYTES = 4 << 20  # and about this many bytes of them (500 large tool results: ~128 MB)
+ACTIVE_PATH_WAIT_S = 2.0  # the most a `session` frame waits for the store's active path
 
 
 def _dumps(frame: dict[str, Any]) -> str:
@@ -110,6 +113,21 @@ async def _accepted(
         services.hub.release(live)
 
 
+async def _active_path(services: Services, live: LiveSession) -> list[str] | None:
+    """The session's active path for its `session` frame, read after subscribing (a switch
+    meanwhile is in the held frames); None when the store does not answer at once: a client
+    is never kept waiting for it through a store outage (it shows every version until the
+    next switch or reconnect)."""
+    outage = outage_of(services.store)
+    if outage is not None and outage.down:
+        return None
+    try:
+        async with asyncio.timeout(ACTIVE_PATH_WAIT_S):
+            return await services.hub.active_path(live)
+    except (StorageError, TimeoutError):
+        return None
+
+
 def _after_seq(raw: str | None) -> tuple[int | None, str | None]:
     if raw is None or raw == "":
         return None, None
@@ -146,6 +164,7 @@ async def _attach(
         "resumed": resumed,
         **services.hub.session_defaults,
     }
+    first["active_path"] = await _active_path(services, live)
     await websocket.send_text(_dumps({**first, **snapshot}))
     if query_error is not None:
         await websocket.send_text(_dumps(error_frame("invalid_message", query_error)))
@@ -260,6 +279,8 @@ async def _dispatch(services: Services, live: LiveSession, conn: Connection, tex
                 await services.hub.rerun(live, frame)
         elif isinstance(frame, ToolDecisionFrame):
             await services.hub.decide(live, frame.tool_call_id, frame.approve, frame.reason)
+        elif isinstance(frame, SelectVersionFrame):
+            await services.hub.select_version(live, frame.run_id, frame.id)
         else:
             await services.hub.answer(live, frame.content, frame.tool_call_id)
     except ProtocolError as exc:

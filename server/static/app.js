@@ -76,7 +76,8 @@ function onFrame(frame) {
   if (frame.type === "session_title") return chats.refresh(); // the model named the chat
   const live = typeof frame.seq !== "number" || frame.seq > state.sessionLastSeq;
   if (frame.type === "error" && !frame.run_id) return onClientError(frame);
-  if (frame.run_id) view.apply(frame);
+  if (frame.type === "active_path") return live && showPath(frame.active_path);
+  if (frame.run_id) view.apply(frame, live);
   if (live) follow(frame);
   else if (frame.seq === state.sessionLastSeq) refreshActions(); // the history is complete
   updateWelcome();
@@ -87,6 +88,7 @@ let bundledModel = false; // /api/me: the server runs its bundled small model
 
 function onSession(frame) {
   state.sessionLastSeq = frame.last_seq;
+  if ("active_path" in frame) view.setPath(frame.active_path);
   composer.setDefaults(frame.defaults);
   sessionModel = frame.model || "";
   describeModel();
@@ -152,9 +154,10 @@ function onClientError(frame) {
   if (frame.code === "session_not_found") return; // the close that follows handles it
   approval.onError(frame);
   let text = plainError(frame.code, frame.message);
-  const rejected = ["run_in_progress", "too_many_runs", "invalid_message"].includes(frame.code)
-    ? view.rejectPending() : null;
+  const refusals = ["run_in_progress", "too_many_runs", "invalid_message", "unknown_run"];
+  const rejected = refusals.includes(frame.code) ? view.rejectPending() : null;
   if (rejected != null) {
+    view.cancelPreview(); // an edit or regeneration refused: its turn shows as it was
     if (!ui.message.value.trim()) ui.message.value = rejected; // the text stays to send again
     if (frame.code !== "run_in_progress") {
       setRunning(false);
@@ -208,6 +211,7 @@ function setRunning(running) {
   state.running = running;
   if (!running) state.stopping = false;
   updateControls();
+  view.refreshVersions(); // no switch or edit while a run works
 }
 
 function updateControls() {
@@ -217,7 +221,8 @@ function updateControls() {
   if (state.online && state.queued === null && composer.noteKind === "waiting") note(null);
 }
 
-function sendMessage(text = ui.message.value) {
+/** Send `text`; with `replaces`, as a new version of that run's turn (an edit, a regeneration). */
+function sendMessage(text = ui.message.value, replaces = null) {
   const content = text.trim();
   if (!content || state.queued) return;
   if (state.running && state.online) return; // Stop is the button; the text waits in the box
@@ -225,10 +230,16 @@ function sendMessage(text = ui.message.value) {
   if (!frame) return;
   const tools = toolsPanel.selected();
   if (tools) frame.tools = tools;
+  if (replaces) {
+    frame.replaces = replaces;
+    const mode = view.tree.modes.get(replaces); // the turn runs again as it ran
+    if (typeof mode === "boolean") frame.agent_mode = mode;
+    view.previewReplace(replaces);
+  }
   note(null);
   view.hideActions();
   const run = view.expect(content);
-  if (text === ui.message.value) ui.message.value = "";
+  if (!replaces && text === ui.message.value) ui.message.value = "";
   if (!state.online || !conn.send(frame)) {
     state.queued = { frame, run };
     run.article.classList.add("queued");
@@ -296,6 +307,27 @@ function control(action) {
   view.hideActions();
   setRunning(true);
 }
+
+/** Show another version of a turn: the server answers every tab with `active_path`. */
+function selectVersion(runId) {
+  if (state.running) return;
+  if (!conn.send({ type: "select_version", run_id: runId })) {
+    note("Not connected: try again when the connection is back.", "error");
+  }
+}
+
+function showPath(path) {
+  view.hideActions();
+  view.setPath(path);
+  refreshActions(); // the last turn shown may be another
+  updateWelcome();
+}
+
+view.versionActions = {
+  select: selectVersion,
+  send: (text, replaces) => sendMessage(text, replaces),
+  running: () => state.running || state.queued !== null,
+};
 
 function refreshActions() {
   if (state.running || banner.current || state.queued) return view.hideActions();

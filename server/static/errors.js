@@ -9,6 +9,7 @@ const PLAIN = {
   no_active_run: "Nothing is running any more.",
   not_awaiting_input: "The agent is no longer waiting for an answer.",
   nothing_to_retry: "There is nothing to retry or continue here.",
+  unknown_run: "That version is no longer in this chat. Reload the page to see the chat as it is now.",
   invalid_json: "The page sent something the server could not read. Reload the page.",
   unknown_type: "The server does not know this action. It may be older than this page.",
   storage_error: "The server could not save this conversation. Try again shortly.",

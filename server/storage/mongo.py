@@ -10,6 +10,7 @@ Collections, every document carrying `tenant_id` and `user_id` so each query fil
     events    one per event: `seq`, `run_id`, `ts` and `body`, the exact JSON bytes sent
     messages  one per conversation message: `sequence`, `ts` and `body`, its API dict
     controls  one per stop, answer or approval sent to a run another process may own
+    runs      one per run: its parent and when it was last shown (server/storage/runs.py)
 
 Numbering (event `seq`, message `sequence`) is decided by the unique `(session_id, seq)` and
 `(session_id, sequence)` indexes, not by a counter: a writer reads the session's highest
@@ -70,6 +71,7 @@ from server.storage.base import (
     message_to_api,
 )
 from server.storage.outage import Outage, StoreUnavailable
+from server.storage.runs import RunNode
 from server.storage.search import SearchHit, title_matches, words
 from server.storage.write_gate import WriteGate
 
@@ -103,6 +105,7 @@ _INDEXES: list[tuple[str, list[tuple[str, int]], bool]] = [
     ("controls", [("session_id", ASCENDING), ("key", ASCENDING)], True),
     ("run_slots", [("key", ASCENDING)], True),
     ("run_slots", [("tenant_id", ASCENDING), ("created_at", ASCENDING)], False),
+    ("runs", [("session_id", ASCENDING), ("run_id", ASCENDING)], True),
 ]
 
 
@@ -310,7 +313,7 @@ class MongoStore(WritesInOrder):
                     return "not_found"
                 if session.get("status") != "idle":
                     return "run_in_progress"
-                for name in ("events", "messages", "controls"):
+                for name in ("events", "messages", "controls", "runs"):
                     await self._col(name).delete_many(query)
                 await self._col("sessions").delete_one(query)
             finally:
@@ -468,6 +471,66 @@ class MongoStore(WritesInOrder):
             "load history",
             lambda: _bodies_of(cursor.clone(), lambda d: message_from_api(d["body"])),
         )
+
+    # -- run tree (server/storage/runs.py) ---------------------------------------------------
+    # A session's runs never start concurrently (its run slot), so counting and reading the
+    # latest `shown_at` before a write cannot race with another run's node.
+
+    async def add_run(
+        self, scope: Scope, session_id: str, run_id: str, parent_run_id: str | None, now: int
+    ) -> None:
+        query = _session_filter(scope, session_id)
+
+        async def add() -> None:
+            position = await self._col("runs").count_documents(query)
+            doc = {
+                **query,
+                "run_id": run_id,
+                "parent_run_id": parent_run_id,
+                "position": position,
+                "shown_at": await self._latest_shown(query, now),
+            }
+            try:
+                await self._col("runs").update_one(
+                    {**query, "run_id": run_id}, {"$setOnInsert": doc}, upsert=True
+                )
+            except DuplicateKeyError:
+                pass  # stored by a try whose answer a timeout lost, still running meanwhile
+
+        await self._ride("store a run", add)
+
+    async def show_run(self, scope: Scope, session_id: str, run_id: str, now: int) -> bool:
+        query = _session_filter(scope, session_id)
+
+        async def show() -> bool:
+            shown_at = await self._latest_shown(query, now)
+            result = await self._col("runs").update_one(
+                {**query, "run_id": run_id}, {"$set": {"shown_at": shown_at}}
+            )
+            return result.matched_count > 0
+
+        return await self._ride("show a version", show)
+
+    async def run_nodes(self, scope: Scope, session_id: str) -> list[RunNode]:
+        cursor = (
+            self._col("runs")
+            .find(_session_filter(scope, session_id), {"_id": 0})
+            .sort("position", ASCENDING)
+        )
+
+        def node(doc: Doc) -> RunNode:
+            return RunNode(
+                doc["run_id"], doc.get("parent_run_id"), doc["position"], doc["shown_at"]
+            )
+
+        return await self._ride("read runs", lambda: _bodies_of(cursor.clone(), node))
+
+    async def _latest_shown(self, query: Doc, now: int) -> int:
+        """`now`, or later than every run of the session already shown."""
+        last = await self._col("runs").find_one(
+            query, {"_id": 0, "shown_at": 1}, sort=[("shown_at", DESCENDING)]
+        )
+        return max(now, int(last["shown_at"]) + 1) if last else now
 
     async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
         sessions = self._col("sessions")

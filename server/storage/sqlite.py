@@ -29,7 +29,7 @@ import orjson
 
 from agent.errors import StorageError
 from agent.messages import Message
-from server.storage import sqlite_search, sqlite_usage
+from server.storage import sqlite_runs, sqlite_search, sqlite_usage
 from server.storage.base import (
     SLOT_GRACE_MS,
     Control,
@@ -45,6 +45,7 @@ from server.storage.base import (
     message_to_api,
 )
 from server.storage.outage import Outage, StoreUnavailable
+from server.storage.runs import RunNode
 from server.storage.search import SearchHit, title_matches, words
 from server.storage.sqlite_batch import (
     IN_ORDER_SCHEMA,
@@ -118,6 +119,7 @@ CREATE INDEX IF NOT EXISTS run_slots_by_run ON run_slots (run_id);
 """
     + IN_ORDER_SCHEMA
     + sqlite_search.SCHEMA
+    + sqlite_runs.SCHEMA
 )
 _TAIL_CHUNK = 200  # sessions per tail query (four bound variables each)
 
@@ -315,7 +317,7 @@ class SQLiteStore:
                 "DELETE FROM sessions WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
                 owner,
             )
-            for table in ("events", "messages", "controls", "run_slots"):
+            for table in ("events", "messages", "controls", "run_slots", "runs"):
                 conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
             return "deleted"
 
@@ -467,6 +469,23 @@ class SQLiteStore:
             return [message_from_api(orjson.loads(r[0])) for r in rows]
 
         return await self._read(op)
+
+    # -- run tree (server/storage/runs.py) ---------------------------------------------------
+
+    async def add_run(
+        self, scope: Scope, session_id: str, run_id: str, parent_run_id: str | None, now: int
+    ) -> None:
+        await self._write(
+            lambda conn: sqlite_runs.add(conn, scope, session_id, run_id, parent_run_id, now)
+        )
+
+    async def show_run(self, scope: Scope, session_id: str, run_id: str, now: int) -> bool:
+        return bool(
+            await self._write(lambda conn: sqlite_runs.show(conn, scope, session_id, run_id, now))
+        )
+
+    async def run_nodes(self, scope: Scope, session_id: str) -> list[RunNode]:
+        return await self._read(lambda conn: sqlite_runs.nodes(conn, scope, session_id))
 
     async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
         held = list(leases)

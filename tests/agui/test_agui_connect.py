@@ -109,20 +109,18 @@ async def test_a_foreign_or_unknown_thread_is_refused(server: Any) -> None:
     assert response.status_code == 404 and response.json()["code"] == "session_not_found"
 
 
-async def test_connect_agent_of_the_sdk_rebuilds_the_conversation(
-    server: Any, fake_llm: FakeLLM
-) -> None:
+async def _connect_agent(address: str, thread: str) -> list[dict[str, Any]]:
+    """@ag-ui/client's `connectAgent` on the thread (connect.mjs): the agent's messages."""
     node = shutil.which("node")
     if node is None or not (NPM_DIR / "node_modules/@ag-ui/client").is_dir():
         import pytest
 
         pytest.skip("node or @ag-ui/client is missing: run scripts/test-deps.sh")
-    thread, clock = await _first_run(server, fake_llm)
     proc = await asyncio.create_subprocess_exec(
         node,
         SCRIPT,
         str(NPM_DIR),
-        f"http://{server.address}/agui",
+        f"http://{address}/agui",
         thread,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -131,7 +129,15 @@ async def test_connect_agent_of_the_sdk_rebuilds_the_conversation(
     assert out, err.decode()
     report = json.loads(out.decode().strip().splitlines()[-1])
     assert proc.returncode == 0 and report["ok"], (report.get("error"), report.get("rejected"))
-    messages = report["messages"]
+    messages: list[dict[str, Any]] = report["messages"]
+    return messages
+
+
+async def test_connect_agent_of_the_sdk_rebuilds_the_conversation(
+    server: Any, fake_llm: FakeLLM
+) -> None:
+    thread, clock = await _first_run(server, fake_llm)
+    messages = await _connect_agent(server.address, thread)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[1]["toolCalls"][0]["id"] == clock.id
     assert messages[-1]["content"] == "It is **noon** in Lisbon."
@@ -159,3 +165,24 @@ async def test_a_question_answered_before_the_reconnect_is_not_asked_again(
     assert events[-1].outcome.type == "cancelled"  # not an interrupt: it was answered
     thought = "".join(e.delta for e in events if e.type == EventType.REASONING_MESSAGE_CONTENT)
     assert thought.endswith("Lisbon, then")  # the observation after the answer
+
+
+async def test_the_snapshot_shows_the_versions_shown(server: Any, fake_llm: FakeLLM) -> None:
+    """Versions of a turn (wire-protocol.md): the snapshot is the active path, and follows a
+    switch."""
+    fake_llm.script("chat", Reply(chunks=["Paris."]), Reply(chunks=["Rome."]))
+    async with await server.client() as c:
+        thread = (await c.recv())["session_id"]
+        first = await c.run("France?", agent_mode=False)
+        edited = await c.run("Italy?", agent_mode=False, replaces=first[0]["run_id"])
+
+        def texts(events: list[Any]) -> list[str]:
+            return [m.content for m in events[1].messages]
+
+        assert texts(await _connect(server.address, thread)) == ["Italy?", "Rome."]
+        await c.send({"type": "select_version", "run_id": first[0]["run_id"]})
+        await c.until("active_path")
+        assert texts(await _connect(server.address, thread)) == ["France?", "Paris."]
+    assert edited[0]["replaces"] == first[0]["run_id"]
+    sdk = await _connect_agent(server.address, thread)  # @ag-ui/client's connectAgent
+    assert [m["content"] for m in sdk] == ["France?", "Paris."]

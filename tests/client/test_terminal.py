@@ -462,3 +462,52 @@ async def test_piped_output_keeps_the_raw_markdown_and_no_status_line(
     text = await piped_chat(server, b"Show me\n", tmp_path)
     assert MARKDOWN_ANSWER in text  # as the model wrote it, for a file or a script
     assert "\x1b" not in text and "⠋" not in text
+
+
+async def test_versions_are_listed_switched_edited_and_regenerated(
+    server: Any, fake_llm: FakeLLM, terminals: Any
+) -> None:
+    """Versions of a turn (issue 46, item 2): `/versions`, `/show`, `/edit` and `/regen`."""
+    fake_llm.script(
+        "chat",
+        Reply(chunks=["Paris."]),
+        Reply(chunks=["Rome."]),
+        Reply(chunks=["Madrid."]),
+        Reply(chunks=["Still Paris."]),
+    )
+    async with await server.client() as c:  # a chat-mode conversation of two turns
+        session = (await c.recv())["session_id"]
+        await c.run("Capital of France?", agent_mode=False)
+        await c.run("Capital of Italy?", agent_mode=False)
+    term = await terminals(ws_url(server), "--session", session)
+    await term.expect(r"you> ")
+    term.type("/edit 2 Capital of Spain?\r")
+    await term.expect(r"Madrid\.")
+    await term.expect(r"you> ")
+    # a chat-mode call (as the turn ran), which reads the first turn, not Italy's
+    requests = [r for r in fake_llm.requests if r.phase == "chat"]
+    read = [m["content"] for m in requests[-1].body["messages"][1:]]
+    assert len(requests) == 3 and read == ["Capital of France?", "Paris.", "Capital of Spain?"]
+
+    term.type("/versions\r")
+    await term.expect(r"1\. Capital of France\?\n")
+    await term.expect(r"2\. Capital of Spain\?  ‹2/2›\n")
+    await term.expect(r"2\.1 Capital of Italy\?\n")
+    await term.expect(r"2\.2 Capital of Spain\?  ← shown\n")
+    term.type("/show 2.1\r")
+    await term.expect(r"another version is shown now")
+    term.type("/versions\r")
+    await term.expect(r"2\. Capital of Italy\?  ‹1/2›\n")
+
+    term.type("/regen 1\r")
+    await term.expect(r"Still Paris\.")
+    await term.expect(r"you> ")
+    term.type("/versions\r")
+    await term.expect(r"1\. Capital of France\?  ‹2/2›\n")
+    await term.expect(r"1\.2 Capital of France\?  ← shown\n")
+    term.type("/show 9.1\r")
+    await term.expect(r"! there is no turn 9")
+    term.type("/show two\r")
+    await term.expect(r"usage: /versions · /show TURN\.VERSION")
+    term.type("\x04")
+    assert await term.exit_code() == 0

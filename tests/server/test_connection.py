@@ -10,6 +10,8 @@ from typing import Any, cast
 import orjson
 from starlette.websockets import WebSocket
 
+from agent.errors import StorageError
+from server import ws
 from server.connection import FRAMES_PER_TURN, OVERTAKE_AFTER, Connection
 from server.ws import _attach
 
@@ -103,6 +105,46 @@ class _LiveSession:
         return {"status": "running", "last_seq": self.last_seq}
 
 
+async def _no_versions(live: Any) -> list[str]:
+    return []
+
+
+def _services(active_path: Any) -> Any:
+    """As much of Services as attaching reads: the hub's defaults and active path."""
+    hub = SimpleNamespace(session_defaults={}, active_path=active_path)
+    return SimpleNamespace(hub=hub, store=None)
+
+
+async def test_a_store_that_does_not_answer_leaves_the_active_path_unknown(monkeypatch):
+    """Versions of a turn: the `session` frame never waits through a store outage for the
+    active path; it says `null` (unknown) and goes out."""
+    monkeypatch.setattr(ws, "ACTIVE_PATH_WAIT_S", 0.05)
+    never = asyncio.Event()
+
+    async def hangs(live: Any) -> list[str]:
+        await never.wait()
+        return []
+
+    async def fails(live: Any) -> list[str]:
+        raise StorageError("the store is away")
+
+    for active_path in (hangs, fails, _no_versions):
+        socket = _Socket()
+        conn = Connection(cast(WebSocket, socket), 10_000)
+        live = _LiveSession(last_seq=3)
+        await ws._attach(
+            _services(active_path),
+            cast(WebSocket, socket),
+            cast(Any, live),
+            conn,
+            resumed=True,
+            after_seq=None,
+            query_error=None,
+        )
+        expected = [] if active_path is _no_versions else None
+        assert orjson.loads(socket.sent[0])["active_path"] == expected
+
+
 async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
     """Attaching without `after_seq`: the client's first live frame follows the `last_seq`
     of its session frame, even when the run delivers one while that frame goes out."""
@@ -118,7 +160,7 @@ async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
                 for sub in live.subscribers:
                     sub.deliver(*_frame("chat_delta", 8))
 
-    services = SimpleNamespace(hub=SimpleNamespace(session_defaults={}))
+    services = _services(_no_versions)
     await _attach(
         cast(Any, services),
         cast(WebSocket, _SocketWithARunningSession()),

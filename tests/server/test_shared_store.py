@@ -244,3 +244,29 @@ async def test_a_run_after_one_whose_end_status_was_lost_is_not_taken_for_taken_
     assert second[-1]["type"] == "response_complete"
     assert second[-2].get("update_type") == "agent_completion"
     assert second[0]["run_id"] != first[0]["run_id"]
+
+
+async def test_a_version_switched_on_one_server_is_followed_on_the_other(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """Versions of a turn across processes: the `active_path` event reaches the other
+    server's watchers, which take it for no run (status stays idle), and a run started there
+    next reads the version shown."""
+    fake_llm.script("chat", Reply(chunks=["Paris."]), Reply(chunks=["Rome."]))
+    chat = {"type": "chat", "agent_mode": False}
+    async with server_factory(storage=SHARED) as a, server_factory(storage=SHARED) as b:
+        async with await a.client() as here:
+            session = (await here.recv())["session_id"]
+            first = await here.run("France?", agent_mode=False)
+            await here.send({**chat, "content": "Italy?", "replaces": first[0]["run_id"]})
+            second = await here.until("response_complete")
+            async with await b.client(session_id=session) as there:
+                hello = await there.recv()
+                assert hello["active_path"] == [second[0]["run_id"]]
+                await here.send({"type": "select_version", "run_id": first[0]["run_id"]})
+                switched = (await there.until("active_path", timeout=10))[-1]
+                assert switched["active_path"] == [first[0]["run_id"]]
+                later = await there.run("And its river?", agent_mode=False)
+        read = [m["content"] for m in fake_llm.requests[-1].body["messages"][1:]]
+    assert later[0]["parent_run_id"] == first[0]["run_id"]
+    assert read == ["France?", "Paris.", "And its river?"]

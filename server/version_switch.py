@@ -1,0 +1,56 @@
+"""`select_version`: show another version of a turn, and tell every watcher.
+
+The switch is stored first (the run tree's `shown_at`: what the model reads next, and what a
+new connection's `session` frame says), then as an `active_path` event, so that every tab, a
+replay and another process's watchers follow it like any event (docs/wire-protocol.md,
+"Versions of a turn").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from server.live import LiveSession, now_ms
+from server.protocol import ProtocolError
+from server.run_quota import run_in_progress
+from server.storage.base import Store
+from server.storage.runs import RunTree
+from server.versions import load_tree
+
+__all__ = ["active_path_frame", "select_version"]
+
+
+async def select_version(
+    store: Store, live: LiveSession, run_id: str, frame_id: str | None = None
+) -> None:
+    """Show `run_id`'s version of its turn, and below it what was shown there last; raise
+    ProtocolError `run_in_progress` while a run works, `unknown_run` for a run the session
+    does not have."""
+    if live.run is not None or live.status != "idle":
+        raise run_in_progress()
+    tree = await load_tree(store, live.scope, live.session_id)
+    if run_id not in tree.nodes or not isinstance(store, RunTree):
+        raise ProtocolError(
+            "unknown_run", f"run_id: this conversation has no run {run_id!r} with versions."
+        )
+    leaf = tree.leaf_under(run_id)
+    now = now_ms()
+    if not await store.show_run(live.scope, live.session_id, leaf, now):
+        raise ProtocolError("unknown_run", f"run_id: run {run_id!r} is gone.")
+    frame = active_path_frame(live.session_id, tree.path(leaf), run_id, now)
+    if frame_id is not None:
+        frame["id"] = frame_id
+    await live.publish([frame])
+
+
+def active_path_frame(session_id: str, path: list[str], selected: str, ts: int) -> dict[str, Any]:
+    """The stored event of a switch (its `seq` filled in by the store). Not a run's event:
+    it has no `run_id`, so watchers never take it for a run going on."""
+    return {
+        "type": "active_path",
+        "session_id": session_id,
+        "seq": 0,
+        "ts": ts,
+        "selected": selected,
+        "active_path": path,
+    }
