@@ -44,7 +44,7 @@ from agent.run import RunContext, RunRecorder
 from agent.tokens import EstimatedCounter, message_tokens
 from agent.tracing import model_call_span, record_turn
 
-__all__ = ["PHASE_MAX_TOKENS", "call_model"]
+__all__ = ["AGENT_TEMPERATURE", "PHASE_MAX_TOKENS", "call_model"]
 
 # Each phase's bound on a reply when `[llm] max_tokens` is unset: room for what the phase
 # writes (a final answer in Observe and the summary, a long reply in chat), none for a loop.
@@ -56,6 +56,13 @@ PHASE_MAX_TOKENS = {
     "chat": 4096,
 }
 _OTHER_PHASE_MAX_TOKENS = 1024
+
+# The agent's phases read results and write calls: when `[llm] temperature` is unset, they
+# sample near the most likely token rather than at the model server's default (0.8 on
+# llama.cpp), where Qwen2.5-0.5B wrote "23 °C" for a time it had just read (docs/eval.md).
+# Chat and titles keep the server's default.
+AGENT_TEMPERATURE = 0.2
+_AGENT_PHASES = frozenset({"reason", "act", "observe", "summarize", "repair", "verify"})
 
 TextSink = Callable[[str], Awaitable[None]]
 Enough = Callable[[], bool]
@@ -87,7 +94,11 @@ async def call_model(
         if ask is not None:
             rec.fit_window(await ask())
     shape = _Shape(
-        tools, tool_choice, response_format, PHASE_MAX_TOKENS.get(phase, _OTHER_PHASE_MAX_TOKENS)
+        tools,
+        tool_choice,
+        response_format,
+        PHASE_MAX_TOKENS.get(phase, _OTHER_PHASE_MAX_TOKENS),
+        AGENT_TEMPERATURE if phase in _AGENT_PHASES else None,
     )
     try:
         return await _drain(
@@ -113,6 +124,7 @@ class _Shape:
     tool_choice: ToolChoice
     response_format: dict[str, object] | None
     max_tokens: int
+    temperature: float | None
 
 
 async def _drain(
@@ -141,6 +153,7 @@ async def _drain(
             tool_choice=shape.tool_choice,
             response_format=shape.response_format,
             max_tokens=shape.max_tokens,
+            temperature=shape.temperature,
         )
         try:
             async for item in stream:

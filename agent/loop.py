@@ -83,7 +83,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
         ctx, "agent_system", style=ctx.prompts.render(f"style_{ctx.limits.style}")
     )
     asked = _named_in_task(rec, tools)
-    rec.expect_tools(asked)
+    rec.expect_tools(t for t in asked if t != REQUEST_INPUT)  # a question is no result
     if ctx.research is not None:
         await research_first_task(ctx, rec, ctx.research)
     try:
@@ -167,7 +167,7 @@ def _named_in_task(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
     asked for), and a finish is checked. Only names no sentence uses as a plain word count
     (`get_current_time`, `web.fetch`, not `search`)."""
     task = rec.task()
-    named = (t.name for t in tools if t.name != REQUEST_INPUT and not t.name.isalpha())
+    named = (t.name for t in tools if not t.name.isalpha())
     present = [name for name in named if name in task]  # a substring search: cheap on any task
     if not present:
         return []

@@ -89,14 +89,15 @@ class ChatModel(Protocol):
         tool_choice: ToolChoice = "auto",
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         """Yield text deltas (and Thinking pieces) as they arrive, then exactly one ModelTurn.
 
         `tools` with `tool_choice="none"` are shown but may not be called: every phase sends
         the same tools so the prompt prefix stays cacheable. `response_format` (a JSON schema)
         asks a server that constrains decoding for a reply of that shape; a server that
-        cannot is sent the call without it, and the reply is read as text. `max_tokens` is
-        the caller's bound on the reply, when the model's own settings set none. Raise
+        cannot is sent the call without it, and the reply is read as text. `max_tokens` and
+        `temperature` are the caller's, used when the model's own settings set none. Raise
         ModelError when the call fails for good (ContextTooLong when the prompt does not
         fit). Cancelling the iteration must abort the underlying request.
         """

@@ -77,10 +77,14 @@ def left_out_note(steps: int, run_id: str | None) -> Message:
 
 
 def split_steps(current: list[Message]) -> list[list[Message]]:
-    """[task and notes], then one group per step (a step starts with its reasoning)."""
+    """[task and notes], then one group per step: a step starts with its reasoning, or with
+    its act where the reasoning is left out (Act's and Observe's plain view, agent/history.py)."""
     groups: list[list[Message]] = [[]]
     for message in current:
-        if message.phase == "reason" and groups[-1]:
+        starts = message.phase == "reason" or (
+            message.phase == "act" and not (groups[-1] and groups[-1][-1].phase == "reason")
+        )
+        if starts and groups[-1]:
             groups.append([])
         groups[-1].append(message)
     return groups

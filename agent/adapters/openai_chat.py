@@ -152,6 +152,7 @@ class OpenAIChatModel:
         tool_choice: ToolChoice = "auto",
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         # The keys in the order the SDK sends them, so the body is the one it would send.
         body: dict[str, Any] = {
@@ -161,8 +162,10 @@ class OpenAIChatModel:
         }
         if self._config.stream_usage:
             body["stream_options"] = {"include_usage": True}
-        if self._config.temperature is not None:
-            body["temperature"] = self._config.temperature
+        if self._config.temperature is not None or temperature is not None:
+            body["temperature"] = (
+                self._config.temperature if self._config.temperature is not None else temperature
+            )
         if self._config.max_tokens is not None or max_tokens is not None:
             body["max_tokens"] = self._config.max_tokens or max_tokens
         if response_format is not None and self._structured:

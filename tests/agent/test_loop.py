@@ -17,6 +17,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent.budget import Budget
+from agent.calling import AGENT_TEMPERATURE
 from agent.control import Decision
 from agent.errors import ToolError
 from agent.events import (
@@ -671,6 +672,8 @@ async def test_phases_ask_for_one_json_object_and_every_call_is_bounded(harness:
         "act": 1024,
         "observe": 2048,
     }
+    # the agent's phases sample close to the likeliest token (the model's settings may differ)
+    assert {c.temperature for c in harness.model.calls} == {AGENT_TEMPERATURE}
 
 
 async def test_act_asks_again_by_schema_only_when_a_planned_call_was_not_made(

@@ -42,6 +42,7 @@ class ModelCall:
     tool_choice: ToolChoice
     response_format: dict[str, Any] | None = None
     max_tokens: int | None = None
+    temperature: float | None = None
 
 
 class ScriptedModel:
@@ -72,6 +73,7 @@ class ScriptedModel:
         tool_choice: ToolChoice = "auto",
         response_format: dict[str, Any] | None = None,
         max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> AsyncIterator[str | Thinking | ModelTurn]:
         made = ModelCall(
             call.phase,
@@ -81,6 +83,7 @@ class ScriptedModel:
             tool_choice,
             response_format,
             max_tokens,
+            temperature,
         )
         self.calls.append(made)
         queue = self.scripts.get(call.phase)

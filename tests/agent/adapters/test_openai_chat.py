@@ -672,3 +672,22 @@ async def test_failures_to_open_and_early_breaks_share_one_retry_policy():
         async for _ in model.stream([Message("user", "hi")], tools=(), call=call):
             pass
     assert [n.attempt for n in notices] == [2]
+
+
+@pytest.mark.parametrize(
+    ("configured", "asked", "sent"), [(None, 0.2, 0.2), (0.7, 0.2, 0.7), (None, None, None)]
+)
+async def test_a_configured_temperature_wins_over_the_callers(
+    configured: float | None, asked: float | None, sent: float | None
+):
+    """`[llm] temperature` is the operator's; a phase's own applies only when it is unset."""
+    transport = _Transport(lambda: _Reply(200, [_event({"content": "ok"}), b"data: [DONE]\n\n"]))
+    model = _model(transport, temperature=configured)
+    try:
+        async for _ in model.stream(
+            [Message("user", "hi")], tools=(), call=CALL, temperature=asked
+        ):
+            pass
+    finally:
+        await model.aclose()
+    assert orjson.loads(transport.sent[0][1]).get("temperature") == sent
