@@ -149,6 +149,32 @@ async def test_a_wanted_call_is_asked_again_by_schema_naming_the_tools_asked_for
     assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
 
 
+async def test_a_question_the_user_asks_for_by_name_is_wanted_like_any_named_tool(
+    harness: Harness,
+):
+    """ "Ask me first with the request_input tool": a plain reply with no call is asked again
+    by schema; the answered question is no result the run waits for."""
+    harness.model.structured_output = True
+    harness.model.script("reason", reason("I need the city first."))
+    question = '{"tool": "request_input", "arguments": {"question": "Which city?"}}'
+    harness.model.script("act", text("It is noon somewhere."), text(question))
+    harness.model.script("observe", observe("Paris it is.", final="It is noon in Paris."))
+    record_emit = harness.record.emit
+
+    async def emit_and_answer(event: Any) -> None:
+        await record_emit(event)
+        if isinstance(event, InputRequested):
+            assert harness.control.answer("Paris")
+
+    harness.record.emit = emit_and_answer  # type: ignore[method-assign]
+    task = "Tell me the time in my city: ask me for it first with the request_input tool."
+    record = await harness.run(task, max_steps=1)
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert [a.response_format is not None for a in acts] == [False, True]
+    assert "Tools the user asked for: request_input." in acts[1].messages[-2].content
+    assert record.of(RunCompleted)[0].final_answer == "It is noon in Paris."
+
+
 async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
     """Reason's block says it can answer and names a tool it would use: until one call
     succeeds, the tools it named are what the run expects, so Act runs."""
