@@ -207,19 +207,23 @@ async def _act(
     plan or a JSON schema in it (docs/models.md). Calls written as text are read like native
     ones (agent/textcalls.py).
 
-    When that reply calls nothing although a call is wanted (Reason named a tool, or the
-    user's message names one no call has used), the call is asked for again as JSON of the
-    call schema (agent/structured.py), where the server takes a `response_format`: it can
-    then only write an offered tool with arguments of its schema, or "none". The text of a
-    reply without a call is kept, for Observe to read; beside a call it is dropped (a small
-    model's "I will look it up in the address book" was read back as the finding).
+    When that reply calls nothing although a call is wanted (Reason named a tool, the user's
+    message names one no call has used, or the reply is a call that could not be read, cut
+    off or malformed), the call is asked for again as JSON of the call schema
+    (agent/structured.py), where the server takes a `response_format`: it can then only
+    write an offered tool with arguments of its schema, or "none". The text of a reply
+    without a call is kept, for Observe to read; beside a call, or when it is an unreadable
+    call, it is dropped (a small model's "I will look it up in the address book", and the
+    JSON of a call cut short, were read back as findings).
     """
     _check_budget(rec)
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
     calls, content = await _call_natively(ctx, rec, step, system, tools)
-    content = "" if calls else content  # the call is the act: its prose only misleads Observe
-    wanted = bool(named) or bool(_unused(rec, named, asked))
+    attempted = not calls and _call_attempt(content, tools)
+    if calls or attempted:  # the call is the act: the rest only misleads Observe
+        content = ""
+    wanted = bool(named) or bool(_unused(rec, named, asked)) or attempted
     if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
         state = _state(ctx, rec, step, named, asked, plan)
         instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
@@ -284,6 +288,12 @@ async def _call_natively(
     return calls, content
 
 
+def _call_attempt(text: str, tools: Sequence[ToolSpec]) -> bool:
+    """Text that names an offered tool beside a brace: a call written out that could not be
+    read (cut off at the token bound, or malformed), not words for the person."""
+    return "{" in text and any(t.name in text for t in tools)
+
+
 def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:
     """No tool has been called in this run yet (a question to the person included).
     Until then Reason's schema does not let it finish (small models "finish" with an answer
@@ -303,7 +313,10 @@ async def _observe(
 ) -> str | None:
     """Stream the Observe phase; return the final answer when the model wants to end."""
     _check_budget(rec)
-    instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step)
+    called = any(r.step == step for r in rec.ledger.records)
+    # with nothing to read, "what the results say" had a small model make results up
+    extra = "" if called else ctx.prompts.render("agent_observe_no_call")
+    instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step, extra=extra)
     content, block, answer = await _stream_phase(
         ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
     )

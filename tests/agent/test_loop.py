@@ -175,6 +175,36 @@ async def test_a_question_the_user_asks_for_by_name_is_wanted_like_any_named_too
     assert record.of(RunCompleted)[0].final_answer == "It is noon in Paris."
 
 
+async def test_a_call_written_out_but_unreadable_is_asked_for_again_and_never_read_back(
+    harness: Harness,
+):
+    """A call cut off at the token bound is not words for Observe to read as a finding: it is
+    dropped, and the call is asked for again by schema."""
+    harness.model.structured_output = True
+    harness.model.script("reason", reason("Let me see."))
+    cut = '```json\n{"name": "get_current_time", "arguments": {"timezone": "Asia/'
+    call = '{"tool": "get_current_time", "arguments": {"timezone": "Asia/Tokyo"}}'
+    harness.model.script("act", text(cut), text(call))
+    harness.model.script("observe", observe("Found it.", final="Noon in Tokyo."))
+    record = await harness.run("What time is it in Tokyo?", max_steps=1)
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert [a.response_format is not None for a in acts] == [False, True]
+    assert [e.name for e in record.of(ToolStarted)] == ["get_current_time"]
+    observe_call = next(c for c in harness.model.calls if c.phase == "observe")
+    assert not any("Asia/" in m.content for m in observe_call.messages if m.role == "assistant")
+
+
+async def test_observe_is_told_when_the_step_called_nothing(harness: Harness):
+    """With no results, "what the results say" had a small model make results up."""
+    harness.model.script("reason", reason("I know this."))
+    harness.model.script("act", text("Paris."))
+    harness.model.script("observe", observe("That is known.", final="Paris."))
+    await harness.run("What is the capital of France?", max_steps=1)
+    observe_call = next(c for c in harness.model.calls if c.phase == "observe")
+    assert "No tool was called in this step" in observe_call.messages[-1].content
+    assert [m.content for m in observe_call.messages if m.role == "assistant"] == ["Paris."]
+
+
 async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
     """Reason's block says it can answer and names a tool it would use: until one call
     succeeds, the tools it named are what the run expects, so Act runs."""
