@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--repeats must be at least 1")
     if args.from_rows is not None:
         rows = [json.loads(line) for line in args.from_rows.read_text().splitlines() if line]
-        return _report(rows, datetime.now(UTC), args.repeats)
+        return _report(rows, datetime.now(UTC), max((r["repeat"] for r in rows), default=0))
     t0 = time.monotonic()
     code = asyncio.run(_main(args))
     print(f"eval took {time.monotonic() - t0:.0f} s", file=sys.stderr)

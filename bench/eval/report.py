@@ -24,6 +24,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         groups[(row["model"], row["loop"])].append(row)
+    # The tasks every loop of a model got right at least once: times compared on the same work
+    solved: dict[str, list[set[str]]] = defaultdict(list)
+    for (model, _), runs in groups.items():
+        solved[model].append({r["task"] for r in runs if r["right"]})
+    shared = {model: set.intersection(*sets) for model, sets in solved.items()}
     out: dict[str, dict[str, Any]] = {}
     for (model, loop), runs in groups.items():
         right = [r for r in runs if r["right"]]
@@ -40,6 +45,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             },
             "median_wall_s": _median([r["wall_s"] for r in runs]),
             "median_wall_right_s": _median([r["wall_s"] for r in right]),
+            "median_wall_right_shared_s": _median(
+                [r["wall_s"] for r in right if r["task"] in shared[model]]
+            ),
+            "tasks_right_in_both": len(shared[model]),
             "median_first_answer_s": _median(
                 [r["first_answer_s"] for r in runs if r["first_answer_s"] is not None]
             ),
@@ -82,6 +91,12 @@ def markdown(report: dict[str, Any]) -> str:
             row(f"· right, {kind}", lambda s, k=kind: _pct(s["by_kind"].get(k)))
     row("median time, all runs", lambda s: _num(s["median_wall_s"], " s"))
     row("median time to a right answer", lambda s: _num(s["median_wall_right_s"], " s"))
+    row(
+        "· on the tasks every loop got right",
+        lambda s: (
+            f"{_num(s['median_wall_right_shared_s'], ' s')} ({s['tasks_right_in_both']} tasks)"
+        ),
+    )
     row("median time to the first answer token", lambda s: _num(s["median_first_answer_s"], " s"))
     row("model calls per run (mean)", lambda s: _num(s["mean_model_calls"]))
     row("steps per run (mean)", lambda s: _num(s["mean_steps"]))
