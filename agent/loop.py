@@ -1,12 +1,13 @@
 """run_agent: the strict reason → act → observe loop of docs/wire-protocol.md.
 
-Every step has all three phases, in order. Reason and Observe stream plain text with a JSON
-control block (cut out before the user sees it); Act is the only phase that may call tools.
-Every call of a run shares one prefix, so a provider's prompt cache reuses it: the same system
-message and the same tool list (Reason and Observe send them with `tool_choice: "none"`), then
-the conversation; what differs per phase (its instructions, the plan, a note on failed calls)
-is the last, user-side message (docs/prompts.md). When Observe ends the run, the text after its
-block is the final answer, streamed as `AnswerDelta`s.
+Every step has all three phases, in order. Reason and Observe stream one JSON object whose
+shown field the user reads as it comes; Act is the only phase that may call tools, and is
+asked as a plain tool loop asks (the conversation alone). Every call of a run shares one
+prefix, so a provider's prompt cache reuses it: the same system message and the same tool list
+(Reason and Observe send them with `tool_choice: "none"`), then the task; what differs per
+phase (its instructions, the plan, a note on failed calls) is the last, user-side message
+(docs/prompts.md). When Observe ends the run, its `final_answer` is the answer, streamed as
+`AnswerDelta`s.
 
 A run that wants to finish while failures are unresolved (or without any tool having done
 what Reason said was needed) is checked by an isolated verify call first; a "not done"
