@@ -322,17 +322,23 @@ async def _observe(
         ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
-    fallback = content  # the answer's last resort, when the model wrote no answer
-    if not content and control is not None:
-        fallback = control.observation
-        prompt = (system, instruction.content, *(t.description for t in tools))
+    prompt = (system, instruction.content, *(t.description for t in tools))
+    if not content and control is not None:  # the observation: the answer's last resort
+        observation = control.observation
         # the instructions read back are not something the model found
-        content = "" if copied_from(fallback, *prompt) else fallback
+        content = "" if copied_from(observation, *prompt) else observation
     await rec.commit_stream(Message("assistant", content, phase="observe", run_id=ctx.run_id))
     await ctx.sink.emit(ObserveDone(step, content))
     if control is None or control.should_continue:
         return None
-    return answer or control.final_answer.strip() or fallback
+    final = answer or control.final_answer.strip()
+    if not copied_from(final, *prompt):
+        return final or content or None  # nothing of its own to say: the run goes on
+    # the instructions read back are no answer, and the run goes on
+    if rec.answer_streamed:  # its first words passed the gate: the draft is withdrawn
+        await ctx.sink.emit(FinishVerified(step, False, _COPIED_DRAFT))
+        rec.discard_answer()
+    return None
 
 
 async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> bool:
@@ -520,6 +526,14 @@ async def _stream_phase(
     return content, block, stream.answer
 
 
+def _held_answer(stream: ControlStream | PhaseStream, gate: EchoGate) -> str:
+    """What the answer gate still holds once the reply ended: the stream's rest is fed first,
+    then the held words are released, unless they are a copy."""
+    if not (isinstance(stream, PhaseStream) and stream.is_object):
+        return ""
+    return gate.feed(stream.take_answer()) + gate.finish()
+
+
 async def stream_text(
     ctx: RunContext,
     rec: RunRecorder,
@@ -543,13 +557,16 @@ async def stream_text(
     rec.begin_stream(phase)
     sources = (system, *(m.content for m in extra), *(t.description for t in tools))
     gate = EchoGate(*sources)
+    answer_gate = EchoGate(*sources)  # the answer of a JSON object is held the same way
 
-    async def show(shown: str) -> None:
+    async def show(shown: str, answer_end: str = "") -> None:
         """Emit text that may be shown (through the gate already), and answer text."""
         if shown:
             rec.add_streamed(shown, answer=make_delta is AnswerDelta)
             await ctx.sink.emit(make_delta(step, shown))
         answer = stream.take_answer()
+        if isinstance(stream, PhaseStream) and stream.is_object:
+            answer = answer_gate.feed(answer) + answer_end
         if answer:
             rec.add_streamed(answer, answer=True)
             await ctx.sink.emit(AnswerDelta(step, answer))
@@ -583,7 +600,8 @@ async def stream_text(
     active = gated()
     if active is not None:
         last = active.feed(last) + active.finish()
-    await show(last)
+    end = _held_answer(stream, answer_gate)  # the answer's rest, and what the gate held
+    await show(last, answer_end=end)
     if active is not None and active.copy:  # the instructions read back: not its own words
         return ""
     return stream.content

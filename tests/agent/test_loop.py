@@ -205,6 +205,26 @@ async def test_observe_is_told_when_the_step_called_nothing(harness: Harness):
     assert [m.content for m in observe_call.messages if m.role == "assistant"] == ["Paris."]
 
 
+async def test_a_final_answer_that_reads_the_instructions_back_is_never_shown(
+    harness: Harness,
+):
+    """SmolLM2 answered "The results say, in one or two sentences for the person, or": the
+    answer is held like the shown fields, and a copy ends no run."""
+    copied = "what the results say, in one or two sentences for the person"
+    harness.model.script("act", text("Noon."), text("Noon."))
+    harness.model.script(
+        "observe",
+        text(
+            json.dumps({"observation": "Got it.", "should_continue": False, "final_answer": copied})
+        ),
+        observe("Got it.", final="It is noon."),
+    )
+    record = await harness.run("What time is it?", max_steps=2)
+    answers = "".join(e.delta for e in record.of(AnswerDelta))
+    assert "two sentences" not in answers and "two sentences" not in str(record.of(RunCompleted))
+    assert record.of(RunCompleted)[0].final_answer == "It is noon."
+
+
 async def test_a_finish_with_tools_to_consider_and_none_used_still_acts(harness: Harness):
     """Reason's block says it can answer and names a tool it would use: until one call
     succeeds, the tools it named are what the run expects, so Act runs."""
