@@ -334,7 +334,7 @@ class _ResultsToCome:
         self._results = results
         self._answering: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
-        live.subscribers.add(self)
+        live.subscribe(self)
 
     def deliver(self, text: str, seq: int | None) -> None:
         if "agent_request_input" not in text and "response_complete" not in text:
@@ -363,7 +363,7 @@ class _ResultsToCome:
         if self._closed.is_set():
             return
         self._closed.set()
-        self._live.subscribers.discard(self)
+        self._live.unsubscribe(self)
         self._services.hub.release(self._live)
 
     async def wait_closed(self) -> None:
@@ -431,7 +431,7 @@ async def agui_endpoint(request: Request) -> Response:
         live = await _open(services, scope, run_input.thread_id, create)
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
-        live.subscribers.add(stream)
+        live.subscribe(stream)
         results = _results(run_input)
         brought = frozenset(results)
         run_id, step = await _begin(services, live, run_input, results)
@@ -466,7 +466,7 @@ def _refusal(
     answer with the error; `storage_failed` says what a store failure stopped."""
     if live is not None:
         if stream is not None:
-            live.subscribers.discard(stream)
+            live.unsubscribe(stream)
         services.hub.release(live)
     if isinstance(exc, ProtocolError):
         exc = _Refused(_STATUS.get(exc.code, 400), exc.code, exc.message)
@@ -525,7 +525,7 @@ async def _begin(
     check_echo_fits(frame, live.session_id, services.settings.server.max_message_bytes)
     run_id = await services.hub.start_run(live, frame, client_tools=_client_tools(run_input))
     if live.run is not None and live.run.run_id == run_id and last is not None:
-        live.run.opened_by = last.id  # how a later request tells this message from a new one
+        live.run.opened(last.id)  # how a later request tells this message from a new one
     return run_id, 0
 
 
@@ -590,7 +590,7 @@ async def _events(
         async for text in _follow(stream, translator, encode):
             yield text
     finally:
-        live.subscribers.discard(stream)
+        live.unsubscribe(stream)
         stream.closed()
         services.hub.release(live)
 

@@ -67,7 +67,7 @@ async def connect_endpoint(request: Request) -> Response:
         live = await _open(services, scope, run_input.thread_id, create=False)
         server = services.settings.server
         stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
-        live.subscribers.add(stream)  # before reading the store: nothing falls between
+        live.subscribe(stream)  # before reading the store: nothing falls between
         running = live.status != "idle"
         frames = await _last_run(services, scope, live.session_id) if running else []
         messages = await _snapshot(services, scope, live.session_id, frames)
@@ -169,6 +169,6 @@ async def _events(
         async for text in _follow(stream, translator, encode, last_seq):
             yield text
     finally:
-        live.subscribers.discard(stream)
+        live.unsubscribe(stream)
         stream.closed()
         services.hub.release(live)
