@@ -11,13 +11,12 @@ an interrupt: only one still open ends the stream. docs/ag-ui.md is the contract
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import orjson
 from ag_ui.core import (
     AssistantMessage,
-    BaseEvent,
     FunctionCall,
     Message,
     MessagesSnapshotEvent,
@@ -28,23 +27,14 @@ from ag_ui.core import (
     ToolMessage,
     UserMessage,
 )
-from ag_ui.encoder import EventEncoder
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from agent.errors import StorageError
-from server.agui import (
-    _SSE_HEADERS,
-    _caller,
-    _cors,
-    _follow,
-    _open,
-    _read_input,
-    _refusal,
-    _Refused,
-    _Stream,
-)
 from server.agui_events import Translator
+from server.agui_http import Refused, caller, open_thread, refusal, sse_response
+from server.agui_input import read_input
+from server.agui_stream import Stream, encode, follow, open_stream, served
 from server.live import LiveSession
 from server.services import Services
 from server.storage.base import Scope, events_in_pages
@@ -60,26 +50,22 @@ _HISTORY_LIMIT = 100_000  # messages in a snapshot: every one a thread has, in p
 async def connect_endpoint(request: Request) -> Response:
     services: Services = request.app.state.services
     live: LiveSession | None = None
-    stream: _Stream | None = None
+    stream: Stream | None = None
     try:
-        scope = _caller(request, services)
-        run_input = await _read_input(request, services.settings.server.max_message_bytes)
-        live = await _open(services, scope, run_input.thread_id, create=False)
-        server = services.settings.server
-        stream = _Stream(server.outbound_queue_size, server.outbound_queue_bytes)
-        live.subscribers.add(stream)  # before reading the store: nothing falls between
+        scope = caller(request, services)
+        run_input = await read_input(request, services.settings.server.max_message_bytes)
+        live = await open_thread(services, scope, run_input.thread_id, create=False)
+        stream = open_stream(services, live)  # before reading the store: nothing falls between
         running = live.status != "idle"
         frames = await _last_run(services, scope, live.session_id) if running else []
         messages = await _snapshot(services, scope, live.session_id, frames)
-    except (_Refused, StorageError) as exc:
-        return _refusal(request, services, live, stream, exc, "The store is unavailable.")
+    except (Refused, StorageError) as exc:
+        return refusal(request, services, live, stream, exc, "The store is unavailable.")
     run_id = str(frames[0]["run_id"]) if frames else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(run_input.thread_id, run_id, client_tools)
-    body = _events(services, live, stream, translator, messages, frames)
-    response = StreamingResponse(body, media_type=EventEncoder().get_content_type())
-    response.headers.update(_SSE_HEADERS)
-    return _cors(request, response)
+    body = _events(stream, translator, messages, frames)
+    return sse_response(request, served(services, live, stream, body))
 
 
 async def _last_run(services: Services, scope: Scope, session_id: str) -> list[dict[str, Any]]:
@@ -136,39 +122,27 @@ def _message(body: dict[str, Any]) -> Message | None:
 
 
 async def _events(
-    services: Services,
-    live: LiveSession,
-    stream: _Stream,
+    stream: Stream,
     translator: Translator,
     messages: list[Message],
     frames: list[dict[str, Any]],
-) -> AsyncIterator[str]:
-    encoder = EventEncoder()
-
-    def encode(events: list[BaseEvent]) -> str:
-        return "".join(encoder.encode(event) for event in events)
-
-    try:
-        started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
-        yield encode([started, MessagesSnapshotEvent(messages=messages)])
-        if not frames:
-            finished = RunFinishedEvent(
-                thread_id=translator.thread_id,
-                run_id=translator.run_id,
-                outcome=RunFinishedSuccessOutcome(),
-            )
-            yield encode([finished])
-            return
-        last_seq = 0
-        for i, frame in enumerate(frames):
-            last_seq = int(frame.get("seq") or last_seq)
-            answered = i + 1 < len(frames)  # a question the run went on from
-            if frame.get("update_type") in _INTERRUPTS and answered:
-                continue
-            yield encode(translator.translate(frame))
-        async for text in _follow(stream, translator, encode, last_seq):
-            yield text
-    finally:
-        live.subscribers.discard(stream)
-        stream.closed()
-        services.hub.release(live)
+) -> AsyncGenerator[str, None]:
+    started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
+    yield encode([started, MessagesSnapshotEvent(messages=messages)])
+    if not frames:
+        finished = RunFinishedEvent(
+            thread_id=translator.thread_id,
+            run_id=translator.run_id,
+            outcome=RunFinishedSuccessOutcome(),
+        )
+        yield encode([finished])
+        return
+    last_seq = 0
+    for i, frame in enumerate(frames):
+        last_seq = int(frame.get("seq") or last_seq)
+        answered = i + 1 < len(frames)  # a question the run went on from
+        if frame.get("update_type") in _INTERRUPTS and answered:
+            continue
+        yield encode(translator.translate(frame))
+    async for text in follow(stream, translator, last_seq):
+        yield text

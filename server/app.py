@@ -150,9 +150,10 @@ def allowed_hosts(settings: Settings) -> list[str]:
 
 
 def _agui_routes() -> list[Route]:
-    """`POST /agui`, its stop (server/agui.py) and its reconnect (server/agui_connect.py), each
-    module loaded by its first request, in a thread: the AG-UI SDK's models took ~0.15 s of
-    CPU to import at every start, in deployments that never serve AG-UI too."""
+    """`POST /agui`, its stop (server/agui.py), its reconnect (server/agui_connect.py) and
+    their CORS preflight (server/agui_http.py), each module loaded by its first request, in a
+    thread: the AG-UI SDK's models took ~0.15 s of CPU to import at every start, in
+    deployments that never serve AG-UI too."""
 
     def lazy(name: str, path: str = "server.agui") -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -162,13 +163,14 @@ def _agui_routes() -> list[Route]:
 
         return endpoint
 
+    edge = "server.agui_http"  # the CORS preflight of all three
     return [
         Route("/agui", lazy("agui_endpoint"), methods=["POST"]),
         Route("/agui/{thread_id}/stop", lazy("stop_endpoint"), methods=["POST"]),
         Route("/agui/connect", lazy("connect_endpoint", "server.agui_connect"), methods=["POST"]),
-        Route("/agui", lazy("preflight"), methods=["OPTIONS"]),
-        Route("/agui/connect", lazy("preflight"), methods=["OPTIONS"]),
-        Route("/agui/{thread_id}/stop", lazy("preflight"), methods=["OPTIONS"]),
+        Route("/agui", lazy("preflight", edge), methods=["OPTIONS"]),
+        Route("/agui/connect", lazy("preflight", edge), methods=["OPTIONS"]),
+        Route("/agui/{thread_id}/stop", lazy("preflight", edge), methods=["OPTIONS"]),
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -20,6 +20,7 @@ from agent.validation import quoted
 from server.local_model import BUNDLED_NAME
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
+from server.request_body import BodyError, read_body
 from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
 from server.storage.outage import outage_of
@@ -189,14 +190,10 @@ async def latest_session(request: Request) -> Response:
 
 
 async def _title_from_body(request: Request) -> str:
-    raw = bytearray()
     try:
-        async for chunk in request.stream():  # stop reading at the limit, not after the body
-            raw += chunk
-            if len(raw) > MAX_BODY_BYTES:
-                raise _ApiError(400, "invalid_body", f"The body is over {MAX_BODY_BYTES} bytes.")
-    except ClientDisconnect:  # gone before its body ended: nobody reads the answer
-        raise _ApiError(400, "invalid_body", "The body ended early.") from None
+        raw = await read_body(request, MAX_BODY_BYTES)
+    except BodyError as exc:
+        raise _ApiError(400, "invalid_body", exc.message) from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -111,6 +111,35 @@ class ActiveRun:
     # so that a replay has what the client saw.
     told: list[dict[str, Any]] = field(default_factory=list)
 
+    # The run's named transitions: other modules call these, never assign its fields.
+
+    def started(self, task: asyncio.Task[None]) -> None:
+        """Record the task that runs this run; a run is started once."""
+        if self.task is not None:
+            raise RuntimeError(f"run {self.run_id} was started already")
+        self.task = task
+
+    def take_control(self, key: str) -> bool:
+        """Mark the store control `key` as this process's to apply; False if it was already
+        (the relay then leaves it alone)."""
+        if key in self.applied:
+            return False
+        self.applied.add(key)
+        return True
+
+    def give_back_control(self, key: str) -> None:
+        """Another process's control won `key`: the relay applies it like any other."""
+        self.applied.discard(key)
+
+    def told_unstored(self, frame: dict[str, Any]) -> None:
+        """`frame` was sent without being stored: store it when the run's end is repaired."""
+        self.told.append(dict(frame))
+
+    def opened(self, message_id: str) -> None:
+        """The run was started by the AG-UI client's message `message_id` (set once)."""
+        if self.opened_by is None:
+            self.opened_by = message_id
+
 
 async def shielded(work: Awaitable[T]) -> T:
     """Await `work` so that cancelling the caller does not cancel it."""
@@ -151,6 +180,10 @@ class LiveSession:
     SQLite one transaction: a fast token stream, or a phase, costs one round trip per batch,
     not per event), then delivered. A write is done by the writer task whatever happens to
     its caller: a run cancelled by a stop cannot leave a write half done.
+
+    Other modules read its fields and change them only through its named transitions
+    (`claim_run`, `subscribe`, `run_ended`...), which check the current state first
+    (tests/server/test_boundaries.py).
     """
 
     def __init__(
@@ -305,6 +338,58 @@ class LiveSession:
         """Send a frame that could not be stored (the store is failing) to every watcher."""
         for sub in list(self.subscribers):
             sub.deliver(frame_text, None)
+
+    # -- named transitions: the only ways other modules change this session's state ---------
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Deliver the session's frames to `subscriber` from now on."""
+        self.subscribers.add(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        """Deliver nothing more to `subscriber` (gone already: nothing happens)."""
+        self.subscribers.discard(subscriber)
+
+    def claim_run(self, run: ActiveRun) -> None:
+        """Make `run` the session's run. The caller checked that it had none (ProtocolError
+        `run_in_progress` otherwise), with no wait since: a run held here is a bug."""
+        if self.run is not None:
+            raise RuntimeError(f"session {self.session_id} has run {self.run.run_id} already")
+        self.run = run
+
+    def release_run(self, run: ActiveRun) -> None:
+        """`run` no longer holds the session, if it still does (a chat sent on receiving its
+        `response_complete` may own the session already)."""
+        if self.run is run:
+            self.run = None
+
+    def ended_unstored(self, run: ActiveRun) -> None:
+        """`run` ended but its end could not be stored: the session is idle here at once (a
+        chat may start), while the store shows the run until its end is repaired."""
+        self.status, self.pending_input, self.pending_approval = "idle", None, None
+        self.release_run(run)
+
+    def run_ended(self, run: ActiveRun) -> None:
+        """`run`'s `response_complete` was sent: its events stored later (see `follow`) are
+        not sent again."""
+        self.ended_run = run.run_id
+        self.release_run(run)
+
+    def answered_elsewhere(self) -> None:
+        """An answer or decision for the run another process runs was taken: the run goes
+        on. Said here at once, not with its next event (read at the relay's next poll)."""
+        if self.run is None:
+            self.status, self.pending_input, self.pending_approval = "running", None, None
+
+    def approval_elsewhere(self, frame: dict[str, Any]) -> None:
+        """The run another process runs waits for approval of the call in `frame` (a stored
+        `agent_tool_approval`: a pending approval lives with its run, not in the store)."""
+        if self.run is None:
+            self.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+
+    def caught_up(self, seq: int) -> None:
+        """Events up to `seq` of this session were stored by another writer (recovery closing
+        a run): count them, so the next one is told apart from a gap."""
+        self.last_seq = max(self.last_seq, seq)
 
     # -- the writer ---------------------------------------------------------------------------
 

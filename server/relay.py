@@ -145,9 +145,8 @@ class StoreRelay:
             run = None if live is None else live.run
             if live is None or run is None or run.run_id != control.run_id:
                 continue
-            if control.key in run.applied:
+            if not run.take_control(control.key):
                 continue
-            run.applied.add(control.key)
             await self._apply(live, control)
 
     async def _deletions(self, advanced: set[str]) -> None:

@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-_APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 
 
 def not_awaiting_input() -> ProtocolError:
@@ -85,11 +84,11 @@ async def claim(
     process's control took the key first, which the relay then applies."""
     if not store.shared:
         return True
-    run.applied.add(key)  # ours: the relay must not apply it a second time
+    run.take_control(key)  # ours: the relay must not apply it a second time
     control = Control(live.session_id, run.run_id, key, kind, payload)
     if await store.send_control(live.scope, control, now_ms()):
         return True
-    run.applied.discard(key)  # the winner's, stored under the same key
+    run.give_back_control(key)  # the winner's, stored under the same key
     return False
 
 
@@ -114,7 +113,7 @@ async def answer_elsewhere(
     answer = Control(live.session_id, record.active_run_id, key, "answer", {"content": content})
     if not await store.send_control(live.scope, answer, now_ms()):
         raise not_awaiting_input()
-    _taken(live)
+    live.answered_elsewhere()
 
 
 async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, Any]) -> None:
@@ -129,14 +128,7 @@ async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, A
     decision = Control(live.session_id, record.active_run_id, key, "decision", payload)
     if not await store.send_control(live.scope, decision, now_ms()):
         raise already_decided(call_id)
-    _taken(live)
-
-
-def _taken(live: LiveSession) -> None:
-    """The run goes on, as after a local answer or decision: say so here at once, not
-    with its next event (which this process reads at its next poll)."""
-    if live.run is None:
-        live.status, live.pending_input, live.pending_approval = "running", None, None
+    live.answered_elsewhere()  # the run goes on, as after a local answer or decision
 
 
 def check_decision(run: ActiveRun, tool_call_id: str) -> None:
@@ -190,6 +182,6 @@ async def find_pending_approval(store: Store, live: LiveSession) -> None:
     recent = await store.read_events(live.scope, live.session_id, live.last_seq - 20)
     for raw in reversed(recent):
         frame = orjson.loads(raw)
-        if frame.get("update_type") == "agent_tool_approval" and live.run is None:
-            live.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+        if frame.get("update_type") == "agent_tool_approval":
+            live.approval_elsewhere(frame)
             return

@@ -131,18 +131,18 @@ class RunDriver:
                 raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
         run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
-        live.run = run  # claimed before any wait, so a second chat meanwhile is refused
+        live.claim_run(run)  # before any wait, so a second chat meanwhile is refused
         if self._store.shared:
             try:
                 await self._take_slot(live, run)
             except StoreUnavailable:  # nothing started: the client may simply ask again
-                live.run = None
+                live.release_run(run)
                 raise storage_unavailable() from None
             except BaseException:  # refused, failed, or the connection went away meanwhile
-                live.run = None
+                live.release_run(run)
                 raise
         task = asyncio.create_task(self._drive(live, run, request), name=f"run-{run.run_id}")
-        run.task = task  # the run attaches itself to its control when it starts (see _drive)
+        run.started(task)  # the run attaches itself to its control when it starts (see _drive)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return run.run_id
@@ -347,7 +347,7 @@ class RunDriver:
         try:
             await live.publish([frame])
         except StorageError:
-            run.told.append(dict(frame))  # stored, with its `seq`, once the store is back
+            run.told_unstored(frame)  # stored, with its `seq`, once the store is back
             frame.pop("seq")
             live.deliver_unstored(orjson.dumps(frame).decode())
 
@@ -356,8 +356,7 @@ class RunDriver:
         run) at that moment, so the session is never seen without a run but still running."""
         self._quota.release(live.scope.tenant_id)
         if live.taken_over:  # the process that took it over stored its end
-            if live.run is run:
-                live.run = None
+            live.release_run(run)
             self._registry.forget(live.session_id, RECONNECT)  # its watchers read the store
             return
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
@@ -372,9 +371,7 @@ class RunDriver:
                 run.run_id,
                 exc,
             )
-            live.status, live.pending_input = "idle", None
-            if live.run is run:
-                live.run = None
+            live.ended_unstored(run)
             if not isinstance(exc, PartlyStored):  # not stored, so not sent: send it anyway
                 frame.pop("seq")
                 live.deliver_unstored(orjson.dumps(frame).decode())
@@ -382,9 +379,7 @@ class RunDriver:
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
             ridden_out = isinstance(live.broken or exc, StoreUnavailable)
         finally:
-            live.ended_run = run.run_id
-            if live.run is run:  # a chat sent on receiving response_complete may own it now
-                live.run = None
+            live.run_ended(run)  # a chat sent on receiving response_complete may own it now
             if ridden_out:
                 # A write that timed out may have been stored after all, and the run's close
                 # will be: its watchers resume from the store (`after_seq`), where nothing

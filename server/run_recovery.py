@@ -210,7 +210,7 @@ class RunRecovery:
         if followed and held is not None and self._relay is not None and held.run is None:
             await self._relay.poll()  # its watchers follow the closing events now
         elif held is not None:  # keep the in-memory view in step with what was stored
-            held.last_seq = max(held.last_seq, live.last_seq)
+            held.caught_up(live.last_seq)
 
     async def _why_closed(self, item: UnfinishedRun) -> StopReason:
         """`user` when somebody asked to stop the run and its process died before it read

@@ -25,6 +25,7 @@ from server import remote
 from server.live import LiveSession
 from server.protocol import AgentControlFrame, ChatFrame, ProtocolError
 from server.relay import StoreRelay
+from server.run_answers import AnswersToCome
 from server.run_context import RunContexts
 from server.run_controls import RunControls
 from server.run_driver import RunDriver
@@ -43,6 +44,7 @@ from server.versions import load_tree
 __all__ = ["SessionHub"]
 
 GOING_AWAY = 1001
+ABANDON_WAIT_S = 10.0  # how long a new message waits for the paused run it replaces to end
 
 
 class SessionHub:
@@ -219,11 +221,26 @@ class SessionHub:
         """Stop the session's run, here or (shared store) in the process that owns it."""
         await self._controls.stop(live)
 
+    async def abandon(self, live: LiveSession, timeout_s: float = ABANDON_WAIT_S) -> None:
+        """Stop the session's run (paused on a question nobody will answer) and wait, at most
+        `timeout_s`, until it has ended, so that a new one may start."""
+        run = live.run
+        if run is None:
+            return
+        await self.stop(live)
+        if run.task is not None:
+            await asyncio.wait({run.task}, timeout=timeout_s)
+
     async def answer(
         self, live: LiveSession, content: str, tool_call_id: str | None = None
     ) -> None:
         """Answer the pending question; see RunControls.answer."""
         await self._controls.answer(live, content, tool_call_id)
+
+    def answer_when_asked(self, live: LiveSession, run_id: str, answers: dict[str, str]) -> None:
+        """Answer the questions of run `run_id` named in `answers` (by call) as it asks them
+        (server/run_answers.py); the session is held until then, or until the run ends."""
+        AnswersToCome(live, run_id, answers, self.answer, self.release)
 
     async def decide(
         self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None

@@ -109,7 +109,7 @@ async def _accepted(
         await _attach(services, websocket, live, conn, resumed, replay_from, query_error)
         await _serve(services, websocket, live, conn)
     finally:
-        live.subscribers.discard(conn)
+        live.unsubscribe(conn)
         services.hub.release(live)
 
 
@@ -156,7 +156,7 @@ async def _attach(
     the replay already contained are dropped.
     """
     conn.hold()
-    live.subscribers.add(conn)
+    live.subscribe(conn)
     snapshot = live.snapshot()  # taken with the subscription: held frames come after it
     first = {
         "type": "session",

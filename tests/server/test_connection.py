@@ -94,12 +94,15 @@ async def test_frames_the_replay_sent_are_left_out_even_when_they_arrive_after_i
 
 
 class _LiveSession:
-    """As much of a LiveSession as attaching reads."""
+    """As much of a LiveSession as attaching uses."""
 
     def __init__(self, last_seq: int) -> None:
         self.session_id = "s"
         self.last_seq = last_seq
         self.subscribers: set[Any] = set()
+
+    def subscribe(self, subscriber: Any) -> None:
+        self.subscribers.add(subscriber)
 
     def snapshot(self) -> dict[str, Any]:
         return {"status": "running", "last_seq": self.last_seq}

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
+from agent.control import RunControl
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from agent.run import RunLimits
+from server.live import ActiveRun
 from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
@@ -133,6 +135,69 @@ async def test_a_session_has_one_run_slot(store: SQLiteStore) -> None:
         await quota.take_slot(ALICE, "s1", "r2")
     assert refused.value.code == "run_in_progress"
     assert quota.active_runs("acme") == 1
+
+
+# -- LiveSession's and ActiveRun's transitions ------------------------------------------------
+
+
+async def test_a_session_holds_one_run_and_lets_go_only_of_its_own(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    live, _ = await registry.open(ALICE, None)
+    first, second = ActiveRun("r1", RunControl()), ActiveRun("r2", RunControl())
+    live.claim_run(first)
+    with pytest.raises(RuntimeError, match="has run r1 already"):
+        live.claim_run(second)
+    live.release_run(second)  # not the session's run: nothing changes
+    assert live.run is first
+    live.run_ended(first)
+    assert live.run is None and live.ended_run == "r1"
+    live.claim_run(second)  # a chat sent on receiving the first run's end
+    live.release_run(first)
+    assert live.run is second
+    live.release_run(second)
+    registry.release(live)
+    await asyncio.wait_for(registry.wait_empty(), 5)
+
+
+async def test_a_run_whose_end_was_not_stored_leaves_nothing_waiting(store: SQLiteStore) -> None:
+    registry = SessionRegistry(store, Repairs())
+    live, _ = await registry.open(ALICE, None)
+    await live.ensure_stored("t")
+    run = ActiveRun("r1", RunControl())
+    live.claim_run(run)
+    approval = {"tool_name": "shell", "tool_call_id": "c1", "step": 1}
+    await live.publish([], status="awaiting_approval", run_id="r1", pending_approval=approval)
+    assert live.snapshot()["pending_approval"] == approval
+    live.ended_unstored(run)
+    assert live.run is None
+    assert live.snapshot() == {
+        "status": "idle",
+        "last_seq": live.last_seq,
+        "pending_input": None,
+        "pending_approval": None,  # not shown waiting beside an idle status
+    }
+    registry.release(live)
+    await asyncio.wait_for(registry.wait_empty(), 5)
+
+
+def test_a_run_takes_each_store_control_once_and_starts_once() -> None:
+    run = ActiveRun("r1", RunControl())
+    assert run.take_control("answer:c1")
+    assert not run.take_control("answer:c1")  # the relay leaves it alone
+    run.give_back_control("answer:c1")  # another process's control won the key
+    assert run.take_control("answer:c1")
+    run.opened("m1")
+    run.opened("m2")
+    assert run.opened_by == "m1"
+
+
+async def test_a_run_is_started_once() -> None:
+    run = ActiveRun("r1", RunControl())
+    task = asyncio.create_task(asyncio.sleep(0))
+    run.started(task)
+    with pytest.raises(RuntimeError, match="started already"):
+        run.started(task)
+    await task
 
 
 # -- SessionRegistry -------------------------------------------------------------------------

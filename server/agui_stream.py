@@ -1,0 +1,131 @@
+"""An AG-UI response's stream: a session subscriber with a bounded queue, read by the response
+and translated into server-sent events, a comment line when nothing comes for a while.
+
+`POST /agui` (server/agui.py) and `POST /agui/connect` (server/agui_connect.py) both stream
+through it. Like a `/ws` connection's queue, it never slows the run: a client that reads too
+slowly loses its stream (RUN_ERROR `stream_closed`), not the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+
+import orjson
+from ag_ui.core import BaseEvent, RunErrorEvent
+from ag_ui.encoder import EventEncoder
+
+from server.agui_events import Translator
+from server.live import LiveSession
+from server.services import Services
+
+__all__ = ["KEEPALIVE_S", "Stream", "encode", "follow", "open_stream", "served"]
+
+_SESSION_GONE = 4404  # what DELETE /api/sessions/{id} closes watchers with
+# A proxy closes a response that sends nothing for a while (nginx: 60 s by default): a
+# comment line keeps it open.
+KEEPALIVE_S = 15.0
+_KEEPALIVE = ": keepalive\n\n"
+_ENCODER = EventEncoder()  # holds no state: one serves every response
+
+
+class Stream:
+    """A session subscriber feeding one SSE response; its queue is bounded like a socket's."""
+
+    def __init__(self, max_queued: int, max_bytes: int) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._max = max_queued
+        self._max_bytes = max_bytes
+        self._queued = 0  # characters waiting
+        self.overflowed = False
+        self.close_code: int | None = None
+        self._closed = asyncio.Event()
+
+    def deliver(self, text: str, seq: int | None) -> None:
+        if self.overflowed:
+            return
+        if self._queue.qsize() >= self._max or self._queued + len(text) > self._max_bytes:
+            self.overflowed = True
+            self._queue.put_nowait(None)
+            return
+        self._queued += len(text)
+        self._queue.put_nowait(text)
+
+    async def next(self) -> str | None:
+        """The next frame, or None: the stream ends."""
+        text = await self._queue.get()
+        if text is not None:
+            self._queued -= len(text)
+        return text
+
+    def finish(self, code: int) -> None:
+        self.close_code = code
+        self._queue.put_nowait(None)
+
+    def why(self) -> str:
+        if self.overflowed:
+            return "the client read too slowly; the run goes on"
+        if self.close_code == _SESSION_GONE:
+            return "the session was deleted"
+        return "the server is going away; the run is being stopped"
+
+    def closed(self) -> None:
+        self._closed.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+
+def open_stream(services: Services, live: LiveSession) -> Stream:
+    """A stream bounded as the server's settings say, subscribed to `live` from now on."""
+    server = services.settings.server
+    stream = Stream(server.outbound_queue_size, server.outbound_queue_bytes)
+    live.subscribe(stream)
+    return stream
+
+
+def encode(events: list[BaseEvent]) -> str:
+    """`events` as server-sent events."""
+    return "".join(_ENCODER.encode(event) for event in events)
+
+
+async def served(
+    services: Services, live: LiveSession, stream: Stream, events: AsyncGenerator[str, None]
+) -> AsyncIterator[str]:
+    """Yield `events`; however the response ends, unsubscribe `stream` and let go of the
+    session."""
+    try:
+        async with aclosing(events) as texts:
+            async for text in texts:
+                yield text
+    finally:
+        live.unsubscribe(stream)
+        stream.closed()
+        services.hub.release(live)
+
+
+async def follow(
+    stream: Stream, translator: Translator, after_seq: int = 0, keepalive_s: float = KEEPALIVE_S
+) -> AsyncIterator[str]:
+    """The run's live frames, translated, until it ends or the stream does; a comment line
+    while nothing comes for `keepalive_s`. Frames of other runs, and those up to
+    `after_seq` (already shown), are left out."""
+    while not translator.done:
+        try:
+            async with asyncio.timeout(keepalive_s):
+                text = await stream.next()
+        except TimeoutError:
+            yield _KEEPALIVE  # a run thinking quietly, a question waiting, text held
+            continue
+        if text is None:
+            message = f"The stream ended: {stream.why()}."
+            yield encode([RunErrorEvent(message=message, code="stream_closed")])
+            return
+        frame = orjson.loads(text)
+        seq = frame.get("seq")
+        if frame.get("run_id") != translator.run_id or (isinstance(seq, int) and seq <= after_seq):
+            continue
+        out = translator.translate(frame)
+        if out:
+            yield encode(out)
