@@ -526,14 +526,6 @@ async def _stream_phase(
     return content, block, stream.answer
 
 
-def _held_answer(stream: ControlStream | PhaseStream, gate: EchoGate) -> str:
-    """What the answer gate still holds once the reply ended: the stream's rest is fed first,
-    then the held words are released, unless they are a copy."""
-    if not (isinstance(stream, PhaseStream) and stream.is_object):
-        return ""
-    return gate.feed(stream.take_answer()) + gate.finish()
-
-
 async def stream_text(
     ctx: RunContext,
     rec: RunRecorder,
@@ -559,14 +551,19 @@ async def stream_text(
     gate = EchoGate(*sources)
     answer_gate = EchoGate(*sources)  # the answer of a JSON object is held the same way
 
-    async def show(shown: str, answer_end: str = "") -> None:
-        """Emit text that may be shown (through the gate already), and answer text."""
+    def object_reply() -> bool:
+        """The reply is one JSON object: its fields are the model's own writing."""
+        return isinstance(stream, PhaseStream) and stream.is_object
+
+    async def show(shown: str, *, ending: bool = False) -> None:
+        """Emit text that may be shown (through the gate already), and answer text (through
+        its own gate in a JSON object, released whole when the reply is `ending`)."""
         if shown:
             rec.add_streamed(shown, answer=make_delta is AnswerDelta)
             await ctx.sink.emit(make_delta(step, shown))
         answer = stream.take_answer()
-        if isinstance(stream, PhaseStream) and stream.is_object:
-            answer = answer_gate.feed(answer) + answer_end
+        if object_reply():
+            answer = answer_gate.feed(answer) + (answer_gate.finish() if ending else "")
         if answer:
             rec.add_streamed(answer, answer=True)
             await ctx.sink.emit(AnswerDelta(step, answer))
@@ -574,8 +571,7 @@ async def stream_text(
     def gated() -> EchoGate | None:
         """The gate, for what the model writes itself: a field of one JSON object, or the
         max-steps answer (prose a scripted reply is not held in)."""
-        object_field = isinstance(stream, PhaseStream) and stream.is_object
-        return gate if object_field or phase == "summarize" else None
+        return gate if object_reply() or phase == "summarize" else None
 
     async def feed(piece: str) -> None:
         shown = stream.feed(piece)
@@ -600,8 +596,7 @@ async def stream_text(
     active = gated()
     if active is not None:
         last = active.feed(last) + active.finish()
-    end = _held_answer(stream, answer_gate)  # the answer's rest, and what the gate held
-    await show(last, answer_end=end)
+    await show(last, ending=True)
     if active is not None and active.copy:  # the instructions read back: not its own words
         return ""
     return stream.content
