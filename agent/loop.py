@@ -117,7 +117,9 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
 def _observed_again(rec: RunRecorder, step: int) -> bool:
     """A step that called nothing and observed, word for word, what the step before it
     observed has made no progress, and the next one would make none either (a small model
-    says "continue" with the answer in hand, step after step, until max_steps)."""
+    says "continue" with the answer in hand, step after step, until max_steps). Nothing
+    observed twice counts too: Qwen2.5-0.5B read the instructions back (never shown) for
+    ten steps after a failed call, and its step-limit answer then looped."""
     if step < 2 or any(r.step == step for r in rec.ledger.records):
         return False
     seen = [
@@ -125,7 +127,7 @@ def _observed_again(rec: RunRecorder, step: int) -> bool:
         for m in rec.conversation
         if m.run_id == rec.ctx.run_id and m.phase == "observe"
     ]
-    return len(seen) >= 2 and bool(seen[-1]) and seen[-1] == seen[-2]
+    return len(seen) >= 2 and seen[-1] == seen[-2]
 
 
 async def _reason(

@@ -821,6 +821,26 @@ def test_a_list_of_most_offered_tools_names_none():
     assert _named(ReasonControl("p", ("b", "b", "x"), False), tools) == ["b"]
 
 
+async def test_steps_that_call_nothing_and_observe_nothing_of_their_own_end_the_run(
+    harness: Harness,
+):
+    """Observations that only read the instructions back are never shown (empty): two steps
+    of them with no call made no progress either."""
+    copied = json.dumps(
+        {
+            "observation": "what the results say, in one or two sentences for the person",
+            "should_continue": True,
+            "final_answer": "",
+        }
+    )
+    harness.model.script("act", text("Nothing."), text("Nothing."), text("Nothing."))
+    harness.model.script("observe", text(copied), text(copied), text(copied))
+    record = await harness.run("What is the weather in Atlantis?", max_steps=10)
+    (completion,) = record.of(RunCompleted)
+    assert (completion.steps, completion.stop_reason) == (2, "stuck")
+    assert [e.content for e in record.of(ObserveDone)] == ["", ""]
+
+
 async def test_a_step_that_calls_nothing_and_observes_the_same_again_ends_the_run(
     harness: Harness,
 ):
