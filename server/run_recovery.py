@@ -69,6 +69,7 @@ class RunRecovery:
         self._limits = limits  # the configured ones: an interrupted stop reports usage as usual
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
         self._told: dict[str, Sequence[dict[str, Any]]] = {}  # what their clients were sent
+        self._repairing: dict[str, asyncio.Future[None]] = {}  # the repair under way, by session
         self._upkeep: asyncio.Task[None] | None = None
 
     # -- repair queue ------------------------------------------------------------------------
@@ -84,9 +85,22 @@ class RunRecovery:
         self._told[item.session_id] = told
 
     async def repair(self, item: UnfinishedRun) -> None:
-        """Close a run whose end could not be stored; keep it for later if the store fails."""
+        """Close a run whose end could not be stored; keep it for later if the store fails.
+
+        One repair of a session at a time: the upkeep and a client opening the session ask
+        at once when the store comes back, and two would each store the run's close."""
+        flight = self._repairing.get(item.session_id)
+        if flight is None:
+            flight = asyncio.ensure_future(self._repair_once(item))
+            self._repairing[item.session_id] = flight
+            flight.add_done_callback(lambda _: self._repairing.pop(item.session_id, None))
+        await shielded(flight)
+
+    async def _repair_once(self, item: UnfinishedRun) -> None:
+        if self._needs_repair.get(item.session_id) != item:
+            return  # settled by the repair this caller waited behind
         try:
-            await shielded(self._recover_one(item, told=self._told.get(item.session_id, ())))
+            await self._recover_one(item, told=self._told.get(item.session_id, ()))
         except StorageError:
             return
         self._needs_repair.pop(item.session_id, None)

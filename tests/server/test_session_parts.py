@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from agent.control import RunControl
@@ -19,7 +20,7 @@ from server.live import ActiveRun
 from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
-from server.run_recovery import where_it_stopped
+from server.run_recovery import RunRecovery, where_it_stopped
 from server.run_request import read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
@@ -418,3 +419,35 @@ async def test_recovery_reads_back_only_as_far_as_the_dead_run_goes(
         assert (await where_it_stopped(store, ALICE, "s1", last_seq, "never-ran")).step == 0
     finally:
         await store.close()
+
+
+async def test_a_run_asked_to_be_repaired_twice_at_once_is_closed_once(
+    store: SQLiteStore,
+) -> None:
+    # The store came back: the upkeep and a client opening the session both ask to repair
+    # the run whose `error` was stored and whose `response_complete` was not.
+    await store.create_session(ALICE, "s1", 1)
+    await store.update_session(ALICE, "s1", 2, status="running", active_run_id="r1")
+    error = {"type": "error", "run_id": "r1", "code": "storage_error", "message": "away"}
+    await store.append_events(ALICE, "s1", [{**error, "seq": 0}], 3)
+
+    async def free_slot(session_id: str, run_id: str) -> None:
+        pass
+
+    recovery = RunRecovery(
+        store=store,
+        sessions={},
+        context=lambda *args: pytest.fail("a run whose error is stored needs no context"),
+        release_run=free_slot,
+        relay=None,
+        lease_ms=3000,
+        limits=RunLimits(),
+    )
+    item = UnfinishedRun(ALICE, "s1", "r1")
+    recovery.defer(item)
+    await asyncio.gather(recovery.repair(item), recovery.repair(item))
+
+    kinds = [orjson.loads(e)["type"] for e in await store.read_events(ALICE, "s1", 0)]
+    assert kinds == ["error", "response_complete"]
+    assert recovery.pending("s1") is None
+    assert (await store.get_session(ALICE, "s1")).status == "idle"  # type: ignore[union-attr]
