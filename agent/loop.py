@@ -152,7 +152,8 @@ async def _reason(
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
-        content = "" if copied_from(control.plan, system, instruction.content) else control.plan
+        copied = copied_from(control.plan, system, instruction.content, *_notes(rec))
+        content = "" if copied else control.plan
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
@@ -324,7 +325,7 @@ async def _observe(
         ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
-    prompt = (system, instruction.content, *(t.description for t in tools))
+    prompt = (system, instruction.content, *_notes(rec), *(t.description for t in tools))
     if not content and control is not None:  # the observation: the answer's last resort
         observation = control.observation
         # the instructions read back are not something the model found
@@ -355,12 +356,17 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
         return True
     ctx.metrics[Metric.VERIFICATIONS_NOT_DONE] += 1
     rec.discard_answer()  # the draft is not the answer: the run goes on
-    note = (
-        f"A check of the proposed answer found the task is not finished: {verdict.reason} "
-        "Continue the work, or if it cannot be done, say plainly what failed."
-    )
+    note = ctx.prompts.render("agent_verify_note", reason=verdict.reason)
     await rec.add(Message("system", note, phase="verify", run_id=ctx.run_id))
     return False
+
+
+def _notes(rec: RunRecorder) -> tuple[str, ...]:
+    """The notes the loop wrote into this run's conversation (a check's verdict, "continue
+    the work…"): the model's to read, never to show. Qwen2.5-0.5B gave one back as its
+    thought, step after step."""
+    run_id = rec.ctx.run_id
+    return tuple(m.content for m in rec.conversation if m.phase == "verify" and m.run_id == run_id)
 
 
 _COPIED_DRAFT = "The draft only repeated the instructions; the answer is built from the steps."
@@ -549,7 +555,7 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    sources = (system, *(m.content for m in extra), *(t.description for t in tools))
+    sources = (system, *(m.content for m in extra), *_notes(rec), *(t.description for t in tools))
     gate = EchoGate(*sources)
     answer_gate = EchoGate(*sources)  # the answer of a JSON object is held the same way
 

@@ -59,11 +59,28 @@ class ToolRegistry:
         try:
             # Strict, in JSON mode: "5" is not 5 and 1 is not True, but an array still fills a
             # tuple and a string an enum, as the schema the model was shown says.
-            args = tool.arguments.model_validate_json(to_json(arguments), strict=True)
+            given = _without_schema_words(arguments, tool.arguments.model_fields)
+            args = tool.arguments.model_validate_json(to_json(given), strict=True)
         except ValidationError as exc:
             problems = "; ".join(describe_errors(exc, root="arguments"))
             raise ModelBehaviorError(f"Invalid arguments for {name}: {problems}") from None
         return await tool.run(args, context)
+
+
+# JSON Schema keywords, as a model may copy them from the schema into its arguments.
+_SCHEMA_WORDS = frozenset(
+    {"$schema", "additionalProperties", "description", "properties", "required", "title", "type"}
+)
+
+
+def _without_schema_words(arguments: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+    """The arguments without schema keywords that name no parameter of the tool. Small models
+    copy the schema beside their values (Qwen2.5-0.5B called `lookup_contact` with
+    `{"name": "Dana", "required": ["name"]}`); refused as an unknown key, the call failed
+    with the right value in hand, and the retry never came. Any other unknown key is still
+    refused: it may be a misspelt parameter."""
+    known = set(fields)
+    return {k: v for k, v in arguments.items() if k in known or k not in _SCHEMA_WORDS}
 
 
 def _untitled(schema: Any) -> Any:

@@ -304,6 +304,30 @@ async def test_a_model_repeating_its_block_is_cut_off_and_the_run_goes_on(harnes
     assert (completion.usage["llm_calls"], completion.usage["estimated_calls"]) == (3, 1)
 
 
+async def test_a_thought_that_reads_a_checks_note_back_is_not_shown(harness: Harness):
+    """Qwen2.5-0.5B's next thought, after a check found its answer unfinished, was the note
+    the loop had written ("Continue the work, or if it cannot be done, …")."""
+    harness.model.script("act", act(FakeToolCall("echo", {"text": 1})))  # fails: not a string
+    verdict = json.dumps({"done": False, "reason": "The echo failed."})
+    harness.model.script("verify", text(f"```json\n{verdict}\n```"))
+    copied = (
+        "The check found the task is not finished. Continue the work, or if it cannot be "
+        "done, say plainly what failed."
+    )
+    harness.model.script(
+        "reason",
+        reason("Echo it."),
+        text(json.dumps({"thought": copied, "tools_to_consider": [], "finish": False})),
+    )
+    harness.model.script(
+        "observe", observe("Done.", final="All done."), observe("Failed.", final="It failed.")
+    )
+    record = await harness.run("Echo something.", max_steps=2)
+    assert [e.content for e in record.of(ReasonDone)] == ["Echo it.", ""]
+    shown = "".join(e.delta for e in record.of(ReasonDelta))
+    assert "Continue the work" not in shown
+
+
 async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_words(
     harness: Harness,
 ):

@@ -66,3 +66,26 @@ async def test_json_shaped_values_still_fill_their_fields():
         "pair": [1, 2],
         "day": "2026-01-02",
     }
+
+
+async def test_schema_keywords_copied_beside_the_values_are_dropped():
+    result = await REGISTRY.call("echo", {"count": 3, "required": ["count"]}, CONTEXT)
+    assert result["count"] == 3
+
+
+class Titled(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str
+    type: str = "note"
+
+
+async def _titled(args: Titled, context: ToolContext) -> dict[str, Any]:
+    return args.model_dump()
+
+
+async def test_a_parameter_named_like_a_schema_keyword_is_kept():
+    registry = ToolRegistry([Tool("note", "Write a note.", Titled, _titled)])
+    result = await registry.call("note", {"title": "hi", "type": "todo"}, CONTEXT)
+    assert result == {"title": "hi", "type": "todo"}
+    with pytest.raises(ModelBehaviorError, match="Invalid arguments for note: titel: unknown key"):
+        await registry.call("note", {"title": "hi", "required": 1, "titel": "x"}, CONTEXT)
