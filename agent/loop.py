@@ -95,7 +95,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
                 named = _named(control, tools)
                 plan = control.plan if control is not None else ""
                 await _act(ctx, rec, step, system, tools, named, asked, plan)
-            final_answer = await _observe(ctx, rec, step, system, tools)
+            final_answer = await _observe(ctx, rec, step, system)
             if final_answer is None and _observed_again(rec, step):  # no progress: say so
                 ctx.metrics[Metric.RUNS_STUCK] += 1
                 await _complete(ctx, rec, step, no_progress_answer(rec), "stuck")
@@ -312,20 +312,21 @@ def _unused(rec: RunRecorder, named: Sequence[str], asked: Sequence[str]) -> lis
     return [t for t in asked if t not in named and t not in used]
 
 
-async def _observe(
-    ctx: RunContext, rec: RunRecorder, step: int, system: str, tools: list[ToolSpec]
-) -> str | None:
-    """Stream the Observe phase; return the final answer when the model wants to end."""
+async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) -> str | None:
+    """Stream the Observe phase; return the final answer when the model wants to end.
+
+    Observe is sent no tools: it calls none, and with the tools' descriptions beside the
+    results Qwen2.5-0.5B read a weather report out of a clock's answer (docs/models.md)."""
     _check_budget(rec)
     called = any(r.step == step for r in rec.ledger.records)
     # with nothing to read, "what the results say" had a small model make results up
     extra = "" if called else ctx.prompts.render("agent_observe_no_call")
     instruction = _instruction(ctx, rec, "agent_observe_prompt", step=step, extra=extra)
     content, block, answer = await _stream_phase(
-        ctx, rec, step, "observe", system, instruction, tools, observe_schema(), OBSERVE_KEYS
+        ctx, rec, step, "observe", system, instruction, [], observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
-    prompt = (system, instruction.content, *_notes(rec), *(t.description for t in tools))
+    prompt = (system, instruction.content, *_notes(rec))
     if not content and control is not None:  # the observation: the answer's last resort
         observation = control.observation
         # the instructions read back are not something the model found
