@@ -37,9 +37,9 @@ from server.agui_input import read_input
 from server.agui_stream import Stream, encode, follow, open_stream, served
 from server.live import LiveSession
 from server.services import Services
-from server.storage.base import Scope, events_in_pages
+from server.storage.base import Scope
 from server.storage.search import ANSWER_PHASES
-from server.versions import load_tree, on_path
+from server.versions import on_path
 
 __all__ = ["connect_endpoint"]
 
@@ -71,7 +71,7 @@ async def connect_endpoint(request: Request) -> Response:
 async def _last_run(services: Services, scope: Scope, session_id: str) -> list[dict[str, Any]]:
     """The stored frames of the session's last run (the one going on), oldest first."""
     frames: list[dict[str, Any]] = []
-    async for page, _ in events_in_pages(services.store, scope, session_id, 0):
+    async for page, _ in services.hub.stored.events(scope, session_id, 0):
         for raw in page:
             frame = orjson.loads(raw)
             if frame.get("update_type") == "agent_user_message":
@@ -86,8 +86,8 @@ async def _snapshot(
 ) -> list[Message]:
     """The stored conversation as AG-UI messages; of the run going on only its user's
     message (the stream shows the rest of it)."""
-    stored, _ = await services.store.read_messages(scope, session_id, _HISTORY_LIMIT, None)
-    tree = await load_tree(services.store, scope, session_id)
+    stored = await services.hub.stored.last_messages(scope, session_id, _HISTORY_LIMIT)
+    tree = await services.hub.stored.tree(scope, session_id)
     stored = on_path(tree, stored, lambda body: body.get("run_id"))  # the versions shown
     run_id = running[0]["run_id"] if running else None
     out: list[Message] = []

@@ -79,7 +79,7 @@ async def session_id_of(services: Services, scope: Scope, thread_id: str) -> str
     if not _THREAD_ID.fullmatch(thread_id):
         raise Refused(400, "invalid_message", "threadId: 1-128 letters, digits, '_.:-'.")
     try:
-        return await session_of_thread(services.store, scope, thread_id)
+        return await session_of_thread(services.hub.stored, scope, thread_id)
     except StorageError:
         raise Refused(503, "storage_error", "The store is unavailable.") from None
 
@@ -101,7 +101,7 @@ async def open_thread(
     except StorageError:
         hub.release(live)
         try:  # the id is another's (the insert failed) or the store is down
-            await services.store.get_session(scope, session_id)
+            await services.hub.stored.get(scope, session_id)
         except StorageError:
             raise Refused(503, "storage_error", "The store is unavailable.") from None
         raise Refused(404, "session_not_found", "There is no such session.") from None

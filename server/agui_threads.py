@@ -15,7 +15,8 @@ import hashlib
 
 import orjson
 
-from server.storage.base import Scope, Store
+from server.storage.base import Scope
+from server.stored_sessions import StoredSessions
 
 __all__ = ["session_of_thread", "thread_session"]
 
@@ -29,9 +30,9 @@ def thread_session(scope: Scope, thread_id: str) -> str:
     return PREFIX + hashlib.sha256(key).hexdigest()[:32]
 
 
-async def session_of_thread(store: Store, scope: Scope, thread_id: str) -> str:
+async def session_of_thread(stored: StoredSessions, scope: Scope, thread_id: str) -> str:
     """The session id `thread_id` stands for, for this caller (StorageError when the store
     cannot say)."""
-    if await store.get_session(scope, thread_id) is not None:
+    if await stored.get(scope, thread_id) is not None:
         return thread_id
     return thread_session(scope, thread_id)

@@ -22,15 +22,13 @@ from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prome
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.request_body import BodyError, read_body
 from server.services import Services
-from server.storage.base import Scope, Store, events_in_pages
-from server.storage.outage import outage_of
-from server.storage.search import MAX_QUERY_CHARS, SessionSearch
-from server.versions import messages_on_path
+from server.storage.base import EVENTS_PAGE, Scope
+from server.storage.search import MAX_QUERY_CHARS
+from server.stored_sessions import StoredSessions
 
 __all__ = ["health", "routes"]
 
 MAX_LIMIT = 500
-EVENTS_PAGE = 500  # events read at a time for /events (and at most 4 MiB)
 MESSAGES_MAX_BYTES = 16 << 20  # of one /messages body: fewer messages when they are large
 MAX_TITLE = 200
 MAX_BODY_BYTES = 8192
@@ -92,9 +90,13 @@ def _int_param(
     return value
 
 
+def _stored(request: Request) -> StoredSessions:
+    return _services(request).hub.stored
+
+
 async def _session_or_404(request: Request, scope: Scope) -> str:
     session_id = request.path_params["session_id"]
-    if await _services(request).store.get_session(scope, session_id) is None:
+    if await _stored(request).get(scope, session_id) is None:
         raise _ApiError(404, "not_found", "There is no such session.")
     return str(session_id)
 
@@ -124,7 +126,7 @@ async def healthz(request: Request) -> Response:
 def health(services: Services, *, operator: bool = False) -> dict[str, Any]:
     """The `/healthz` body (server.health_port serves it too, without the operator's detail)."""
     body: dict[str, Any] = {"status": "ok"}
-    outage = outage_of(services.store)
+    outage = services.hub.stored.outage()
     if outage is not None and outage.down:
         store = outage.health()
         if not operator:
@@ -168,22 +170,22 @@ async def list_sessions(request: Request) -> Response:
     limit = _int_param(request, "limit", 50, 1, MAX_LIMIT)
     assert limit is not None
     query = request.query_params.get("q", "").strip()
-    store = _services(request).store
+    stored = _stored(request)
     if not query:
-        records = await store.list_sessions(scope, limit)
+        records = await stored.newest(scope, limit)
         return _json({"sessions": [r.to_api() for r in records]})
     if len(query) > MAX_QUERY_CHARS:
         raise _ApiError(400, "invalid_query", f"q: expected at most {MAX_QUERY_CHARS} characters.")
-    if not isinstance(store, SessionSearch):
+    hits = await stored.search(scope, query, limit)
+    if hits is None:
         raise _ApiError(501, "not_implemented", "This server's store cannot search messages.")
-    hits = await store.search_sessions(scope, query, limit)
     return _json({"sessions": [hit.to_api() for hit in hits]})
 
 
 @_handler
 async def latest_session(request: Request) -> Response:
     scope = _scope(request)
-    records = await _services(request).store.list_sessions(scope, 1)
+    records = await _stored(request).newest(scope, 1)
     if not records:
         raise _ApiError(404, "not_found", "There are no sessions yet.")
     return _json(records[0].to_api())
@@ -216,17 +218,15 @@ async def session_item(request: Request) -> Response:
     scope = _scope(request)
     session_id = str(request.path_params["session_id"])
     services = _services(request)
-    record = await services.store.get_session(scope, session_id)
+    record = await services.hub.stored.get(scope, session_id)
     if record is None:
         raise _ApiError(404, "not_found", "There is no such session.")
     if request.method in ("GET", "HEAD"):  # HEAD: Starlette adds it to every GET route
         return _json(record.to_api())
     if request.method == "PATCH":
         title = await _title_from_body(request)
-        if not await services.store.rename_session(scope, session_id, title):
-            raise _ApiError(404, "not_found", "There is no such session.")
-        record = await services.store.get_session(scope, session_id)
-        if record is None:  # deleted in between
+        record = await services.hub.stored.rename(scope, session_id, title)
+        if record is None:  # also: deleted in between
             raise _ApiError(404, "not_found", "There is no such session.")
         return _json(record.to_api())
     if request.method != "DELETE":  # the route takes no other: never delete by default
@@ -248,9 +248,8 @@ async def session_messages(request: Request) -> Response:
     since = _int_param(request, "since", None, 0, None)
     session_id = await _session_or_404(request, scope)
     assert limit is not None
-    store = _services(request).store
-    messages, total, path = await messages_on_path(
-        store, scope, session_id, limit, since, MESSAGES_MAX_BYTES
+    messages, total, path = await _stored(request).messages(
+        scope, session_id, limit, since, MESSAGES_MAX_BYTES
     )
     body = {"session_id": session_id, "messages": messages, "total": total}
     return _json({**body, "active_path": path})
@@ -263,7 +262,7 @@ async def session_events(request: Request) -> Response:
     limit = _int_param(request, "limit", None, 1, None)
     session_id = await _session_or_404(request, scope)
     assert after_seq is not None
-    pages = _pages(_services(request).store, scope, session_id, after_seq, limit)
+    pages = _pages(_stored(request), scope, session_id, after_seq, limit)
     # a store that fails now is a 503, before any byte is sent
     first: list[bytes] = await anext(pages, [])
     second = await anext(pages, None)
@@ -274,12 +273,12 @@ async def session_events(request: Request) -> Response:
 
 
 async def _pages(
-    store: Store, scope: Scope, session_id: str, after_seq: int, limit: int | None
+    stored: StoredSessions, scope: Scope, session_id: str, after_seq: int, limit: int | None
 ) -> AsyncIterator[list[bytes]]:
     """The events asked for, a page at a time (a long session is never held whole)."""
     left = limit
     size = min(limit or EVENTS_PAGE, EVENTS_PAGE)
-    async for page, _ in events_in_pages(store, scope, session_id, after_seq, events=size):
+    async for page, _ in stored.events(scope, session_id, after_seq, events=size):
         if left is not None:
             page = page[:left]
             left -= len(page)
@@ -308,7 +307,7 @@ async def session_usage(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     totals: dict[str, float] = {}
     runs = 0
-    async for page, _ in events_in_pages(_services(request).store, scope, session_id, 0):
+    async for page, _ in _stored(request).events(scope, session_id, 0):
         for raw in page:
             if b'"usage"' not in raw:  # cheap filter before parsing
                 continue
@@ -362,7 +361,7 @@ async def _stored_bytes(services: Services, tenant: str | None) -> dict[str, int
     """The bytes each tenant keeps in the store (one tenant's, or None: every tenant's), or
     None when the store cannot say: the other figures are still served."""
     try:
-        return await services.store.stored_bytes(tenant)
+        return await services.hub.stored.stored_bytes(tenant)
     except StorageError:
         return None
 

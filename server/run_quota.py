@@ -16,7 +16,7 @@ from agent.errors import StorageError
 from agent.rate import TokenBuckets
 from server.live import now_ms
 from server.protocol import ProtocolError
-from server.storage.base import Scope, Store
+from server.storage.base import RunCoordination, Scope
 from server.storage.outage import StoreUnavailable
 
 __all__ = ["RunQuota", "run_in_progress"]
@@ -49,7 +49,7 @@ class RunQuota:
     """Count each tenant's working runs against `limit`, here and (shared store) in the store,
     and its run starts against `starts_per_minute` (0: none), in bursts of a sixth of it."""
 
-    def __init__(self, store: Store, limit: int, starts_per_minute: int = 0) -> None:
+    def __init__(self, store: RunCoordination, limit: int, starts_per_minute: int = 0) -> None:
         self._store = store
         self._limit = limit
         self._active: Counter[str] = Counter()

@@ -17,7 +17,7 @@ __all__ = ["Services"]
 @dataclass(frozen=True, slots=True)
 class Services:
     settings: Settings
-    store: Store
+    store: Store  # the app opens and closes it; endpoints read it through `hub.stored`
     hub: SessionHub
     auth: Authenticator
     tools: ToolCatalog | None = None

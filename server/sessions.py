@@ -7,7 +7,9 @@ It wires the parts together and passes each call to the part that owns it:
 - `RunControls` (run_controls.py): stop, answer and approval decisions;
 - `RunQuota` (run_quota.py): each tenant's concurrent-run limit;
 - `RunRecovery` (run_recovery.py): runs left open by a dead process or a failed store;
-- `TenantMetrics` (tenant_metrics.py): run counters per tenant.
+- `TenantMetrics` (tenant_metrics.py): run counters per tenant;
+- `StoredSessions` (stored_sessions.py): the stored sessions as the endpoints read them
+  (`stored`), their only way to the store.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from server.session_registry import SessionRegistry
 from server.settings import Settings
 from server.storage.base import DeleteOutcome, Scope, Store
 from server.storage_quota import StorageQuota
+from server.stored_sessions import StoredSessions
 from server.tenant_metrics import TenantMetrics
 from server.titles import SessionTitles
 from server.version_switch import select_version
@@ -74,6 +77,8 @@ class SessionHub:
             },
         }
         self._store = store
+        self.stored = StoredSessions(store)
+        """The stored sessions, their messages and events: the endpoints' way to the store."""
         lease_ms = int(storage.run_lease_s * 1000)
         # The configured limits of every run; each run's steps and style come from its request.
         limits = agent.limits(

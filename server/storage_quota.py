@@ -1,7 +1,7 @@
 """StorageQuota: how many bytes of conversations each tenant may keep in the store.
 
 Checked when a run starts (a `chat`, `retry` / `continue`, an AG-UI run): a tenant whose
-stored events and messages (`Store.stored_bytes`) have reached `storage.max_bytes_per_tenant`
+stored events and messages (`SessionStore.stored_bytes`) have reached `storage.max_bytes_per_tenant`
 starts no run until some are deleted. A run under way is never cut short, so a tenant may
 pass the quota by what her last run stores.
 """
@@ -12,7 +12,7 @@ import logging
 
 from agent.errors import StorageError
 from server.protocol import ProtocolError
-from server.storage.base import Scope, Store
+from server.storage.base import Scope, SessionStore
 from server.storage.outage import outage_of
 
 __all__ = ["StorageQuota"]
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 class StorageQuota:
     """Refuse a tenant's new runs once her stored bytes reach `limit` (0: no limit)."""
 
-    def __init__(self, store: Store, limit: int) -> None:
+    def __init__(self, store: SessionStore, limit: int) -> None:
         self._store = store
         self._limit = limit
 

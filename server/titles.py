@@ -14,7 +14,7 @@ from agent.errors import ModelError, StorageError
 from agent.ports import CallInfo, ChatModel
 from agent.titles import write_title
 from server.live import LiveSession
-from server.storage.base import Store
+from server.storage.base import SessionStore
 from server.storage.search import ANSWER_PHASES
 
 __all__ = ["SessionTitles", "first_words"]
@@ -33,7 +33,7 @@ def first_words(content: str) -> str:
 class SessionTitles:
     """Name sessions by the model, each in a task of its own, after the first answer."""
 
-    def __init__(self, store: Store, model: ChatModel) -> None:
+    def __init__(self, store: SessionStore, model: ChatModel) -> None:
         self._store = store
         self._model = model
         self._tasks: set[asyncio.Task[None]] = set()

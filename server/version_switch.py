@@ -13,7 +13,7 @@ from typing import Any
 from server.live import LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.run_quota import run_in_progress
-from server.storage.base import Store
+from server.storage.base import SessionStore
 from server.storage.runs import RunTree
 from server.versions import load_tree
 
@@ -21,7 +21,7 @@ __all__ = ["active_path_frame", "select_version"]
 
 
 async def select_version(
-    store: Store, live: LiveSession, run_id: str, frame_id: str | None = None
+    store: SessionStore, live: LiveSession, run_id: str, frame_id: str | None = None
 ) -> None:
     """Show `run_id`'s version of its turn, and below it what was shown there last; raise
     ProtocolError `run_in_progress` while a run works, `unknown_run` for a run the session

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import orjson
 
 from agent.messages import Message
-from server.storage.base import Scope, Store
+from server.storage.base import Scope, SessionStore
 from server.storage.runs import RunNode, RunTree
 
 __all__ = ["Tree", "history_on_path", "load_tree", "messages_on_path", "on_path"]
@@ -73,7 +73,7 @@ class Tree:
         return run_id
 
 
-async def load_tree(store: Store, scope: Scope, session_id: str) -> Tree:
+async def load_tree(store: SessionStore, scope: Scope, session_id: str) -> Tree:
     """The session's run tree; empty for a store that keeps none."""
     if not isinstance(store, RunTree):
         return Tree()
@@ -88,7 +88,7 @@ def on_path(tree: Tree, items: Sequence[T], run_of: Callable[[T], Any]) -> list[
     return [i for i in items if (r := run_of(i)) is None or r not in tree.nodes or r in shown]
 
 
-async def history_on_path(store: Store, scope: Scope, session_id: str) -> list[Message]:
+async def history_on_path(store: SessionStore, scope: Scope, session_id: str) -> list[Message]:
     """The conversation the model reads: the session's messages on the shown path."""
     tree = await load_tree(store, scope, session_id)
     history = await store.load_history(scope, session_id)
@@ -99,14 +99,14 @@ _WHOLE_SESSION = 1 << 40  # `read_messages` limit that reads every message
 
 
 async def messages_on_path(
-    store: Store,
+    store: SessionStore,
     scope: Scope,
     session_id: str,
     limit: int,
     since: int | None,
     max_bytes: int,
 ) -> tuple[list[dict[str, Any]], int, list[str]]:
-    """`Store.read_messages` along the shown path: (messages, their total, the path). A
+    """`SessionStore.read_messages` along the shown path: (messages, their total, the path). A
     user's message of a turn with several versions carries `versions` (its turn's runs, in
     order) and `version_index` (its own place among them)."""
     tree = await load_tree(store, scope, session_id)

@@ -35,8 +35,7 @@ from server.protocol import (
     whole_number,
 )
 from server.services import Services
-from server.storage.base import Scope, events_in_pages
-from server.storage.outage import outage_of
+from server.storage.base import Scope
 
 __all__ = ["websocket_endpoint"]
 
@@ -118,7 +117,7 @@ async def _active_path(services: Services, live: LiveSession) -> list[str] | Non
     meanwhile is in the held frames); None when the store does not answer at once: a client
     is never kept waiting for it through a store outage (it shows every version until the
     next switch or reconnect)."""
-    outage = outage_of(services.store)
+    outage = services.hub.stored.outage()
     if outage is not None and outage.down:
         return None
     try:
@@ -171,19 +170,18 @@ async def _attach(
     # A number past the end (a stale or foreign one) replays nothing: live events follow
     # from the session's own last_seq, none of them skipped.
     last_seq = snapshot["last_seq"]
-    if after_seq is not None and after_seq > last_seq and services.store.shared:
+    if after_seq is not None and after_seq > last_seq and services.hub.stored.shared:
         # A session this process follows knows the store's count one poll late, and the
         # client may have seen more on the process that runs it: the store says where the
         # end is, so nothing the client has is sent again.
         try:
-            record = await services.store.get_session(live.scope, live.session_id)
+            record = await services.hub.stored.get(live.scope, live.session_id)
         except StorageError:
             record = None  # the replay below meets the failure and says so
         last_seq = max(last_seq, record.last_seq if record is not None else 0)
     replayed_up_to = last_seq if after_seq is None else min(after_seq, last_seq)
     if after_seq is not None:
-        pages = events_in_pages(
-            services.store,
+        pages = services.hub.stored.events(
             live.scope,
             live.session_id,
             replayed_up_to,

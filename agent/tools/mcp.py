@@ -3,7 +3,8 @@
 Each configured server lives in its own long-lived task (the SDK's context managers must be
 entered and left in one task): it connects (stdio or streamable HTTP) within
 `start_timeout_s`, lists the server's tools, then watches the connection (a call that finds it
-closed, or a failing periodic `tools/list`) and reconnects with exponential backoff. While a
+closed, or a failing periodic `tools/list`) and reconnects under its retry policy
+(agent/tools/mcp_restarts.py: exponential backoff, with tenacity). While a
 server is down its tools are gone from new runs and a call to it is a ToolError at once.
 `notifications/tools/list_changed` lists the tools again at once: servers send it unasked
 before MCP 2026-07-28, and from then on only on a `subscriptions/listen` stream, which
@@ -29,8 +30,7 @@ import json
 import logging
 import os
 import re
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ from agent.errors import ToolError
 from agent.ports import ToolSpec
 from agent.tools.config import McpServerConfig
 from agent.tools.mcp_content import Ask, describe_result, elicit
+from agent.tools.mcp_restarts import restarts
 from agent.tools.mcp_stdio import bounded_stdio_client
 
 if TYPE_CHECKING:
@@ -151,27 +152,40 @@ class McpServer:
         self.state = "stopped"
 
     async def _run_forever(self) -> None:
-        backoff = _Backoff(self.config.restart_backoff_s, self.config.restart_backoff_max_s)
-        while not self._stopping.is_set():
-            backoff.started()
-            try:
-                await self._serve_once()
-            except Exception as exc:  # noqa: BLE001 - a broken server must never end the app
-                self._down(self._where(_describe_failure(exc), exc))
-            finally:
-                self._attempted.set()
-            if self._stopping.is_set():
-                break
-            delay = backoff.wait()
-            log.warning(
-                "MCP server %s is down (%s); restarting in %.1f s", self.name, self.error, delay
-            )
-            try:
-                async with asyncio.timeout(delay):  # backoff timer, ended early by a stop
-                    await self._stopping.wait()
-            except TimeoutError:
-                pass
-            self.restarts += 1
+        """Serve the connection, and start it again (agent/tools/mcp_restarts.py) each time
+        it ends, until the server is stopped."""
+        policy = restarts(
+            self.config.restart_backoff_s,
+            self.config.restart_backoff_max_s,
+            again=lambda _: not self._stopping.is_set(),
+            told=self._restarting,
+            pause=self._pause,
+        )
+        await policy(self._try_serving)
+
+    async def _try_serving(self) -> None:
+        if self._stopping.is_set():
+            return  # stopped during the wait before it
+        try:
+            await self._serve_once()
+        except Exception as exc:  # noqa: BLE001 - a broken server must never end the app
+            self._down(self._where(_describe_failure(exc), exc))
+        finally:
+            self._attempted.set()
+
+    def _restarting(self, _: object, delay: float) -> None:
+        log.warning(
+            "MCP server %s is down (%s); restarting in %.1f s", self.name, self.error, delay
+        )
+        self.restarts += 1
+
+    async def _pause(self, delay: float) -> None:
+        """The wait before a restart, ended early by a stop."""
+        try:
+            async with asyncio.timeout(delay):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
 
     async def _serve_once(self) -> None:
         self._dead.clear()
@@ -306,35 +320,44 @@ class McpServer:
         tools = client.server_capabilities.tools
         if tools is None or not tools.list_changed:
             return  # it never says its tools changed: the periodic check is all there is
-        backoff = _Backoff(self.config.restart_backoff_s, self.config.restart_backoff_max_s)
-        while True:
-            async with AsyncExitStack() as stack:
-                try:
-                    subscription = await self._subscribe(client, stack)
-                except Exception as exc:  # noqa: BLE001 - the connection must outlive it
-                    self._refused(_describe_failure(exc))
-                    return
-                if not subscription.honored.tools_list_changed:
-                    self._refused("the server did not honour it")
-                    return
-                backoff.started()
-                self._changed.set()  # a change before the acknowledgment is not replayed
-                try:
-                    async for _event in subscription:  # only ToolsListChanged was asked for
-                        self._changed.set()
-                    why = "the server closed it"
-                except Exception as exc:  # noqa: BLE001 - SubscriptionLost: the cause says why
-                    why = _describe_failure(exc.__cause__ or exc)
-            self._changed.set()  # also finds out at once whether the connection is gone
-            delay = backoff.wait()
-            log.info(
-                "MCP server %s: the tools/list_changed subscription ended (%s); "
-                "subscribing again in %.1f s",
-                self.name,
-                why,
-                delay,
-            )
-            await asyncio.sleep(delay)  # cancelled with the connection (`_serve_once`)
+        policy = restarts(  # its waits are cancelled with the connection (`_serve_once`)
+            self.config.restart_backoff_s,
+            self.config.restart_backoff_max_s,
+            again=lambda why: why is not None,
+            told=self._resubscribing,
+        )
+        await policy(self._listen_once, client)
+
+    async def _listen_once(self, client: Client) -> str | None:
+        """Keep one subscription open until it ends: why it ended, or None when it could not
+        be opened (nothing to try again)."""
+        async with AsyncExitStack() as stack:
+            try:
+                subscription = await self._subscribe(client, stack)
+            except Exception as exc:  # noqa: BLE001 - the connection must outlive it
+                self._refused(_describe_failure(exc))
+                return None
+            if not subscription.honored.tools_list_changed:
+                self._refused("the server did not honour it")
+                return None
+            self._changed.set()  # a change before the acknowledgment is not replayed
+            try:
+                async for _event in subscription:  # only ToolsListChanged was asked for
+                    self._changed.set()
+                why = "the server closed it"
+            except Exception as exc:  # noqa: BLE001 - SubscriptionLost: the cause says why
+                why = _describe_failure(exc.__cause__ or exc)
+        self._changed.set()  # also finds out at once whether the connection is gone
+        return why
+
+    def _resubscribing(self, why: str, delay: float) -> None:
+        log.info(
+            "MCP server %s: the tools/list_changed subscription ended (%s); "
+            "subscribing again in %.1f s",
+            self.name,
+            why,
+            delay,
+        )
 
     async def _subscribe(self, client: Client, stack: AsyncExitStack) -> Subscription:
         """Open a `subscriptions/listen` stream for tools/list_changed on `stack`, within
@@ -509,29 +532,6 @@ class McpServer:
         if ask is None and len(set(self._asks.values())) == 1:
             ask = next(iter(self._asks.values()))
         return await elicit(ask, params)
-
-
-class _Backoff:
-    """Waits between tries of something that should keep running: `first`, doubled after
-    each try up to `most`, and `first` again after a try that ran four times its wait."""
-
-    def __init__(
-        self, first: float, most: float, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._first, self._most, self._clock = first, most, clock
-        self._next = first
-        self._since = clock()
-
-    def started(self) -> None:
-        """A try is running from now."""
-        self._since = self._clock()
-
-    def wait(self) -> float:
-        """The wait before the next try, once the current one ended."""
-        if self._clock() - self._since > 4 * self._next:
-            self._next = self._first  # it ran for a while: start over
-        wait, self._next = self._next, min(self._next * 2, self._most)
-        return wait
 
 
 def _closed_stream(exc: BaseException) -> bool:

@@ -1,5 +1,10 @@
 """The storage contract every backend implements (SQLite embedded, MongoDB shared).
 
+It has three parts, each a Protocol of its own, so that a module names the one it needs:
+`SessionStore` (sessions and their messages), `EventLog` (each session's events by `seq`) and
+`RunCoordination` (run slots, leases, recovery and controls across processes). `Store` is
+the three together, opened and closed as one: what a backend implements.
+
 Every read and write is scoped by a tenant and user: a session of another scope does not
 exist for the caller. Event `seq` and message `sequence` are allocated by the store, gap-free
 and unique per session, also when several processes write (each backend says how).
@@ -18,15 +23,20 @@ from agent.errors import StorageError
 from agent.messages import Message, ToolCall
 
 __all__ = [
+    "EVENTS_PAGE",
+    "EVENTS_PAGE_BYTES",
     "Control",
     "ControlKind",
     "Cursor",
+    "EventLog",
     "DeleteOutcome",
     "Lease",
     "PartlyStored",
+    "RunCoordination",
     "RunTakenOver",
     "Scope",
     "SessionRecord",
+    "SessionStore",
     "SessionStatus",
     "StatusChange",
     "Store",
@@ -40,6 +50,8 @@ __all__ = [
 SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
 DeleteOutcome = Literal["deleted", "not_found", "run_in_progress"]
 ControlKind = Literal["stop", "answer", "decision"]
+EVENTS_PAGE = 500  # events read at a time by `events_in_pages`…
+EVENTS_PAGE_BYTES = 4 << 20  # …or fewer, once past this many bytes
 SLOT_GRACE_MS = 10_000  # a run slot this young is never taken for a leftover
 
 
@@ -139,16 +151,9 @@ class Control:
     payload: dict[str, Any]
 
 
-class Store(Protocol):
-    shared: bool
-    """True when several server processes may use the store at once (MongoDB): active runs
-    then carry a lease their process renews, and only expired leases are recovered."""
-
-    async def open(self) -> None:
-        """Connect and create the schema or indexes (idempotent)."""
-        ...
-
-    async def close(self) -> None: ...
+class SessionStore(Protocol):
+    """Sessions and their conversations: the records the session list shows, the messages a
+    run reads and the HTTP API pages, and what each tenant keeps."""
 
     async def create_session(
         self, scope: Scope, session_id: str, now: int, title: str = ""
@@ -191,15 +196,49 @@ class Store(Protocol):
         the delete holds it, so no run writes into a session being deleted."""
         ...
 
-    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
-        """Move each run's lease on to `lease_until` where its session still shows that run
-        with a lease this process gave it (at most `given`); return the ids of the sessions
-        renewed. One left out was taken over (`RunTakenOver`)."""
+    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
+        """The owner of each of these sessions that is stored, whoever it is: another process
+        may have deleted one, someone else may have made a new one with its id, and a
+        client-chosen id (AG-UI's thread ids) may already be another's. Callers compare; the
+        owners are never shown."""
         ...
 
-    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
-        """Take over an unfinished run whose lease expired; False if another process did."""
+    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
+        """Bytes of stored events and messages per tenant: one tenant's, or (None) every
+        tenant's; a tenant with nothing stored may be left out. Cheap: read from counts kept
+        per session, never by reading the events. On a shared store a run's latest writes
+        may be counted only by its next status change (MongoDB)."""
         ...
+
+    async def append_messages(
+        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
+    ) -> None: ...
+
+    async def read_messages(
+        self,
+        scope: Scope,
+        session_id: str,
+        limit: int,
+        since: int | None,
+        *,
+        max_bytes: int | None = None,
+    ) -> tuple[list[dict[str, Any]], int]:
+        """(API message dicts oldest first, total count of the session's messages).
+
+        With `since`: the first `limit` messages with ts > since; else the last `limit`. With
+        `max_bytes`, fewer when they are large: the first (or, without `since`, the last) up
+        to the one that brings their stored bodies past that many bytes.
+        """
+        ...
+
+    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
+        """Every message of the session, in order, for the model."""
+        ...
+
+
+class EventLog(Protocol):
+    """Each session's events, numbered by `seq`, stored exactly as they were sent: what a
+    client replays, and what a follower in another process reads."""
 
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
@@ -239,36 +278,6 @@ class Store(Protocol):
         `max_bytes`, the page ends with the frame that brings it past that many bytes."""
         ...
 
-    async def append_messages(
-        self, scope: Scope, session_id: str, messages: Sequence[Message], now: int
-    ) -> None: ...
-
-    async def read_messages(
-        self,
-        scope: Scope,
-        session_id: str,
-        limit: int,
-        since: int | None,
-        *,
-        max_bytes: int | None = None,
-    ) -> tuple[list[dict[str, Any]], int]:
-        """(API message dicts oldest first, total count of the session's messages).
-
-        With `since`: the first `limit` messages with ts > since; else the last `limit`. With
-        `max_bytes`, fewer when they are large: the first (or, without `since`, the last) up
-        to the one that brings their stored bodies past that many bytes.
-        """
-        ...
-
-    async def load_history(self, scope: Scope, session_id: str) -> list[Message]:
-        """Every message of the session, in order, for the model."""
-        ...
-
-    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
-        """Sessions left running or awaiting input (across all tenants), for recovery; with
-        `now`, only those whose lease expired before it."""
-        ...
-
     async def tail_events(
         self, cursors: Mapping[str, Cursor], limit: int
     ) -> list[tuple[str, int, bytes]]:
@@ -283,6 +292,31 @@ class Store(Protocol):
         pushes such news (MongoDB change streams); end at once where it cannot (SQLite).
         Raise StorageError when the backend refuses (FerretDB has no change streams). A
         notice is only a wake-up: readers still read by `seq`, so a lost one costs delay."""
+        ...
+
+
+class RunCoordination(Protocol):
+    """What lets several processes share runs: slots (one run per session, a limit per
+    tenant), leases and recovery of runs whose process died, and the controls (stop, answer,
+    decision) left for the process that runs one."""
+
+    shared: bool
+    """True when several server processes may use the store at once (MongoDB): active runs
+    then carry a lease their process renews, and only expired leases are recovered."""
+
+    async def renew_leases(self, leases: Sequence[Lease], lease_until: int) -> set[str]:
+        """Move each run's lease on to `lease_until` where its session still shows that run
+        with a lease this process gave it (at most `given`); return the ids of the sessions
+        renewed. One left out was taken over (`RunTakenOver`)."""
+        ...
+
+    async def claim_run(self, item: UnfinishedRun, now: int, lease_until: int) -> bool:
+        """Take over an unfinished run whose lease expired; False if another process did."""
+        ...
+
+    async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
+        """Sessions left running or awaiting input (across all tenants), for recovery; with
+        `now`, only those whose lease expired before it."""
         ...
 
     async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
@@ -310,19 +344,16 @@ class Store(Protocol):
         """Free the slots `take_run_slot` took for this run."""
         ...
 
-    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
-        """Bytes of stored events and messages per tenant: one tenant's, or (None) every
-        tenant's; a tenant with nothing stored may be left out. Cheap: read from counts kept
-        per session, never by reading the events. On a shared store a run's latest writes
-        may be counted only by its next status change (MongoDB)."""
+
+class Store(SessionStore, EventLog, RunCoordination, Protocol):
+    """A backend: all three parts over one database (a batch writes events, messages and a
+    status change together), opened and closed as one."""
+
+    async def open(self) -> None:
+        """Connect and create the schema or indexes (idempotent)."""
         ...
 
-    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
-        """The owner of each of these sessions that is stored, whoever it is: another process
-        may have deleted one, someone else may have made a new one with its id, and a
-        client-chosen id (AG-UI's thread ids) may already be another's. Callers compare; the
-        owners are never shown."""
-        ...
+    async def close(self) -> None: ...
 
 
 class WritesInOrder:
@@ -379,13 +410,13 @@ _OPTIONAL_FIELDS = ("run_id", "tool_call_id", "tool_name", "status", "error", "p
 
 
 async def events_in_pages(
-    store: Store,
+    store: EventLog,
     scope: Scope,
     session_id: str,
     after_seq: int,
     *,
-    events: int = 500,
-    max_bytes: int = 4 << 20,
+    events: int = EVENTS_PAGE,
+    max_bytes: int = EVENTS_PAGE_BYTES,
 ) -> AsyncIterator[tuple[list[bytes], int]]:
     """A session's stored events after `after_seq`, a page at a time with the `seq` of its
     last event: pages of `events`, or fewer once past `max_bytes`, so that a long session (or

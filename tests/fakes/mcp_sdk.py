@@ -5,7 +5,9 @@ opened, as the SDK's servers send it (`ctx.notify_tools_changed()`), never unask
 `grow` adds a tool (`added_1`, then `added_2`, ...) and says so; `huge` answers with that many
 megabytes of text, `echo` with its text. With `--refuse-listen` every
 `subscriptions/listen` is refused (its event backend is down), although the server declares
-`tools.listChanged`. Run as `python -m tests.fakes.mcp_sdk`: over stdio (`mcp_sdk_server()` is
+`tools.listChanged`; with `--end-listen`, two more tools: `listens` says how many
+`subscriptions/listen` streams were opened, and `end_listens` ends those open (gracefully, as
+a server going away does). Run as `python -m tests.fakes.mcp_sdk`: over stdio (`mcp_sdk_server()` is
 its config), or with `--http` over streamable HTTP on a free loopback port, which it prints
 first (`mcp_sdk_over_http()` runs it and yields its URL); with `--json` too, it answers each
 POST with one JSON body instead of an event stream.
@@ -19,9 +21,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 
-def mcp_sdk_server(*, refuse_listen: bool = False) -> dict[str, Any]:
+def mcp_sdk_server(*, refuse_listen: bool = False, end_listen: bool = False) -> dict[str, Any]:
     """`[tools.mcp.<name>]` for this server over stdio."""
-    return {"command": sys.executable, "args": _args(refuse_listen)}
+    flags = ["--end-listen"] if end_listen else []
+    return {"command": sys.executable, "args": [*_args(refuse_listen), *flags]}
 
 
 @asynccontextmanager
@@ -53,14 +56,30 @@ def main() -> None:
     import anyio
     from mcp import MCPError
     from mcp.server.mcpserver import Context, MCPServer
-    from mcp.server.subscriptions import InMemorySubscriptionBus
+    from mcp.server.mcpserver import server as mcpserver_module
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
     from mcp_types import INTERNAL_ERROR
 
     class DownBus(InMemorySubscriptionBus):
         def subscribe(self, listener: Any) -> Any:
             raise MCPError(INTERNAL_ERROR, "the event backend is unreachable")
 
-    bus = DownBus() if "--refuse-listen" in sys.argv else InMemorySubscriptionBus()
+    class CountingBus(InMemorySubscriptionBus):
+        opened = 0
+
+        def subscribe(self, listener: Any) -> Any:
+            CountingBus.opened += 1  # once per listen stream
+            return super().subscribe(listener)
+
+    handlers: list[ListenHandler] = []
+
+    class KeptListenHandler(ListenHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            handlers.append(self)
+
+    mcpserver_module.ListenHandler = KeptListenHandler  # type: ignore[misc]
+    bus = DownBus() if "--refuse-listen" in sys.argv else CountingBus()
     app: MCPServer = MCPServer("grower", subscriptions=bus)
     grown = 0
 
@@ -92,6 +111,20 @@ def main() -> None:
     def echo(text: str) -> str:
         """Echo a text."""
         return f"echo: {text}"
+
+    if "--end-listen" in sys.argv:
+
+        @app.tool(structured_output=False)
+        def listens() -> str:
+            """How many subscriptions/listen streams were opened."""
+            return str(CountingBus.opened)
+
+        @app.tool(structured_output=False)
+        def end_listens() -> str:
+            """End every open subscriptions/listen stream."""
+            for handler in handlers:
+                handler.close()
+            return "ended"
 
     if "--http" not in sys.argv:
         app.run("stdio")

@@ -119,3 +119,62 @@ self._store.status_of(live)  # a read
         "line 6: live.pending_input = ...",
         "line 7: live.run = ...",
     ]
+
+
+# The endpoints reach the store only through the session layer (server/stored_sessions.py,
+# `SessionHub.stored`): no transport holds a store or calls what reads one.
+TRANSPORTS = ("http_api.py", "ws.py", "connection.py", "agui*.py")
+STORE_ATTRIBUTES = {"store", "_store"}
+STORE_NAMES = {
+    "EventLog",
+    "RunCoordination",
+    "SessionSearch",
+    "SessionStore",
+    "Store",
+    "events_in_pages",
+    "history_on_path",
+    "load_tree",
+    "messages_on_path",
+    "outage_of",
+}
+
+
+def store_uses(source: str) -> list[str]:
+    """Each place in `source` that reaches a store: an attribute named like one, or an
+    import or use of the store's protocols and of the functions that read a store."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in STORE_ATTRIBUTES:
+            found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom):
+            found += [
+                (node.lineno, f"import {a.name}") for a in node.names if a.name in STORE_NAMES
+            ]
+        elif isinstance(node, ast.Name) and node.id in STORE_NAMES:
+            found.append((node.lineno, node.id))
+    return [f"line {line}: {text}" for line, text in sorted(found, key=lambda f: f[0])]
+
+
+def test_the_endpoints_reach_the_store_only_through_the_session_layer():
+    files = sorted({path for pattern in TRANSPORTS for path in SERVER.glob(pattern)})
+    assert SERVER / "http_api.py" in files and SERVER / "agui.py" in files
+    offences = {
+        path.name: found for path in files if (found := store_uses(path.read_text("utf-8")))
+    }
+    assert not offences, f"call SessionHub.stored (server/stored_sessions.py): {offences}"
+
+
+def test_the_store_check_sees_each_kind_of_use():
+    source = """
+from server.storage.base import Scope, Store
+await services.store.get_session(scope, sid)
+self._store.shared
+pages = events_in_pages(stored, scope, sid, 0)
+await services.hub.stored.get(scope, sid)  # the session layer
+"""
+    assert store_uses(source) == [
+        "line 2: import Store",
+        "line 3: services.store",
+        "line 4: self._store",
+        "line 5: events_in_pages",
+    ]

@@ -113,9 +113,11 @@ async def _no_versions(live: Any) -> list[str]:
 
 
 def _services(active_path: Any) -> Any:
-    """As much of Services as attaching reads: the hub's defaults and active path."""
-    hub = SimpleNamespace(session_defaults={}, active_path=active_path)
-    return SimpleNamespace(hub=hub, store=None)
+    """As much of Services as attaching reads: the hub's defaults and active path, and of
+    its stored sessions that the store is well and not shared."""
+    stored = SimpleNamespace(outage=lambda: None, shared=False)
+    hub = SimpleNamespace(session_defaults={}, active_path=active_path, stored=stored)
+    return SimpleNamespace(hub=hub)
 
 
 async def test_a_store_that_does_not_answer_leaves_the_active_path_unknown(monkeypatch):

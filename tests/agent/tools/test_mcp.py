@@ -13,8 +13,9 @@ import pytest
 from agent.errors import ToolError
 from agent.tools.catalog import _missing
 from agent.tools.config import McpServerConfig
-from agent.tools.mcp import McpServer, _Backoff, _describe_failure, exposed_name
+from agent.tools.mcp import McpServer, _describe_failure, exposed_name
 from agent.tools.mcp_content import fill_form
+from agent.tools.mcp_restarts import restarts
 from tests.fakes.mcp_raw import mcp_raw_server
 from tests.fakes.mcp_sdk import mcp_sdk_over_http, mcp_sdk_server
 from tests.fakes.mcp_servers import descendants, npm_server
@@ -153,6 +154,29 @@ async def test_a_changed_tool_list_is_read_again_at_once_at_2026_07_28(transport
         assert server.state == "up" and server.restarts == 0
 
 
+async def test_a_subscription_that_ends_is_opened_again_and_brings_changes_at_once():
+    # The server ends its subscriptions/listen stream (as one going away does): the client
+    # subscribes again after restart_backoff_s, and a change is then seen at once, not at the
+    # periodic check (a minute away), without a restart of the connection.
+    config = McpServerConfig(
+        **mcp_sdk_server(end_listen=True), health_interval_s=60, restart_backoff_s=0.05
+    )
+    async with running("sdk", config) as server:
+        assert server.state == "up", server.error
+
+        async def listens() -> int:
+            return int(await server.call(server.tools["sdk__listens"], {}, None))
+
+        async with asyncio.timeout(10):
+            while await listens() < 1:  # the first stream is acknowledged by its listing
+                await server.next_listing()
+            assert await server.call(server.tools["sdk__end_listens"], {}, None) == "ended"
+            while await listens() < 2:  # each stream is listed again once acknowledged
+                await server.next_listing()
+            await _grow_and_see(server, "added_1")  # only the new stream can say so now
+        assert server.state == "up" and server.restarts == 0
+
+
 async def test_a_refused_subscription_is_logged_once_and_the_periodic_check_serves(
     caplog: pytest.LogCaptureFixture,
 ):
@@ -258,16 +282,41 @@ async def test_a_command_that_is_not_found_says_where_it_was_looked_for(
             assert str(tmp_path) in server.error
 
 
-def test_restarts_back_off_doubling_and_start_over_after_a_long_run() -> None:
-    """One backoff for both loops that keep something running (the connection and the
-    tools/list_changed subscription)."""
+async def test_restarts_back_off_doubling_and_start_over_after_a_long_run() -> None:
+    """One retry policy for both loops that keep something running (the connection and the
+    tools/list_changed subscription): each try here says how long it ran, on a fake clock."""
     now = [0.0]
-    backoff = _Backoff(1.0, 5.0, clock=lambda: now[0])
-    waits = []
-    for _ in range(5):  # each try fails at once
-        backoff.started()
-        waits.append(backoff.wait())
-    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0]
-    backoff.started()
-    now[0] += 20.5  # ran for more than four times the wait it would get
-    assert backoff.wait() == 1.0
+    runs = iter([0.0] * 5 + [20.5, 0.0, 0.0])  # the sixth ran past four times its wait (5 s)
+    waits: list[float] = []
+    told: list[tuple[str, float]] = []
+
+    async def pause(seconds: float) -> None:
+        waits.append(seconds)
+
+    async def once() -> str | None:
+        ran = next(runs, None)
+        if ran is None:
+            return None  # the caller stops it
+        now[0] += ran
+        return f"ran {ran:g} s"
+
+    policy = restarts(
+        1.0,
+        5.0,
+        again=lambda why: why is not None,
+        told=lambda why, wait: told.append((why, wait)),
+        pause=pause,
+        clock=lambda: now[0],
+    )
+    assert await policy(once) is None
+    assert waits == [1.0, 2.0, 4.0, 5.0, 5.0, 1.0, 2.0, 4.0]
+    assert told[5] == ("ran 20.5 s", 1.0)
+
+
+async def test_a_try_that_raises_ends_the_restarts_with_its_error() -> None:
+    async def once() -> None:
+        raise asyncio.CancelledError
+
+    policy = restarts(1.0, 5.0, again=lambda _: True, told=lambda *_: None)
+    with pytest.raises(asyncio.CancelledError):
+        await policy(once)
