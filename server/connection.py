@@ -17,6 +17,8 @@ from collections import deque
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from server.storage.frames import Frame
+
 __all__ = ["FRAMES_PER_TURN", "Connection", "OVERFLOW_CLOSE_CODE"]
 
 OVERFLOW_CLOSE_CODE = 1013
@@ -64,9 +66,13 @@ class Connection:
         self._queued = sum(len(text) for text in self._queue)
         self._replayed_up_to = replayed_up_to
         for text, seq in held:
-            self.deliver(text, seq)
+            self._accept(text, seq)
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+        """Queue `text` as it is: a socket sends the JSON, it reads nothing of `frame`."""
+        self._accept(text, seq)
+
+    def _accept(self, text: str, seq: int | None) -> None:
         if seq is not None and seq <= self._replayed_up_to:
             return  # the replay sent it (see `release`)
         if self._held is not None:

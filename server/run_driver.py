@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
-
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
@@ -43,6 +41,7 @@ from server.run_request import Origin, RunRequest, read_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
+from server.storage.frames import read_frames
 from server.storage.outage import StoreUnavailable, outage_of
 from server.storage.runs import RunTree
 from server.tenant_metrics import TenantMetrics
@@ -202,18 +201,17 @@ class RunDriver:
     async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
         """(the shown path's last user message, its mode, how it ended), from the stored
         events; older sessions without `agent_user_message` events fall back to the messages."""
-        tail = await self._store.read_events(
-            live.scope, live.session_id, max(0, live.last_seq - _TAIL_EVENTS)
-        )
+        after = max(0, live.last_seq - _TAIL_EVENTS)
+        tail = await read_frames(self._store, live.scope, live.session_id, after)
         tree = await load_tree(self._store, live.scope, live.session_id)
-        frames = on_path(tree, [orjson.loads(raw) for raw in tail], lambda f: f.get("run_id"))
+        frames = on_path(tree, tail, lambda f: f.run_id)
         ending = ""
         for frame in reversed(frames):
-            kind = frame.get("update_type") or frame.get("type")
+            kind = frame.kind
             if not ending and kind in ("agent_completion", "agent_stopped", "error"):
                 ending = str(frame.get("stop_reason") or frame.get("reason") or kind)
             if kind == "agent_user_message":
-                return str(frame["content"]), bool(frame.get("agent_mode", True)), ending
+                return str(frame.get("content")), bool(frame.get("agent_mode", True)), ending
         history = await self._store.load_history(live.scope, live.session_id)
         for message in reversed(history):
             if message.role == "user" and message.run_id:
@@ -348,8 +346,7 @@ class RunDriver:
             await live.publish([frame])
         except StorageError:
             run.told_unstored(frame)  # stored, with its `seq`, once the store is back
-            frame.pop("seq")
-            live.deliver_unstored(orjson.dumps(frame).decode())
+            live.deliver_unstored(frame)
 
     async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
         """Send the run's one `response_complete`; the session turns idle (and releases the
@@ -373,8 +370,7 @@ class RunDriver:
             )
             live.ended_unstored(run)
             if not isinstance(exc, PartlyStored):  # not stored, so not sent: send it anyway
-                frame.pop("seq")
-                live.deliver_unstored(orjson.dumps(frame).decode())
+                live.deliver_unstored(frame)
             # The store still shows the run as active: close it there once it is back.
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
             ridden_out = isinstance(live.broken or exc, StoreUnavailable)

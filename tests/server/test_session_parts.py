@@ -25,6 +25,7 @@ from server.run_request import read_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import Scope, UnfinishedRun
+from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from server.tenant_metrics import TenantMetrics
 from tests.storage.sqlite_trace import traced
@@ -66,7 +67,7 @@ class Watcher:
         self.codes: list[int] = []
         self.closed = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
         pass
 
     def finish(self, code: int) -> None:
