@@ -23,6 +23,7 @@ from server.protocol import MAX_WHOLE_NUMBER, whole_number
 from server.request_body import BodyError, read_body
 from server.services import Services
 from server.storage.base import Scope, Store, events_in_pages
+from server.storage.frames import frames_in_pages
 from server.storage.outage import outage_of
 from server.storage.search import MAX_QUERY_CHARS, SessionSearch
 from server.versions import messages_on_path
@@ -308,16 +309,14 @@ async def session_usage(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     totals: dict[str, float] = {}
     runs = 0
-    async for page, _ in events_in_pages(_services(request).store, scope, session_id, 0):
-        for raw in page:
-            if b'"usage"' not in raw:  # cheap filter before parsing
-                continue
-            frame = orjson.loads(raw)
+    store = _services(request).store
+    async for page in frames_in_pages(store, scope, session_id, 0, marker=b'"usage"'):
+        for frame in page:
             usage = frame.get("usage")
             # Every frame that ends a run may carry its usage: a completion, a stop, a chat
             # reply, or an `error` (the calls before a model failure were paid for).
-            ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
-            if (ends_run or frame.get("type") in ("chat_response", "error")) and usage:
+            ends_run = frame.kind in ("agent_completion", "agent_stopped", "chat_response")
+            if (ends_run or frame.kind == "error") and usage:
                 runs += 1
                 for key, value in usage.items():
                     totals[key] = totals.get(key, 0) + value

@@ -37,7 +37,7 @@ from server.protocol import (
 from server.run_context import BuildContext
 from server.run_quota import RunQuota, run_in_progress
 from server.run_recovery import Repairs
-from server.run_request import Origin, RunRequest, read_request
+from server.run_request import Origin, RunRequest, read_request, rerun_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
@@ -119,6 +119,10 @@ class RunDriver:
         """
         available = self._tools_for(live.scope.tenant_id)
         request = read_request(frame, self._settings, available, origin, client_tools)
+        return await self._start(live, request)
+
+    async def _start(self, live: LiveSession, request: RunRequest) -> str:
+        """Start a run for `request`, checked already; see `start_run`."""
         if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise run_in_progress()
         outage = outage_of(self._store)
@@ -129,7 +133,7 @@ class RunDriver:
             if live.run is not None:  # a chat of another tab started meanwhile
                 raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
-        run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
+        run = ActiveRun(uuid.uuid4().hex, RunControl(), content=request.content)
         live.claim_run(run)  # before any wait, so a second chat meanwhile is refused
         if self._store.shared:
             try:
@@ -179,14 +183,11 @@ class RunDriver:
                     "Only a run that stopped at its step limit or budget can be continued.",
                 )
             content, agent_mode = _CONTINUE, True
-        chat = ChatFrame(
-            type="chat",
-            content=content,
-            agent_mode=agent_mode,
-            agent_max_steps=frame.agent_max_steps,
-            id=frame.id,
+        origin: Origin = "retry" if frame.action == "retry" else "continue"
+        request = rerun_request(
+            content, agent_mode, frame.agent_max_steps, frame.id, origin, self._settings
         )
-        return await self.start_run(live, chat, "retry" if frame.action == "retry" else "continue")
+        return await self._start(live, request)
 
     async def stop_all(self, timeout_s: float) -> None:
         """Stop every run ("shutdown") and wait, at most `timeout_s`, until each has ended."""

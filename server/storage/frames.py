@@ -74,9 +74,10 @@ async def read_frames(
 
 
 async def frames_in_pages(
-    store: Store, scope: Scope, session_id: str, after_seq: int
+    store: Store, scope: Scope, session_id: str, after_seq: int, *, marker: bytes = b""
 ) -> AsyncIterator[list[Frame]]:
     """The session's stored events after `after_seq`, decoded a page at a time (a long
-    session is never held whole in memory: see `events_in_pages`)."""
+    session is never held whole in memory: see `events_in_pages`). With `marker`, only the
+    events whose stored text contains it: a cheap filter before decoding."""
     async for page, _ in events_in_pages(store, scope, session_id, after_seq):
-        yield [decode(raw) for raw in page]
+        yield [decode(raw) for raw in page if marker in raw]
