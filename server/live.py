@@ -4,7 +4,7 @@ It owns the session's write order. Every event and message goes through one queu
 one writer task, is stored, and only then reaches the subscribers, so each connection sees
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done. A subscriber gets each
-frame twice over and parses neither: the text the store made of it, to send, and the frame as
+frame in two forms and parses neither: the text the store made of it, to send, and the frame as
 built (`Frame`), to read.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
