@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from typing import Any
 
-import orjson
 from ag_ui.core import (
     AssistantMessage,
     FunctionCall,
@@ -38,6 +37,7 @@ from server.agui_stream import Stream, encode, follow, open_stream, served
 from server.live import LiveSession
 from server.services import Services
 from server.storage.base import Scope
+from server.storage.frames import Frame
 from server.storage.search import ANSWER_PHASES
 from server.versions import on_path
 
@@ -61,35 +61,34 @@ async def connect_endpoint(request: Request) -> Response:
         messages = await _snapshot(services, scope, live.session_id, frames)
     except (Refused, StorageError) as exc:
         return refusal(request, services, live, stream, exc, "The store is unavailable.")
-    run_id = str(frames[0]["run_id"]) if frames else run_input.run_id
+    run_id = str(frames[0].run_id) if frames else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(run_input.thread_id, run_id, client_tools)
     body = _events(stream, translator, messages, frames)
     return sse_response(request, served(services, live, stream, body))
 
 
-async def _last_run(services: Services, scope: Scope, session_id: str) -> list[dict[str, Any]]:
+async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Frame]:
     """The stored frames of the session's last run (the one going on), oldest first."""
-    frames: list[dict[str, Any]] = []
-    async for page, _ in services.hub.stored.events(scope, session_id, 0):
-        for raw in page:
-            frame = orjson.loads(raw)
-            if frame.get("update_type") == "agent_user_message":
+    frames: list[Frame] = []
+    async for page in services.hub.stored.frames(scope, session_id, 0):
+        for frame in page:
+            if frame.kind == "agent_user_message":
                 frames = []  # a run begins with its user's message
-            if frame.get("run_id"):
+            if frame.run_id:
                 frames.append(frame)
     return frames
 
 
 async def _snapshot(
-    services: Services, scope: Scope, session_id: str, running: list[dict[str, Any]]
+    services: Services, scope: Scope, session_id: str, running: list[Frame]
 ) -> list[Message]:
     """The stored conversation as AG-UI messages; of the run going on only its user's
     message (the stream shows the rest of it)."""
     stored = await services.hub.stored.last_messages(scope, session_id, _HISTORY_LIMIT)
     tree = await services.hub.stored.tree(scope, session_id)
     stored = on_path(tree, stored, lambda body: body.get("run_id"))  # the versions shown
-    run_id = running[0]["run_id"] if running else None
+    run_id = running[0].run_id if running else None
     out: list[Message] = []
     for body in stored:
         if run_id is not None and body.get("run_id") == run_id and body["role"] != "user":
@@ -125,7 +124,7 @@ async def _events(
     stream: Stream,
     translator: Translator,
     messages: list[Message],
-    frames: list[dict[str, Any]],
+    frames: list[Frame],
 ) -> AsyncGenerator[str, None]:
     started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
     yield encode([started, MessagesSnapshotEvent(messages=messages)])
@@ -139,10 +138,10 @@ async def _events(
         return
     last_seq = 0
     for i, frame in enumerate(frames):
-        last_seq = int(frame.get("seq") or last_seq)
+        last_seq = frame.seq or last_seq
         answered = i + 1 < len(frames)  # a question the run went on from
-        if frame.get("update_type") in _INTERRUPTS and answered:
+        if frame.kind in _INTERRUPTS and answered:
             continue
-        yield encode(translator.translate(frame))
+        yield encode(translator.translate(frame.body))
     async for text in follow(stream, translator, last_seq):
         yield text

@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 
-import orjson
 from ag_ui.core import BaseEvent, RunErrorEvent
 from ag_ui.encoder import EventEncoder
 
 from server.agui_events import Translator
 from server.live import LiveSession
 from server.services import Services
+from server.storage.frames import Frame
 
 __all__ = ["KEEPALIVE_S", "Stream", "encode", "follow", "open_stream", "served"]
 
@@ -34,7 +34,7 @@ class Stream:
     """A session subscriber feeding one SSE response; its queue is bounded like a socket's."""
 
     def __init__(self, max_queued: int, max_bytes: int) -> None:
-        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[str, Frame | None] | None] = asyncio.Queue()
         self._max = max_queued
         self._max_bytes = max_bytes
         self._queued = 0  # characters waiting
@@ -42,7 +42,9 @@ class Stream:
         self.close_code: int | None = None
         self._closed = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame | None = None) -> None:
+        """Queue `frame` to translate; its `text` counts against the bound in bytes, as on a
+        socket (a bare text, without `frame`, is counted and has nothing to translate)."""
         if self.overflowed:
             return
         if self._queue.qsize() >= self._max or self._queued + len(text) > self._max_bytes:
@@ -50,14 +52,19 @@ class Stream:
             self._queue.put_nowait(None)
             return
         self._queued += len(text)
-        self._queue.put_nowait(text)
+        self._queue.put_nowait((text, frame))
+
+    async def take(self) -> tuple[str, Frame | None] | None:
+        """The next frame's text and frame, or None: the stream ends."""
+        item = await self._queue.get()
+        if item is not None:
+            self._queued -= len(item[0])
+        return item
 
     async def next(self) -> str | None:
-        """The next frame, or None: the stream ends."""
-        text = await self._queue.get()
-        if text is not None:
-            self._queued -= len(text)
-        return text
+        """The next frame's text, or None: the stream ends."""
+        item = await self.take()
+        return None if item is None else item[0]
 
     def finish(self, code: int) -> None:
         self.close_code = code
@@ -114,18 +121,19 @@ async def follow(
     while not translator.done:
         try:
             async with asyncio.timeout(keepalive_s):
-                text = await stream.next()
+                item = await stream.take()
         except TimeoutError:
             yield _KEEPALIVE  # a run thinking quietly, a question waiting, text held
             continue
-        if text is None:
+        if item is None:
             message = f"The stream ended: {stream.why()}."
             yield encode([RunErrorEvent(message=message, code="stream_closed")])
             return
-        frame = orjson.loads(text)
-        seq = frame.get("seq")
-        if frame.get("run_id") != translator.run_id or (isinstance(seq, int) and seq <= after_seq):
+        frame = item[1]
+        if frame is None or frame.run_id != translator.run_id:
             continue
-        out = translator.translate(frame)
+        if frame.seq is not None and frame.seq <= after_seq:
+            continue
+        out = translator.translate(frame.body)
         if out:
             yield encode(out)

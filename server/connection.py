@@ -17,18 +17,20 @@ from collections import deque
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from server.storage.frames import Frame
+
 __all__ = ["FRAMES_PER_TURN", "Connection", "OVERFLOW_CLOSE_CODE"]
 
 OVERFLOW_CLOSE_CODE = 1013
 OVERTAKE_AFTER = 32  # queued frames; below this a stopping client gets every delta
 FRAMES_PER_TURN = 16  # frames sent in a row before the writer yields to the event loop
 
-_DELTA = '_delta"'  # in the type of every text delta frame, near the start of its body
-_COMPLETE = '{"type":"response_complete"'
+_OWN = ""  # the kind of a frame sent to this connection only (an error): never left out
 
 
-def _is_delta(text: str) -> bool:
-    return _DELTA in text[:72]
+def _is_delta(kind: str) -> bool:
+    """A text delta: what a stop may leave out (every other frame is sent)."""
+    return kind.endswith("_delta")
 
 
 class Connection:
@@ -38,10 +40,10 @@ class Connection:
         self._ws = websocket
         self._max = max_queued
         self._max_bytes = max_bytes  # frames are up to ~1 MiB: a count alone bounds little
-        self._queue: deque[str] = deque()
+        self._queue: deque[tuple[str, str]] = deque()  # each frame's text and kind
         self._queued = 0  # characters in `_queue` (and in `_held` while holding)
         self._ready = asyncio.Event()
-        self._held: list[tuple[str, int | None]] | None = None
+        self._held: list[tuple[str, int | None, str]] | None = None
         self._replayed_up_to = 0  # stored events this socket got by replay, not live
         self.overflowed = asyncio.Event()
         self._close_code: int | None = None
@@ -61,52 +63,56 @@ class Connection:
         send an event that is delivered live only after this release.
         """
         held, self._held = self._held or [], None
-        self._queued = sum(len(text) for text in self._queue)
+        self._queued = sum(len(text) for text, _ in self._queue)
         self._replayed_up_to = replayed_up_to
-        for text, seq in held:
-            self.deliver(text, seq)
+        for text, seq, kind in held:
+            self._accept(text, seq, kind)
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+        """Queue `text`, sent as it is; `frame` says what it is."""
+        self._accept(text, seq, frame.kind)
+
+    def _accept(self, text: str, seq: int | None, kind: str) -> None:
         if seq is not None and seq <= self._replayed_up_to:
             return  # the replay sent it (see `release`)
         if self._held is not None:
-            self._held.append((text, seq))
+            self._held.append((text, seq, kind))
             self._queued += len(text)
             if len(self._held) > self._max or self._queued > self._max_bytes:
                 self.overflowed.set()
             return
-        self._put(text)
+        self._put(text, kind)
 
     def send(self, text: str) -> None:
-        """Queue a frame for this connection only (the session frame, errors, replay)."""
-        self._put(text)
+        """Queue a frame for this connection only (an error about what it sent)."""
+        self._put(text, _OWN)
 
     def overtake_deltas(self) -> None:
         """This client asked for a stop: let `agent_stopped` overtake the deltas it has not
         been sent yet, if there are many (see the module docstring)."""
         if len(self._queue) <= OVERTAKE_AFTER:
             return
-        kept = deque(text for text in self._queue if not _is_delta(text))
+        kept = deque(item for item in self._queue if not _is_delta(item[1]))
         self.skipped += len(self._queue) - len(kept)
         self._queue = kept
-        self._queued = sum(len(text) for text in kept)
-        self._skipping = not any(text.startswith(_COMPLETE) for text in kept)
+        self._queued = sum(len(text) for text, _ in kept)
+        self._skipping = not any(kind == "response_complete" for _, kind in kept)
 
-    def _put(self, text: str) -> None:
+    def _put(self, text: str, kind: str) -> None:
         if self.overflowed.is_set():
             return
         if self._skipping:
-            if _is_delta(text):
+            if _is_delta(kind):
                 self.skipped += 1
                 return
-            if text.startswith(_COMPLETE):
+            if kind == "response_complete":
                 self._skipping = False
         if len(self._queue) >= self._max or self._queued + len(text) > self._max_bytes:
             self._queue.clear()
             self._queued = 0
             self.overflowed.set()
             return
-        self._queue.append(text)
+        self._queue.append((text, kind))
         self._queued += len(text)
         self._ready.set()
 
@@ -131,7 +137,7 @@ class Connection:
             await self._ready.wait()
             sent = 0
             while self._queue:  # not a local: overtake_deltas replaces the queue
-                text = self._queue.popleft()
+                text, _ = self._queue.popleft()
                 self._queued -= len(text)
                 try:
                     await self._ws.send_text(text)

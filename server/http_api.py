@@ -307,16 +307,13 @@ async def session_usage(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     totals: dict[str, float] = {}
     runs = 0
-    async for page, _ in _stored(request).events(scope, session_id, 0):
-        for raw in page:
-            if b'"usage"' not in raw:  # cheap filter before parsing
-                continue
-            frame = orjson.loads(raw)
+    async for page in _stored(request).frames(scope, session_id, 0, marker=b'"usage"'):
+        for frame in page:
             usage = frame.get("usage")
             # Every frame that ends a run may carry its usage: a completion, a stop, a chat
             # reply, or an `error` (the calls before a model failure were paid for).
-            ends_run = frame.get("update_type") in ("agent_completion", "agent_stopped")
-            if (ends_run or frame.get("type") in ("chat_response", "error")) and usage:
+            ends_run = frame.kind in ("agent_completion", "agent_stopped", "chat_response")
+            if (ends_run or frame.kind == "error") and usage:
                 runs += 1
                 for key, value in usage.items():
                     totals[key] = totals.get(key, 0) + value

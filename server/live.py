@@ -3,7 +3,9 @@
 It owns the session's write order. Every event and message goes through one queue drained by
 one writer task, is stored, and only then reaches the subscribers, so each connection sees
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
-are shielded: a run cancelled by a stop cannot leave a write half done.
+are shielded: a run cancelled by a stop cannot leave a write half done. A subscriber gets each
+frame in two forms and parses neither: the text the store made of it, to send, and the frame as
+built (`Frame`), to read.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
 and its last event, unless the store is behind (more than `_QUEUE_HIGH_WATER` of its
@@ -42,6 +44,7 @@ from server.storage.base import (
     StatusChange,
     Store,
 )
+from server.storage.frames import Frame, decode
 from server.storage.outage import checked_before_retry
 
 __all__ = [
@@ -68,8 +71,10 @@ log = logging.getLogger(__name__)
 
 
 class Subscriber(Protocol):
-    def deliver(self, text: str, seq: int | None) -> None:
-        """Queue one frame for sending without waiting; the subscriber handles overflow."""
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+        """Queue one frame for sending without waiting; the subscriber handles overflow.
+        `text` is its JSON, to send as is; `frame` the same frame as built, to read what
+        happened from (never `text`); `seq` None: not stored."""
         ...
 
     def finish(self, code: int) -> None:
@@ -294,8 +299,8 @@ class LiveSession:
         the run that last ended here is taken without being sent."""
         if self.run is not None or seq != self.last_seq + 1:
             return False
-        frame = orjson.loads(body)
-        if self.ended_run is not None and frame.get("run_id") == self.ended_run:
+        frame = decode(body)  # another process built it: read from the store
+        if self.ended_run is not None and frame.run_id == self.ended_run:
             # Stored after its end was sent live: a write the store took but whose answer a
             # failure lost, or the end stored once the store was back. Watchers here saw
             # `response_complete` already; a replay has it in order.
@@ -305,39 +310,43 @@ class LiveSession:
         self.last_seq = seq
         text = body.decode()
         for sub in list(self.subscribers):
-            sub.deliver(text, seq)
+            sub.deliver(text, seq, frame)
         return True
 
-    def settle(self, frame: dict[str, Any]) -> None:
+    def settle(self, frame: Frame) -> None:
         """Keep status and pending question or approval in step with a stored event of a run
         another process runs."""
-        kind = frame.get("update_type") or frame.get("type")
+        kind = frame.kind
         if kind == "agent_request_input":
             self.status = "awaiting_input"
-            self.pending_input = {k: frame.get(k) for k in _QUESTION}
+            self.pending_input = frame.pick(_QUESTION)
         elif kind == "agent_tool_approval":
             self.status = "awaiting_approval"
-            self.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+            self.pending_approval = frame.pick(_APPROVAL)
         elif kind == "response_complete":
             self.status, self.pending_input, self.pending_approval = "idle", None, None
-        elif frame.get("run_id"):
+        elif frame.run_id:
             self.status, self.pending_input, self.pending_approval = "running", None, None
 
-    def notify(self, frame_text: str) -> None:
+    def notify(self, frame: dict[str, Any]) -> None:
         """Send a frame about the session that is not a run event (no seq, nothing stored)
         to every watcher of it in this process."""
-        for sub in list(self.subscribers):
-            sub.deliver(frame_text, None)
+        self._send_unstored(frame)
 
     def mend(self) -> None:
         """The run that lost a batch has ended, and the store refused that batch (it did not
         time out): nothing of it can turn up stored later, so later runs may write again."""
         self.broken = None
 
-    def deliver_unstored(self, frame_text: str) -> None:
-        """Send a frame that could not be stored (the store is failing) to every watcher."""
+    def deliver_unstored(self, frame: dict[str, Any]) -> None:
+        """Send a run's frame that could not be stored (the store is failing) to every
+        watcher, without the `seq` it was not given. `frame` itself is left as it is."""
+        self._send_unstored({key: value for key, value in frame.items() if key != "seq"})
+
+    def _send_unstored(self, frame: dict[str, Any]) -> None:
+        text, sent = orjson.dumps(frame).decode(), Frame(frame)
         for sub in list(self.subscribers):
-            sub.deliver(frame_text, None)
+            sub.deliver(text, None, sent)
 
     # -- named transitions: the only ways other modules change this session's state ---------
 
@@ -380,11 +389,11 @@ class LiveSession:
         if self.run is None:
             self.status, self.pending_input, self.pending_approval = "running", None, None
 
-    def approval_elsewhere(self, frame: dict[str, Any]) -> None:
+    def approval_elsewhere(self, frame: Frame) -> None:
         """The run another process runs waits for approval of the call in `frame` (a stored
         `agent_tool_approval`: a pending approval lives with its run, not in the store)."""
         if self.run is None:
-            self.pending_approval = {k: frame.get(k) for k in _APPROVAL}
+            self.pending_approval = frame.pick(_APPROVAL)
 
     def caught_up(self, seq: int) -> None:
         """Events up to `seq` of this session were stored by another writer (recovery closing
@@ -552,12 +561,13 @@ class LiveSession:
             self.taken_over = True
 
     def _deliver(self, frames: list[dict[str, Any]], bodies: list[bytes]) -> None:
+        """Send each stored frame: its stored text to write, the frame as built to read."""
         for frame, body in zip(frames, bodies, strict=True):
             seq = int(frame["seq"])
             self.last_seq = seq
-            text = body.decode()
+            text, sent = body.decode(), Frame(frame)
             for sub in list(self.subscribers):
-                sub.deliver(text, seq)
+                sub.deliver(text, seq, sent)
 
 
 def lease_clock() -> float:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
-
 from agent import control
 from agent.control import Decision, DecisionError
 from agent.validation import quoted
 from server.live import ActiveRun, LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.storage.base import Control, ControlKind, SessionRecord, Store
+from server.storage.frames import read_frames
 
 __all__ = [
     "apply_control",
@@ -171,17 +170,16 @@ async def settle_from_last_event(store: Store, live: LiveSession) -> None:
     while a question waits, or after the run ended) until the run's next event, which may
     never come. The last event says where the run is."""
     seq = live.last_seq
-    last = await store.read_events(live.scope, live.session_id, seq - 1, 1)
+    last = await read_frames(store, live.scope, live.session_id, seq - 1, 1)
     if last and live.last_seq == seq:  # else a newer event has settled it meanwhile
-        live.settle(orjson.loads(last[0]))
+        live.settle(last[0])
 
 
 async def find_pending_approval(store: Store, live: LiveSession) -> None:
     """The call another process waits to have approved, from its last events (a pending
     approval lives with the run, not in the session record)."""
-    recent = await store.read_events(live.scope, live.session_id, live.last_seq - 20)
-    for raw in reversed(recent):
-        frame = orjson.loads(raw)
-        if frame.get("update_type") == "agent_tool_approval":
+    recent = await read_frames(store, live.scope, live.session_id, live.last_seq - 20)
+    for frame in reversed(recent):
+        if frame.kind == "agent_tool_approval":
             live.approval_elsewhere(frame)
             return

@@ -13,11 +13,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-import orjson
-
 from agent.errors import StorageError
 from server.live import LiveSession
 from server.protocol import ProtocolError
+from server.storage.frames import Frame
 
 __all__ = ["AnswersToCome"]
 
@@ -44,17 +43,14 @@ class AnswersToCome:
         self._closed = asyncio.Event()
         live.subscribe(self)
 
-    def deliver(self, text: str, seq: int | None) -> None:
-        if "agent_request_input" not in text and "response_complete" not in text:
-            return  # most frames: not parsed
-        frame = orjson.loads(text)
-        if frame.get("run_id") != self._run_id:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+        if frame.run_id != self._run_id:
             return
-        if frame.get("type") == "response_complete":
+        if frame.kind == "response_complete":
             self.finish(0)
             return
-        call_id = frame.get("tool_call_id")
-        if frame.get("update_type") == "agent_request_input" and call_id in self._answers:
+        call_id = frame.tool_call_id
+        if frame.kind == "agent_request_input" and call_id in self._answers:
             task = asyncio.create_task(self._answer(call_id, self._answers.pop(call_id)))
             self._answering.add(task)
             task.add_done_callback(self._answering.discard)

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-import orjson
-
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
@@ -39,10 +37,11 @@ from server.protocol import (
 from server.run_context import BuildContext
 from server.run_quota import RunQuota, run_in_progress
 from server.run_recovery import Repairs
-from server.run_request import Origin, RunRequest, read_request
+from server.run_request import Origin, RunRequest, read_request, rerun_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
+from server.storage.frames import read_frames
 from server.storage.outage import StoreUnavailable, outage_of
 from server.storage.runs import RunTree
 from server.tenant_metrics import TenantMetrics
@@ -120,6 +119,10 @@ class RunDriver:
         """
         available = self._tools_for(live.scope.tenant_id)
         request = read_request(frame, self._settings, available, origin, client_tools)
+        return await self._start(live, request)
+
+    async def _start(self, live: LiveSession, request: RunRequest) -> str:
+        """Start a run for `request`, checked already; see `start_run`."""
         if live.run is not None:  # a run elsewhere holds the session's slot in the store
             raise run_in_progress()
         outage = outage_of(self._store)
@@ -130,7 +133,7 @@ class RunDriver:
             if live.run is not None:  # a chat of another tab started meanwhile
                 raise run_in_progress()
         self._quota.reserve(live.scope.tenant_id)
-        run = ActiveRun(uuid.uuid4().hex, RunControl(), content=frame.content)
+        run = ActiveRun(uuid.uuid4().hex, RunControl(), content=request.content)
         live.claim_run(run)  # before any wait, so a second chat meanwhile is refused
         if self._store.shared:
             try:
@@ -180,14 +183,11 @@ class RunDriver:
                     "Only a run that stopped at its step limit or budget can be continued.",
                 )
             content, agent_mode = _CONTINUE, True
-        chat = ChatFrame(
-            type="chat",
-            content=content,
-            agent_mode=agent_mode,
-            agent_max_steps=frame.agent_max_steps,
-            id=frame.id,
+        origin: Origin = "retry" if frame.action == "retry" else "continue"
+        request = rerun_request(
+            content, agent_mode, frame.agent_max_steps, frame.id, origin, self._settings
         )
-        return await self.start_run(live, chat, "retry" if frame.action == "retry" else "continue")
+        return await self._start(live, request)
 
     async def stop_all(self, timeout_s: float) -> None:
         """Stop every run ("shutdown") and wait, at most `timeout_s`, until each has ended."""
@@ -202,18 +202,17 @@ class RunDriver:
     async def _last_run(self, live: LiveSession) -> tuple[str, bool, str] | None:
         """(the shown path's last user message, its mode, how it ended), from the stored
         events; older sessions without `agent_user_message` events fall back to the messages."""
-        tail = await self._store.read_events(
-            live.scope, live.session_id, max(0, live.last_seq - _TAIL_EVENTS)
-        )
+        after = max(0, live.last_seq - _TAIL_EVENTS)
+        tail = await read_frames(self._store, live.scope, live.session_id, after)
         tree = await load_tree(self._store, live.scope, live.session_id)
-        frames = on_path(tree, [orjson.loads(raw) for raw in tail], lambda f: f.get("run_id"))
+        frames = on_path(tree, tail, lambda f: f.run_id)
         ending = ""
         for frame in reversed(frames):
-            kind = frame.get("update_type") or frame.get("type")
+            kind = frame.kind
             if not ending and kind in ("agent_completion", "agent_stopped", "error"):
                 ending = str(frame.get("stop_reason") or frame.get("reason") or kind)
             if kind == "agent_user_message":
-                return str(frame["content"]), bool(frame.get("agent_mode", True)), ending
+                return str(frame.get("content")), bool(frame.get("agent_mode", True)), ending
         history = await self._store.load_history(live.scope, live.session_id)
         for message in reversed(history):
             if message.role == "user" and message.run_id:
@@ -348,8 +347,7 @@ class RunDriver:
             await live.publish([frame])
         except StorageError:
             run.told_unstored(frame)  # stored, with its `seq`, once the store is back
-            frame.pop("seq")
-            live.deliver_unstored(orjson.dumps(frame).decode())
+            live.deliver_unstored(frame)
 
     async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
         """Send the run's one `response_complete`; the session turns idle (and releases the
@@ -373,8 +371,7 @@ class RunDriver:
             )
             live.ended_unstored(run)
             if not isinstance(exc, PartlyStored):  # not stored, so not sent: send it anyway
-                frame.pop("seq")
-                live.deliver_unstored(orjson.dumps(frame).decode())
+                live.deliver_unstored(frame)
             # The store still shows the run as active: close it there once it is back.
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
             ridden_out = isinstance(live.broken or exc, StoreUnavailable)

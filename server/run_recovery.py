@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from agent.control import RunControl
 from agent.errors import StorageError
 from agent.events import StopReason
@@ -28,6 +26,7 @@ from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.frames import Frame, read_frames
 from server.storage.outage import log_retry
 from server.versions import history_on_path
 
@@ -194,8 +193,8 @@ class RunRecovery:
         if record is None:
             return
         last = await self._last_event(record)
-        ours = last.get("run_id") == item.run_id
-        if ours and last.get("type") == "response_complete":  # only its status was not stored
+        ours = last.run_id == item.run_id
+        if ours and last.kind == "response_complete":  # only its status was not stored
             await self._store.update_session(
                 item.scope, item.session_id, now_ms(), status="idle", active_run_id=None
             )
@@ -204,7 +203,7 @@ class RunRecovery:
             return
         live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
-        if not (ours and _ENDINGS & {last.get("type"), last.get("update_type")}):
+        if not (ours and last.kind in _ENDINGS):
             ctx = self._context(live, run, self._limits, None)
             history = await history_on_path(self._store, item.scope, item.session_id)
             cut = await self._cut_short(live, run.run_id)
@@ -233,16 +232,14 @@ class RunRecovery:
         asked = any(c.kind == "stop" and c.run_id == item.run_id for c in controls)
         return "user" if asked else "interrupted"
 
-    async def _last_event(self, record: SessionRecord) -> dict[str, Any]:
-        """The session's last stored event ({} for none). It tells how far a run's end got:
-        its `response_complete` stored without the status (MongoDB's second write lost), its
-        answer, stop or error stored without the `response_complete` (a full disk at the
-        last commit), or neither (the process died mid-run)."""
-        last = await self._store.read_events(
-            Scope(record.tenant_id, record.user_id), record.session_id, record.last_seq - 1, 1
-        )
-        frame = orjson.loads(last[0]) if last else {}
-        return frame if isinstance(frame, dict) else {}
+    async def _last_event(self, record: SessionRecord) -> Frame:
+        """The session's last stored event (an empty frame for none). It tells how far a
+        run's end got: its `response_complete` stored without the status (MongoDB's second
+        write lost), its answer, stop or error stored without the `response_complete` (a
+        full disk at the last commit), or neither (the process died mid-run)."""
+        scope = Scope(record.tenant_id, record.user_id)
+        last = await read_frames(self._store, scope, record.session_id, record.last_seq - 1, 1)
+        return last[0] if last else Frame({})
 
     async def _cut_short(self, live: LiveSession, run_id: str) -> CutShort:
         """Where the dead run stopped: its step from its events (a step's Reason is stored
@@ -283,24 +280,21 @@ async def where_it_stopped(
     """Where `run_id`, the session's last run, stopped: read from `last_seq` backwards, only
     as far as the run goes, so a long history costs nothing."""
     step, end, window = 0, last_seq, _BACK_WINDOW
-    ours: list[dict[str, Any]] = []  # the run's events, oldest first
+    ours: list[Frame] = []  # the run's events, oldest first
     while end > 0:
         after = max(0, end - window)
-        frames = [
-            orjson.loads(raw)
-            for raw in await store.read_events(scope, session_id, after, end - after)
-        ]
-        mine = [f for f in frames if f.get("run_id") == run_id]
+        frames = await read_frames(store, scope, session_id, after, end - after)
+        mine = [f for f in frames if f.run_id == run_id]
         ours[:0] = mine
-        step = max([step, *(int(f.get("step") or 0) for f in mine)])
-        if any(f.get("run_id") not in (run_id, None) for f in frames):
+        step = max([step, *(f.step for f in mine)])
+        if any(f.run_id not in (run_id, None) for f in frames):
             break  # the run's first event is in this window
         end, window = after, window * 2
     phase: str | None = None
     text: list[str] = []
     for frame in ours:
-        kind = frame.get("update_type") or frame.get("type")
-        shows = _DELTA_PHASES.get(str(kind))
+        kind = frame.kind
+        shows = _DELTA_PHASES.get(kind)
         if shows is not None:
             if phase is None or (shows != phase and kind != "agent_answer_delta"):
                 phase, text = shows, []

@@ -18,7 +18,7 @@ from agent.validation import quoted
 from server.protocol import ChatFrame, ProtocolError
 from server.settings import AgentSettings
 
-__all__ = ["Origin", "RunRequest", "read_request"]
+__all__ = ["Origin", "RunRequest", "read_request", "rerun_request"]
 
 Origin = Literal["chat", "retry", "continue"]
 
@@ -45,12 +45,7 @@ def read_request(
 ) -> RunRequest:
     """Return what `frame` asks to run, defaults filled in; raise ProtocolError for more steps
     than allowed, a tool not in `available`, or a client tool named like a server tool."""
-    limit = settings.max_steps_limit
-    steps = frame.agent_max_steps or settings.default_max_steps
-    if steps > limit:
-        raise ProtocolError(
-            "invalid_message", f"agent_max_steps: must be at most {limit} (got {steps})."
-        )
+    steps = _steps(frame.agent_max_steps, settings)
     tools = None if frame.tools is None else tuple(frame.tools)
     unknown = [t for t in tools or () if t not in available]
     if unknown:
@@ -76,3 +71,28 @@ def read_request(
         tuple(client_tools),
         frame.replaces,
     )
+
+
+def rerun_request(
+    content: str,
+    agent_mode: bool,
+    max_steps: int | None,
+    client_id: str | None,
+    origin: Origin,
+    settings: AgentSettings,
+) -> RunRequest:
+    """A `retry` or `continue`: `content` (the stored message, or the request to go on) run
+    again with every tool and the configured style, at most `max_steps` steps."""
+    steps = _steps(max_steps, settings)
+    return RunRequest(content, agent_mode, steps, None, settings.style, client_id, origin)
+
+
+def _steps(asked: int | None, settings: AgentSettings) -> int:
+    """The steps a run may take: as asked, else the default; more than allowed is refused."""
+    limit = settings.max_steps_limit
+    steps = asked or settings.default_max_steps
+    if steps > limit:
+        raise ProtocolError(
+            "invalid_message", f"agent_max_steps: must be at most {limit} (got {steps})."
+        )
+    return steps

@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import orjson
-
 from agent.errors import ModelError, StorageError
 from agent.ports import CallInfo, ChatModel
 from agent.titles import write_title
@@ -76,4 +74,4 @@ class SessionTitles:
             log.info("session %s keeps its first words as its title: %s", session_id, exc)
             return
         frame = {"type": "session_title", "session_id": session_id, "title": title}
-        live.notify(orjson.dumps(frame).decode())
+        live.notify(frame)

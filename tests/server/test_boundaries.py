@@ -178,3 +178,71 @@ await services.hub.stored.get(scope, sid)  # the session layer
         "line 4: self._store",
         "line 5: events_in_pages",
     ]
+
+
+# Events stay typed until they leave the process: the only JSON the server parses is what
+# comes in from outside (docs: DESIGN.md, "Typed until the edge"). Stored events are decoded
+# in server/storage/ (server/storage/frames.py), nowhere else.
+DECODERS = SERVER / "storage"
+PARSERS = {
+    "server/protocol.py": 1,  # a client's frame
+    "server/agui_input.py": 1,  # an AG-UI request's body
+    "server/http_api.py": 1,  # an HTTP request's body
+    "server/settings.py": 1,  # a setting given as JSON
+}
+JSON_MODULES = {"json", "orjson"}
+
+
+def json_parses(source: str) -> list[int]:
+    """The lines of `source` that call `loads` of json or orjson, however it was imported."""
+    modules: set[str] = set()
+    functions: set[str] = set()
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name in JSON_MODULES}
+        elif isinstance(node, ast.ImportFrom) and node.module in JSON_MODULES:
+            functions |= {a.asname or a.name for a in node.names if a.name == "loads"}
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        by_module = (
+            isinstance(func, ast.Attribute)
+            and func.attr == "loads"
+            and isinstance(func.value, ast.Name)
+            and func.value.id in modules
+        )
+        if by_module or (isinstance(func, ast.Name) and func.id in functions):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_no_module_parses_an_event_it_built_or_stored():
+    counts = {
+        str(path.relative_to(SERVER.parent)): len(found)
+        for path in sorted(SERVER.rglob("*.py"))
+        if not path.is_relative_to(DECODERS)
+        and (found := json_parses(path.read_text(encoding="utf-8")))
+    }
+    assert counts == PARSERS, (
+        "read the frame a subscriber is given, or decode stored events with "
+        "server/storage/frames.py; only input from outside is parsed"
+    )
+
+
+def test_the_parse_check_sees_each_spelling():
+    source = """
+import orjson
+import json as j
+from orjson import loads
+from json import loads as parse
+orjson.loads(b"{}")
+j.loads("{}")
+loads(b"{}")
+parse("{}")
+orjson.dumps({})
+other.loads("{}")
+"""
+    assert json_parses(source) == [6, 7, 8, 9]

@@ -21,10 +21,11 @@ from server.protocol import ChatFrame, ProtocolError
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
 from server.run_recovery import RunRecovery, where_it_stopped
-from server.run_request import read_request
+from server.run_request import read_request, rerun_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import Scope, UnfinishedRun
+from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from server.tenant_metrics import TenantMetrics
 from tests.storage.sqlite_trace import traced
@@ -66,7 +67,7 @@ class Watcher:
         self.codes: list[int] = []
         self.closed = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
         pass
 
     def finish(self, code: int) -> None:
@@ -326,6 +327,17 @@ def test_a_chat_frame_that_cannot_run_is_refused(
     with pytest.raises(ProtocolError) as refused:
         read_request(_chat(**fields), AgentSettings(), ["web_search"], client_tools=specs)
     assert (refused.value.code, refused.value.message) == ("invalid_message", says)
+
+
+def test_a_retry_is_a_run_request_with_the_limits_of_a_chat() -> None:
+    """`retry` and `continue` build the request they run, checked as a chat's would be."""
+    settings = AgentSettings(default_max_steps=7, style="direct")
+    request = rerun_request("go on", True, None, "c2", "continue", settings)
+    assert (request.content, request.max_steps, request.style) == ("go on", 7, "direct")
+    assert (request.tools, request.client_id, request.origin) == (None, "c2", "continue")
+    with pytest.raises(ProtocolError) as refused:
+        rerun_request("again", True, 51, None, "retry", settings)
+    assert refused.value.message == "agent_max_steps: must be at most 50 (got 51)."
 
 
 # -- TenantMetrics ---------------------------------------------------------------------------

@@ -99,10 +99,10 @@ class _Live:
 
     def __init__(self, session_id: str) -> None:
         self.scope, self.session_id = Scope("acme", "alice"), session_id
-        self.sent: list[str] = []
+        self.sent: list[dict[str, Any]] = []
 
-    def notify(self, frame_text: str) -> None:
-        self.sent.append(frame_text)
+    def notify(self, frame: dict[str, Any]) -> None:
+        self.sent.append(frame)
 
 
 async def _first_run(tmp_path: Path) -> tuple[SQLiteStore, _Live]:

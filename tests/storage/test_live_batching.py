@@ -17,6 +17,7 @@ from agent.errors import StorageError
 from agent.messages import Message
 from server.live import LiveSession, WriteBacklog, next_tick
 from server.storage.base import Scope, WritesInOrder
+from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from tests.storage.sqlite_trace import traced
 
@@ -30,7 +31,7 @@ class Recorder:
         self.frames: list[tuple[dict[str, object], int | None]] = []
         self.arrived = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None) -> None:
+    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
         self.frames.append((orjson.loads(text), seq))
         self.arrived.set()
 
