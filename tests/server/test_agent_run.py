@@ -99,17 +99,19 @@ async def test_llm_requests_carry_gateway_headers_and_phase_inputs(server, fake_
         assert recorded.body["stream"] is True
         systems = [m for m in recorded.body["messages"] if m["role"] == "system"]
         assert len(systems) == 1 and recorded.body["messages"][0]["role"] == "system"
-    # Every phase shows the same tools (a cacheable prefix). Act asks as a plain tool loop
-    # does (tool_choice unset, no schema: docs/models.md); Reason and Observe have their JSON
-    # schemas; every phase has a bound and, with no temperature configured, the agent's own.
+    # Reason and Act show the same tools (a cacheable prefix), Observe none. Act asks as a
+    # plain tool loop does (tool_choice unset, no schema: docs/models.md); Reason and Observe
+    # have their JSON schemas; every phase has a bound and, with no temperature configured,
+    # the agent's own.
     reason_body, act_body, observe_body = (r.body for r in fake_llm.requests)
-    assert reason_body["tool_choice"] == observe_body["tool_choice"] == "none"
+    assert reason_body["tool_choice"] == "none"
     assert "tool_choice" not in act_body and "response_format" not in act_body
     assert reason_body["response_format"]["json_schema"]["name"] == "think"
     assert observe_body["response_format"]["json_schema"]["name"] == "look"
     assert [b["max_tokens"] for b in (reason_body, act_body, observe_body)] == [1024, 1024, 2048]
     assert {b["temperature"] for b in (reason_body, act_body, observe_body)} == {0.2}
-    assert reason_body["tools"] == act_body["tools"] == observe_body["tools"]
+    assert reason_body["tools"] == act_body["tools"]
+    assert "tools" not in observe_body and "tool_choice" not in observe_body
     offered = {t["function"]["name"] for t in act_body["tools"]}
     assert offered == {"get_current_time", "request_input"}
     observe_messages = fake_llm.requests[2].body["messages"]
