@@ -104,7 +104,7 @@ class RunLimits:
     budget: Budget = field(default_factory=Budget)
     plan_every: int = 0  # 0: no rolling plan
     style: Style = "balanced"
-    max_verifications: int = 2
+    max_verifications: int = 1
     stuck_steps: int = 3  # steps in a row that only repeat failed calls end the run; 0: never
     control_retries: int = 2
     approval_timeout_s: float = 300.0

@@ -107,7 +107,8 @@ async def test_a_repeated_identical_failing_call_is_refused(server_factory, fake
     same = {"city": "Atlantis"}
     fake_llm.script("act", *(act(FakeToolCall("weather", same)) for _ in range(3)))
     fake_llm.script("verify", _verdict(False, "still failing"), _verdict(False, "still"))
-    async with server_factory(**options) as s:
+    checked_twice = {"max_verifications": 2}  # each "not done" keeps the run going
+    async with server_factory(**options, agent=checked_twice) as s:
         async with await s.client() as c:
             await c.recv()
             frames = await c.run("Atlantis!", agent_max_steps=3)
