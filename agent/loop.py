@@ -83,7 +83,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
     system = system_message(
         ctx, "agent_system", style=ctx.prompts.render(f"style_{ctx.limits.style}")
     )
-    asked = _named_in_task(rec, tools)
+    asked = [*_named_in_task(rec, tools), *_link_readers(rec, tools)]
     rec.expect_tools(t for t in asked if t != REQUEST_INPUT)  # a question is no result
     if ctx.research is not None:
         await research_first_task(ctx, rec, ctx.research)
@@ -180,6 +180,17 @@ def _named_in_task(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.\-]+")
+_LINK = re.compile(r"\bhttps?://\S", re.IGNORECASE)
+
+
+def _link_readers(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
+    """The offered tools that read a link (a `url` or `urls` parameter), when the user's task
+    holds one: a page the person points at is read, not guessed. Qwen2.5-0.5B answered "When
+    does the library open? See http://…" with opening hours of its own, in Act and Observe
+    alike, without a call."""
+    if not _LINK.search(rec.task()):
+        return []
+    return [t.name for t in tools if {"url", "urls"} & set(t.parameters.get("properties") or {})]
 
 
 def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:

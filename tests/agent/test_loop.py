@@ -129,6 +129,34 @@ async def test_act_reads_the_conversation_as_a_plain_tool_loop_does(harness: Har
         assert not any(t in m.content for m in call.messages for t in thinking)
 
 
+class _PageArgs(BaseModel):
+    url: str
+
+
+async def _read_page(args: _PageArgs, context: ToolContext) -> Any:
+    return {"text": "Open 8:30 to 17:00."}
+
+
+async def test_a_link_in_the_task_wants_a_call_of_a_tool_that_reads_links():
+    """Qwen2.5-0.5B answered "When does the library open? See http://…" with hours of its
+    own: a tool taking a `url` is wanted, as if the user had named it."""
+    harness = Harness(tools=[Tool("read_page", "Read a page.", _PageArgs, _read_page), echo_tool])
+    harness.model.structured_output = True
+    call = '{"tool": "read_page", "arguments": {"url": "http://example.org/hours"}}'
+    harness.model.script("act", text("It opens at nine."), text(call))
+    harness.model.script("observe", observe("Read it.", final="It opens at 8:30."))
+    record = await harness.run("When does it open? See http://example.org/hours")
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert "Tools the user asked for: read_page.\n" in acts[1].messages[-2].content
+    assert [e.name for e in record.of(ToolStarted)] == ["read_page"]
+    # Without a link, nothing is wanted: the plain reply stands.
+    plain = Harness(tools=[Tool("read_page", "Read a page.", _PageArgs, _read_page)])
+    plain.model.structured_output = True
+    plain.model.script("act", text("It opens at nine."))
+    await plain.run("When does the library open?")
+    assert [c.response_format is None for c in plain.model.calls if c.phase == "act"] == [True]
+
+
 async def test_a_wanted_call_is_asked_again_by_schema_naming_the_tools_asked_for(
     harness: Harness,
 ):
