@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["copied_from"]
+__all__ = ["EchoGate", "copied_from", "own_words"]
 
 _WORD = re.compile(r"[a-z0-9]+")
 _MIN_WORDS = 4  # "Done." or "Checking the time." may well be in a prompt and still be meant
@@ -30,11 +30,20 @@ def copied_from(text: str, *sources: str) -> bool:
     return len(grams & source_grams) >= _SHARE * len(grams)
 
 
+def own_words(text: str, *sources: str) -> str:
+    """`text` without its sentences copied from `sources`: what an `EchoGate` shows of it."""
+    gate = EchoGate(*sources)
+    return (gate.feed(text) + gate.finish()).strip()
+
+
 class EchoGate:
-    """Holds the first words of a phase's streamed text until they show whether the model is
-    writing its own words or reading its instructions back (`copied_from`); a copy is never
-    shown, and nothing after it in that phase either. Own words pass on at once after that:
-    as soon as four words share no three-word run with the instructions, or after eight."""
+    """Holds each sentence of a phase's streamed text until it shows whether the model is
+    writing its own words or reading its instructions back (`copied_from`); a copied sentence
+    is never shown. A sentence whose first eight words share no three-word run with the
+    instructions passes on at once; one that shares a run is held to its end and judged
+    whole. Sentence by sentence, because a small model begins with words of its own and goes
+    on in the instructions' (Qwen2.5-0.5B: "I will ask the user a question and wait for the
+    answer. Use it only when you need information…", a tool's description)."""
 
     _HOLD_WORDS = 8
 
@@ -42,31 +51,63 @@ class EchoGate:
         self._sources = sources
         words = _WORD.findall(" ".join(sources).lower())
         self._grams = set(zip(words, words[1:], words[2:], strict=False))
-        self._held = ""
-        self._decided = False
-        self.copy = False
+        self._sentence = ""  # the sentence under way, shown or not
+        self._own: bool | None = None  # its verdict, once there is one
+        self.shown = ""  # everything let through
+        self.dropped = False  # a sentence was left out as a copy
+
+    @property
+    def copy(self) -> bool:
+        """Nothing but copies so far: the text is the instructions read back."""
+        return self.dropped and not self.shown.strip()
 
     def feed(self, text: str) -> str:
         """What of `text` may be shown now."""
-        if self._decided:
-            return "" if self.copy else text
-        self._held += text
-        words = _WORD.findall(self._held.lower())
-        if len(words) < _MIN_WORDS:
-            return ""
-        if len(words) <= self._HOLD_WORDS and self._shares_a_run(words):
-            return ""
-        return self._decide()
+        out = []
+        if self._sentence[-1:] in (".", "!", "?") and text[:1].isspace():
+            out.append(self._close())  # the stop came at the end of the last piece
+        while text:
+            end = _SENTENCE_END.search(text)
+            if end is None:
+                out.append(self._add(text))
+                break
+            out.append(self._add(text[: end.end()]))
+            out.append(self._close())
+            text = text[end.end() :]
+        return self._show("".join(out))
 
     def finish(self) -> str:
         """The end of the phase's text: what is still held, unless it is a copy."""
-        return "" if self._decided else self._decide()
+        return self._show(self._close())
+
+    def _add(self, piece: str) -> str:
+        self._sentence += piece
+        if self._own is not None:
+            return piece if self._own else ""
+        words = _WORD.findall(self._sentence.lower())
+        if len(words) >= self._HOLD_WORDS and not self._shares_a_run(words[: self._HOLD_WORDS]):
+            self._own = True
+            return self._sentence
+        return ""
+
+    def _close(self) -> str:
+        """The sentence ended: what of it is still to show."""
+        sentence, own = self._sentence, self._own
+        self._sentence, self._own = "", None
+        if own is not None:
+            return ""
+        if copied_from(sentence, *self._sources):
+            self.dropped = True
+            return ""
+        return sentence
+
+    def _show(self, text: str) -> str:
+        self.shown += text
+        return text
 
     def _shares_a_run(self, words: list[str]) -> bool:
         return any(g in self._grams for g in zip(words, words[1:], words[2:], strict=False))
 
-    def _decide(self) -> str:
-        self._decided = True
-        self.copy = copied_from(self._held, *self._sources)
-        held, self._held = self._held, ""
-        return "" if self.copy else held
+
+# The end of a sentence: a stop followed by a space, or a line break.
+_SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")

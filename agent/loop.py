@@ -23,7 +23,7 @@ from typing import Any
 from agent import clock
 from agent.acting import RECALL_DETAILS_SPEC, REQUEST_INPUT, REQUEST_INPUT_SPEC, run_tool_calls
 from agent.calling import call_model
-from agent.echo import EchoGate, copied_from
+from agent.echo import EchoGate, copied_from, own_words
 from agent.events import (
     AnswerDelta,
     CompletionReason,
@@ -347,8 +347,9 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) ->
     if control is None or control.should_continue:
         return None
     final = answer or control.final_answer.strip()
-    if not copied_from(final, *prompt):
-        return final or content or None  # nothing of its own to say: the run goes on
+    own = own_words(final, *prompt)  # as its gate let it stream
+    if own or not final:
+        return own or content or None  # nothing of its own to say: the run goes on
     # the instructions read back are no answer, and the run goes on
     if rec.answer_streamed:  # its first words passed the gate: the draft is withdrawn
         await ctx.sink.emit(FinishVerified(step, False, _COPIED_DRAFT))
@@ -617,6 +618,6 @@ async def stream_text(
     if active is not None:
         last = active.feed(last) + active.finish()
     await show(last, ending=True)
-    if active is not None and active.copy:  # the instructions read back: not its own words
-        return ""
+    if active is not None and active.dropped:  # the instructions read back are not its words
+        return active.shown.strip()
     return stream.content

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.echo import copied_from
+from agent.echo import EchoGate, copied_from, own_words
 
 PROMPT = (
     "How to choose: Prefer tools: check facts, times and anything that can change with a tool "
@@ -38,3 +38,45 @@ def test_a_copied_line_is_found_whatever_its_case_and_punctuation(text):
 )
 def test_the_models_own_words_are_not_a_copy(text):
     assert not copied_from(text, PROMPT)
+
+
+SOURCE = (
+    "Ask the user a question and wait for the answer. Use it only when you need information "
+    "or a decision that only the user can give."
+)
+
+
+def _through(gate: EchoGate, text: str, size: int) -> str:
+    """`text` streamed through `gate` in pieces of `size` characters."""
+    shown = "".join(gate.feed(text[i : i + size]) for i in range(0, len(text), size))
+    return shown + gate.finish()
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 1000])
+def test_a_copied_sentence_after_own_words_is_held_back_whatever_the_pieces(size):
+    own = "Tokyo is nine hours ahead of London, so I will look it up now. "
+    copied = "I will ask the user a question and wait for the answer. "
+    tail = "Then I answer."
+    gate = EchoGate(SOURCE)
+    assert _through(gate, own + copied + tail, size) == own + tail
+    assert gate.dropped and not gate.copy
+    assert gate.shown == own + tail
+
+
+def test_own_words_pass_on_before_their_sentence_ends():
+    gate = EchoGate(SOURCE)
+    first = gate.feed("The order A-1042 was shipped to Lisbon on the third")
+    assert first == "The order A-1042 was shipped to Lisbon on the third"
+    assert gate.feed(" of December.") == " of December."
+
+
+def test_a_text_of_nothing_but_copies_is_a_copy():
+    gate = EchoGate(SOURCE)
+    assert _through(gate, "Use it only when you need information or a decision.", 5) == ""
+    assert gate.copy
+
+
+def test_own_words_are_what_the_gate_shows():
+    text = "It is noon in Tokyo. Use it only when you need information or a decision."
+    assert own_words(text, SOURCE) == "It is noon in Tokyo."
+    assert own_words("Use it only when you need information or a decision.", SOURCE) == ""

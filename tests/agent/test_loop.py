@@ -358,6 +358,19 @@ async def test_a_thought_that_reads_a_checks_note_back_is_not_shown(harness: Har
     assert "Continue the work" not in shown
 
 
+async def test_a_tool_description_read_back_after_own_words_is_not_shown(harness: Harness):
+    """Qwen2.5-0.5B's thoughts began in its own words and went on in a tool's description."""
+    own = "Tokyo is far east of here, so I will check its clock first."
+    copied = " Get the current date and time in one or more time zones."
+    thought = json.dumps({"thought": own + copied, "tools_to_consider": [], "finish": False})
+    harness.model.script("reason", text(thought))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Found it.", final="It is noon."))
+    record = await harness.run("What time is it in Tokyo?")
+    assert [e.content for e in record.of(ReasonDone)] == [own]
+    assert "".join(e.delta for e in record.of(ReasonDelta)) == own
+
+
 async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_words(
     harness: Harness,
 ):
