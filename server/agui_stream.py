@@ -1,5 +1,6 @@
-"""An AG-UI response's stream: a session subscriber with a bounded queue, read by the response
-and translated into server-sent events, a comment line when nothing comes for a while.
+"""An AG-UI response's stream: a session subscriber with a bounded queue (`SubscriberQueue`,
+the one a `/ws` connection uses), read by the response and translated into server-sent
+events, a comment line when nothing comes for a while.
 
 `POST /agui` (server/agui.py) and `POST /agui/connect` (server/agui_connect.py) both stream
 through it. Like a `/ws` connection's queue, it never slows the run: a client that reads too
@@ -19,6 +20,7 @@ from server.agui_events import Translator
 from server.live import LiveSession
 from server.services import Services
 from server.storage.frames import Frame
+from server.subscriber_queue import SubscriberQueue
 
 __all__ = ["KEEPALIVE_S", "Stream", "encode", "follow", "open_stream", "served"]
 
@@ -34,32 +36,25 @@ class Stream:
     """A session subscriber feeding one SSE response; its queue is bounded like a socket's."""
 
     def __init__(self, max_queued: int, max_bytes: int) -> None:
-        self._queue: asyncio.Queue[tuple[str, Frame | None] | None] = asyncio.Queue()
-        self._max = max_queued
-        self._max_bytes = max_bytes
-        self._queued = 0  # characters waiting
-        self.overflowed = False
+        # On overflow what is queued is still sent, then the stream ends (RUN_ERROR).
+        self._queue: SubscriberQueue[Frame | None] = SubscriberQueue(max_queued, max_bytes, "end")
         self.close_code: int | None = None
         self._closed = asyncio.Event()
 
     def deliver(self, text: str, seq: int | None, frame: Frame | None = None) -> None:
         """Queue `frame` to translate; its `text` counts against the bound in bytes, as on a
         socket (a bare text, without `frame`, is counted and has nothing to translate)."""
-        if self.overflowed:
-            return
-        if self._queue.qsize() >= self._max or self._queued + len(text) > self._max_bytes:
-            self.overflowed = True
-            self._queue.put_nowait(None)
-            return
-        self._queued += len(text)
-        self._queue.put_nowait((text, frame))
+        if self.close_code is None:  # after `finish` the stream only ends
+            self._queue.put(text, frame)
+
+    @property
+    def overflowed(self) -> bool:
+        """The client read too slowly: the stream ends after what was queued."""
+        return self._queue.overflowed.is_set()
 
     async def take(self) -> tuple[str, Frame | None] | None:
         """The next frame's text and frame, or None: the stream ends."""
-        item = await self._queue.get()
-        if item is not None:
-            self._queued -= len(item[0])
-        return item
+        return await self._queue.get()
 
     async def next(self) -> str | None:
         """The next frame's text, or None: the stream ends."""
@@ -68,7 +63,7 @@ class Stream:
 
     def finish(self, code: int) -> None:
         self.close_code = code
-        self._queue.put_nowait(None)
+        self._queue.end()
 
     def why(self) -> str:
         if self.overflowed:

@@ -1,4 +1,5 @@
-"""Connection: one WebSocket's outbound side, a bounded queue drained by its own task.
+"""Connection: one WebSocket's outbound side, a bounded queue (`SubscriberQueue`, shared with
+AG-UI streams) drained by its own task.
 
 The run never waits for a socket: `deliver` only queues. A client that stops reading fills its
 queue, and the connection is closed with 1013 so it can resume from the stored events with
@@ -13,11 +14,11 @@ then jump; every skipped delta is stored and can be replayed with `after_seq`.
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.storage.frames import Frame
+from server.subscriber_queue import SubscriberQueue
 
 __all__ = ["FRAMES_PER_TURN", "Connection", "OVERFLOW_CLOSE_CODE"]
 
@@ -40,12 +41,11 @@ class Connection:
         self._ws = websocket
         self._max = max_queued
         self._max_bytes = max_bytes  # frames are up to ~1 MiB: a count alone bounds little
-        self._queue: deque[tuple[str, str]] = deque()  # each frame's text and kind
-        self._queued = 0  # characters in `_queue` (and in `_held` while holding)
-        self._ready = asyncio.Event()
+        # Each frame's text and kind; on overflow the socket is closed at once (1013).
+        self._queue: SubscriberQueue[str] = SubscriberQueue(max_queued, max_bytes, "drop")
         self._held: list[tuple[str, int | None, str]] | None = None
+        self._held_chars = 0  # counted with the queue's against `max_bytes`
         self._replayed_up_to = 0  # stored events this socket got by replay, not live
-        self.overflowed = asyncio.Event()
         self._close_code: int | None = None
         self._closed = asyncio.Event()
         self._skipping = False  # this client stopped the run: its stale deltas are left out
@@ -62,11 +62,15 @@ class Connection:
         once its batch commits, a moment before its session delivers it, so the replay can
         send an event that is delivered live only after this release.
         """
-        held, self._held = self._held or [], None
-        self._queued = sum(len(text) for text, _ in self._queue)
+        held, self._held, self._held_chars = self._held or [], None, 0
         self._replayed_up_to = replayed_up_to
         for text, seq, kind in held:
             self._accept(text, seq, kind)
+
+    @property
+    def overflowed(self) -> asyncio.Event:
+        """Set once the client fell behind: the socket is to be closed with 1013."""
+        return self._queue.overflowed
 
     def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
         """Queue `text`, sent as it is; `frame` says what it is."""
@@ -77,9 +81,12 @@ class Connection:
             return  # the replay sent it (see `release`)
         if self._held is not None:
             self._held.append((text, seq, kind))
-            self._queued += len(text)
-            if len(self._held) > self._max or self._queued > self._max_bytes:
-                self.overflowed.set()
+            self._held_chars += len(text)
+            if (
+                len(self._held) > self._max
+                or self._queue.chars + self._held_chars > self._max_bytes
+            ):
+                self._queue.overflow()
             return
         self._put(text, kind)
 
@@ -92,11 +99,8 @@ class Connection:
         been sent yet, if there are many (see the module docstring)."""
         if len(self._queue) <= OVERTAKE_AFTER:
             return
-        kept = deque(item for item in self._queue if not _is_delta(item[1]))
-        self.skipped += len(self._queue) - len(kept)
-        self._queue = kept
-        self._queued = sum(len(text) for text, _ in kept)
-        self._skipping = not any(kind == "response_complete" for _, kind in kept)
+        self.skipped += self._queue.keep(lambda kind: not _is_delta(kind))
+        self._skipping = not any(kind == "response_complete" for _, kind in self._queue)
 
     def _put(self, text: str, kind: str) -> None:
         if self.overflowed.is_set():
@@ -107,19 +111,12 @@ class Connection:
                 return
             if kind == "response_complete":
                 self._skipping = False
-        if len(self._queue) >= self._max or self._queued + len(text) > self._max_bytes:
-            self._queue.clear()
-            self._queued = 0
-            self.overflowed.set()
-            return
-        self._queue.append((text, kind))
-        self._queued += len(text)
-        self._ready.set()
+        self._queue.put(text, kind)
 
     def finish(self, code: int) -> None:
         """Send what is queued, then close with `code` (e.g. 1001 when the server goes away)."""
         self._close_code = code
-        self._ready.set()
+        self._queue.end()
 
     async def wait_closed(self) -> None:
         """Return once `finish` has closed the socket."""
@@ -133,23 +130,18 @@ class Connection:
 
         Returns after closing the socket when `finish` was called and the queue is empty.
         """
-        while True:
-            await self._ready.wait()
-            sent = 0
-            while self._queue:  # not a local: overtake_deltas replaces the queue
-                text, _ = self._queue.popleft()
-                self._queued -= len(text)
-                try:
-                    await self._ws.send_text(text)
-                except (WebSocketDisconnect, RuntimeError, OSError):
-                    return  # the peer is gone; the reader notices and cleans up
-                sent += 1
-                if self._queue and sent % FRAMES_PER_TURN == 0:
-                    await asyncio.sleep(0)  # let the others run between two runs of frames
-            if self._close_code is not None:
-                try:
-                    await self._ws.close(code=self._close_code)
-                finally:
-                    self._closed.set()
-                return
-            self._ready.clear()
+        sent = 0  # frames sent since the queue was last empty
+        while (item := await self._queue.get()) is not None:
+            try:
+                await self._ws.send_text(item[0])
+            except (WebSocketDisconnect, RuntimeError, OSError):
+                return  # the peer is gone; the reader notices and cleans up
+            sent += 1
+            if not self._queue:
+                sent = 0
+            elif sent % FRAMES_PER_TURN == 0:
+                await asyncio.sleep(0)  # let the others run between two runs of frames
+        try:  # `finish` was called and everything queued is sent
+            await self._ws.close(code=self._close_code or 1000)
+        finally:
+            self._closed.set()

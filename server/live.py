@@ -48,10 +48,12 @@ from server.storage.frames import Frame, decode
 from server.storage.outage import checked_before_retry
 
 __all__ = [
+    "MOVES",
     "ActiveRun",
     "LiveSession",
     "Subscriber",
     "WriteBacklog",
+    "allowed_move",
     "next_tick",
     "now_ms",
     "shielded",
@@ -68,6 +70,25 @@ _WRITE_WINDOW_S = 0.005
 _QUESTION = ("question", "tool_call_id", "step", "expires_at")
 _APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
+
+# A session's status moves (docs/wire-protocol.md). A run starts from idle; it waits for an
+# answer or an approval and goes on once given; it ends (its `response_complete`, or recovery
+# closing it) from any of its statuses. A question or approval that times out is not a
+# move: the run goes on in the waiting status until its next one, so one wait may follow
+# another. Staying in a status is always allowed (a new question after one that expired).
+# Only a wait without a run (idle to awaiting_*) is refused.
+MOVES: dict[SessionStatus, frozenset[SessionStatus]] = {
+    "idle": frozenset({"running"}),
+    "running": frozenset({"awaiting_input", "awaiting_approval", "idle"}),
+    "awaiting_input": frozenset({"running", "awaiting_approval", "idle"}),
+    "awaiting_approval": frozenset({"running", "awaiting_input", "idle"}),
+}
+_WAITING: frozenset[SessionStatus] = frozenset({"awaiting_input", "awaiting_approval"})
+
+
+def allowed_move(old: SessionStatus, new: SessionStatus) -> bool:
+    """May a session's status go from `old` to `new` (see `MOVES`)?"""
+    return new == old or new in MOVES[old]
 
 
 class Subscriber(Protocol):
@@ -318,15 +339,15 @@ class LiveSession:
         another process runs."""
         kind = frame.kind
         if kind == "agent_request_input":
-            self.status = "awaiting_input"
-            self.pending_input = frame.pick(_QUESTION)
+            question = frame.pick(_QUESTION)
+            self._move("awaiting_input", question, self.pending_approval, mirrored=True)
         elif kind == "agent_tool_approval":
-            self.status = "awaiting_approval"
-            self.pending_approval = frame.pick(_APPROVAL)
+            approval = frame.pick(_APPROVAL)
+            self._move("awaiting_approval", self.pending_input, approval, mirrored=True)
         elif kind == "response_complete":
-            self.status, self.pending_input, self.pending_approval = "idle", None, None
+            self._move("idle", mirrored=True)
         elif frame.run_id:
-            self.status, self.pending_input, self.pending_approval = "running", None, None
+            self._move("running", mirrored=True)
 
     def notify(self, frame: dict[str, Any]) -> None:
         """Send a frame about the session that is not a run event (no seq, nothing stored)
@@ -374,7 +395,7 @@ class LiveSession:
     def ended_unstored(self, run: ActiveRun) -> None:
         """`run` ended but its end could not be stored: the session is idle here at once (a
         chat may start), while the store shows the run until its end is repaired."""
-        self.status, self.pending_input, self.pending_approval = "idle", None, None
+        self._move("idle")
         self.release_run(run)
 
     def run_ended(self, run: ActiveRun) -> None:
@@ -385,9 +406,10 @@ class LiveSession:
 
     def answered_elsewhere(self) -> None:
         """An answer or decision for the run another process runs was taken: the run goes
-        on. Said here at once, not with its next event (read at the relay's next poll)."""
-        if self.run is None:
-            self.status, self.pending_input, self.pending_approval = "running", None, None
+        on. Said here at once, not with its next event (read at the relay's next poll).
+        Nothing changes unless it still waits here: its end may have been followed since."""
+        if self.run is None and self.status in _WAITING:
+            self._move("running")
 
     def approval_elsewhere(self, frame: Frame) -> None:
         """The run another process runs waits for approval of the call in `frame` (a stored
@@ -399,6 +421,35 @@ class LiveSession:
         """Events up to `seq` of this session were stored by another writer (recovery closing
         a run): count them, so the next one is told apart from a gap."""
         self.last_seq = max(self.last_seq, seq)
+
+    def _move(
+        self,
+        status: SessionStatus,
+        pending_input: dict[str, Any] | None = None,
+        pending_approval: dict[str, Any] | None = None,
+        *,
+        mirrored: bool = False,
+    ) -> None:
+        """The one place the status changes, with what waits for the user. A move `MOVES`
+        does not allow is a bug, logged, and made all the same: the store has it already.
+        A `mirrored` move follows another process's stored events, which may jump (a status
+        stored after its events, events counted by `caught_up` without being read): only
+        noted."""
+        if not allowed_move(self.status, status):
+            level = logging.DEBUG if mirrored else logging.WARNING
+            log.log(
+                level,
+                "session %s: unexpected status move %s -> %s%s",
+                self.session_id,
+                self.status,
+                status,
+                " (followed from the store)" if mirrored else "",
+            )
+        self.status, self.pending_input, self.pending_approval = (
+            status,
+            pending_input,
+            pending_approval,
+        )
 
     # -- the writer ---------------------------------------------------------------------------
 
@@ -519,9 +570,7 @@ class LiveSession:
             self._deliver(frames, exc.bodies)
             raise
         if last.status is not None:
-            self.status = last.status
-            self.pending_input = last.pending_input
-            self.pending_approval = last.pending_approval
+            self._move(last.status, last.pending_input, last.pending_approval)
             if lease is not None:
                 self._lease_confirmed = lease_clock()
             if last.status == "idle":

@@ -1,0 +1,110 @@
+"""A session's status moves only as `server.live.MOVES` allows; other moves are logged, not
+raised (the store has them already), and nothing else changes the status (fast, no sockets)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import logging
+from typing import Any, cast
+
+import pytest
+
+import server.live
+from server.live import MOVES, LiveSession, allowed_move
+from server.storage.base import SessionRecord, SessionStatus, Store
+from server.storage.frames import Frame
+
+_ALL: tuple[SessionStatus, ...] = ("idle", "running", "awaiting_input", "awaiting_approval")
+_REFUSED = {("idle", "awaiting_input"), ("idle", "awaiting_approval")}
+
+
+class _Store:
+    """Takes every batch: what `_apply` needs of a store, no more."""
+
+    shared = False
+
+    async def store_batch(self, *args: Any, **kwargs: Any) -> list[bytes]:
+        return []
+
+
+def _live(status: SessionStatus) -> LiveSession:
+    record = SessionRecord("s1", "t", "u", status, "", 0, 0, 0)
+    return LiveSession(record, cast(Store, _Store()), write_window_s=0)
+
+
+def test_the_table_allows_every_protocol_move_and_refuses_a_wait_without_a_run() -> None:
+    for old in _ALL:
+        for new in _ALL:
+            assert allowed_move(old, new) is ((old, new) not in _REFUSED), (old, new)
+    assert set(MOVES) == set(_ALL)
+
+
+def test_an_own_run_moves_through_its_statuses_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    live = _live("idle")
+    question = {"question": "Which city?", "tool_call_id": "c1", "step": 1, "expires_at": 9}
+
+    async def run() -> None:
+        await live.publish([], status="running", run_id="r1")
+        await live.publish([], status="awaiting_input", pending_input=question, run_id="r1")
+        assert (live.status, live.pending_input) == ("awaiting_input", question)
+        await live.publish([], status="running", run_id="r1")
+        assert live.pending_input is None
+        await live.publish([], status="idle")
+
+    with caplog.at_level(logging.DEBUG, logger="server.live"):
+        asyncio.run(run())
+    assert live.status == "idle"
+    assert "unexpected status move" not in caplog.text
+
+
+def test_a_refused_move_is_logged_and_made(caplog: pytest.LogCaptureFixture) -> None:
+    live = _live("idle")
+    approval = {"tool_name": "shell", "tool_call_id": "c1"}
+
+    async def run() -> None:
+        await live.publish([], status="awaiting_approval", pending_approval=approval)
+
+    with caplog.at_level(logging.WARNING, logger="server.live"):
+        asyncio.run(run())
+    assert (live.status, live.pending_approval) == ("awaiting_approval", approval)
+    assert "unexpected status move idle -> awaiting_approval" in caplog.text
+
+
+def test_a_followed_event_may_jump_and_is_only_noted(caplog: pytest.LogCaptureFixture) -> None:
+    live = _live("idle")  # its run's start was counted by `caught_up`, not read
+    frame = Frame({"type": "agent_request_input", "run_id": "r1", "question": "Which city?"})
+    with caplog.at_level(logging.WARNING, logger="server.live"):
+        live.settle(frame)
+    assert live.status == "awaiting_input"
+    assert live.pending_input is not None and live.pending_input["question"] == "Which city?"
+    assert not caplog.records
+
+
+def test_an_answer_elsewhere_moves_a_waiting_session_only() -> None:
+    waiting = _live("awaiting_input")
+    waiting.answered_elsewhere()
+    assert (waiting.status, waiting.pending_input) == ("running", None)
+    ended = _live("idle")  # the run's end was followed before the answer was taken
+    ended.answered_elsewhere()
+    assert ended.status == "idle"
+
+
+def test_only_the_move_assigns_the_status() -> None:
+    tree = ast.parse(inspect.getsource(server.live))
+    writers = set()
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(function):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AnnAssign | ast.AugAssign):
+                targets = [node.target]
+            for target in targets:
+                names = target.elts if isinstance(target, ast.Tuple) else [target]
+                if any(isinstance(n, ast.Attribute) and n.attr == "status" for n in names):
+                    writers.add(function.name)
+    assert writers == {"__init__", "_move"}
