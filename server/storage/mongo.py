@@ -70,7 +70,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
-from server.storage.outage import Outage, StoreUnavailable
+from server.storage.outage import Outage, StoreUnavailable, check_before_retry
 from server.storage.runs import RunNode
 from server.storage.search import SearchHit, title_matches, words
 from server.storage.write_gate import WriteGate
@@ -829,6 +829,8 @@ class MongoStore(WritesInOrder):
         conflicts = 0
         while remaining:
             if first is None:
+                if stored or conflicts:  # another writer went on in this session: a run's
+                    await check_before_retry()  # writer checks it still holds the run
                 first = await self._next_number(name, key, scope, session_id)
             docs = [build(item, first + i) for i, item in enumerate(remaining)]
             inserted = await self._insert_until_taken(name, docs)

@@ -30,7 +30,14 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type
 from agent.errors import StorageError
 from server.settings import StorageSettings
 
-__all__ = ["Outage", "StoreUnavailable", "checked_before_retry", "log_retry", "outage_of"]
+__all__ = [
+    "Outage",
+    "StoreUnavailable",
+    "check_before_retry",
+    "checked_before_retry",
+    "log_retry",
+    "outage_of",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -121,7 +128,7 @@ class Outage:
         async for attempt in retrying:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
-                    await _check_before_retry()
+                    await check_before_retry()
                 began = self._clock()
                 try:
                     result = await action()
@@ -178,7 +185,9 @@ class Outage:
         self._since, self._error, self._told, self._told_past = None, "", False, False
 
 
-async def _check_before_retry() -> None:
+async def check_before_retry() -> None:
+    """Run the check of the write under way (`checked_before_retry`), if any: before a retry,
+    and before a write goes on after another writer was found in its session."""
     check = _before_retry.get()
     if check is None:
         return
