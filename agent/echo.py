@@ -21,12 +21,17 @@ _SHARE = 0.6  # of the text's word trigrams found in the prompt
 def copied_from(text: str, *sources: str) -> bool:
     """True when most of `text`'s word trigrams appear in `sources` (a text of fewer than
     four words is never judged a copy)."""
-    words = _WORD.findall(text.lower())
+    return _copied(_WORD.findall(text.lower()), _trigrams(_WORD.findall(" ".join(sources).lower())))
+
+
+def _trigrams(words: list[str]) -> set[tuple[str, str, str]]:
+    return set(zip(words, words[1:], words[2:], strict=False))
+
+
+def _copied(words: list[str], source_grams: set[tuple[str, str, str]]) -> bool:
     if len(words) < _MIN_WORDS:
         return False
-    source_words = _WORD.findall(" ".join(sources).lower())
-    grams = set(zip(words, words[1:], words[2:], strict=False))
-    source_grams = set(zip(source_words, source_words[1:], source_words[2:], strict=False))
+    grams = _trigrams(words)
     return len(grams & source_grams) >= _SHARE * len(grams)
 
 
@@ -40,17 +45,17 @@ class EchoGate:
     """Holds each sentence of a phase's streamed text until it shows whether the model is
     writing its own words or reading its instructions back (`copied_from`); a copied sentence
     is never shown. A sentence whose first eight words share no three-word run with the
-    instructions passes on at once; one that shares a run is held to its end and judged
-    whole. Sentence by sentence, because a small model begins with words of its own and goes
-    on in the instructions' (Qwen2.5-0.5B: "I will ask the user a question and wait for the
-    answer. Use it only when you need information…", a tool's description)."""
+    instructions passes on at once; one that shares a run is held to its end (or its
+    fortieth word, so that a long unpunctuated line cannot leave the phase looking frozen)
+    and judged then. Sentence by sentence, because a small model begins with words of its own
+    and goes on in the instructions' (Qwen2.5-0.5B: "I will ask the user a question and wait
+    for the answer. Use it only when you need information…", a tool's description)."""
 
     _HOLD_WORDS = 8
+    _MAX_HELD_WORDS = 40
 
     def __init__(self, *sources: str) -> None:
-        self._sources = sources
-        words = _WORD.findall(" ".join(sources).lower())
-        self._grams = set(zip(words, words[1:], words[2:], strict=False))
+        self._grams = _trigrams(_WORD.findall(" ".join(sources).lower()))
         self._sentence = ""  # the sentence under way, shown or not
         self._own: bool | None = None  # its verdict, once there is one
         self.shown = ""  # everything let through
@@ -82,13 +87,17 @@ class EchoGate:
 
     def _add(self, piece: str) -> str:
         self._sentence += piece
-        if self._own is not None:
+        if self._own is not None:  # judged: no more reading
             return piece if self._own else ""
-        words = _WORD.findall(self._sentence.lower())
+        words = _WORD.findall(self._sentence.lower())  # at most the held words: bounded
         if len(words) >= self._HOLD_WORDS and not self._shares_a_run(words[: self._HOLD_WORDS]):
             self._own = True
-            return self._sentence
-        return ""
+        elif len(words) >= self._MAX_HELD_WORDS:
+            self._own = not _copied(words, self._grams)
+            self.dropped = self.dropped or not self._own
+        else:
+            return ""
+        return self._sentence if self._own else ""
 
     def _close(self) -> str:
         """The sentence ended: what of it is still to show."""
@@ -96,7 +105,7 @@ class EchoGate:
         self._sentence, self._own = "", None
         if own is not None:
             return ""
-        if copied_from(sentence, *self._sources):
+        if _copied(_WORD.findall(sentence.lower()), self._grams):
             self.dropped = True
             return ""
         return sentence
@@ -106,7 +115,7 @@ class EchoGate:
         return text
 
     def _shares_a_run(self, words: list[str]) -> bool:
-        return any(g in self._grams for g in zip(words, words[1:], words[2:], strict=False))
+        return any(g in self._grams for g in _trigrams(words))
 
 
 # The end of a sentence: a stop followed by a space, or a line break.

@@ -3,11 +3,11 @@
 Every step has all three phases, in order. Reason and Observe stream one JSON object whose
 shown field the user reads as it comes; Act is the only phase that may call tools, and is
 asked as a plain tool loop asks (the conversation alone). Every call of a run shares one
-prefix, so a provider's prompt cache reuses it: the same system message and the same tool list
-(Reason and Observe send them with `tool_choice: "none"`), then the task; what differs per
-phase (its instructions, the plan, a note on failed calls) is the last, user-side message
-(docs/prompts.md). When Observe ends the run, its `final_answer` is the answer, streamed as
-`AnswerDelta`s.
+prefix, so a provider's prompt cache reuses it: the same system message, the same tool list
+(Reason sends it with `tool_choice: "none"`; Observe, which read the tools' descriptions as
+results, sends none), then the task; what differs per phase (its instructions, the plan, a
+note on failed calls) is the last, user-side message (docs/prompts.md). When Observe ends the
+run, its `final_answer` is the answer, streamed as `AnswerDelta`s.
 
 A run that wants to finish while failures are unresolved (or without any tool having done
 what Reason said was needed) is checked by an isolated verify call first; a "not done"
@@ -152,8 +152,7 @@ async def _reason(
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
-        copied = copied_from(control.plan, system, instruction.content, *_notes(rec))
-        content = "" if copied else control.plan
+        content = own_words(control.plan, system, instruction.content, *_notes(rec))
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
@@ -339,9 +338,8 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) ->
     control = read_observe_control(block)
     prompt = (system, instruction.content, *_notes(rec))
     if not content and control is not None:  # the observation: the answer's last resort
-        observation = control.observation
         # the instructions read back are not something the model found
-        content = "" if copied_from(observation, *prompt) else observation
+        content = own_words(control.observation, *prompt)
     await rec.commit_stream(Message("assistant", content, phase="observe", run_id=ctx.run_id))
     await ctx.sink.emit(ObserveDone(step, content))
     if control is None or control.should_continue:
@@ -397,9 +395,9 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
     answer = shown or (control.final_answer or control.observation if control else "")
-    prompt = (system, instruction.content, *(t.description for t in tools))
-    if answer.strip() and not copied_from(answer, *prompt):
-        return answer.strip()
+    own = own_words(answer, system, instruction.content, *(t.description for t in tools))
+    if own:
+        return own
     if answer.strip():  # the prompt read back: the draft the client saw is withdrawn
         await ctx.sink.emit(FinishVerified(step, False, _COPIED_DRAFT))
         rec.discard_answer()

@@ -80,3 +80,13 @@ def test_own_words_are_what_the_gate_shows():
     text = "It is noon in Tokyo. Use it only when you need information or a decision."
     assert own_words(text, SOURCE) == "It is noon in Tokyo."
     assert own_words("Use it only when you need information or a decision.", SOURCE) == ""
+
+
+def test_a_long_held_line_is_judged_at_its_fortieth_word_not_its_end():
+    """A line that shares a run with the instructions and never ends its sentence is not
+    held for the whole phase: the page would look frozen."""
+    gate = EchoGate(SOURCE)
+    line = "Ask the user about " + " ".join(f"city{i}" for i in range(60))
+    shown = "".join(gate.feed(word + " ") for word in line.split())
+    assert shown.startswith("Ask the user about city0") and "city59" in shown
+    assert not gate.dropped
