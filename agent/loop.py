@@ -152,7 +152,7 @@ async def _reason(
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
-        content = own_words(control.plan, system, instruction.content, *_notes(rec))
+        content = own_words(control.plan, *_ours(rec, system, [instruction], tools))
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
@@ -336,7 +336,7 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) ->
         ctx, rec, step, "observe", system, instruction, [], observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
-    prompt = (system, instruction.content, *_notes(rec))
+    prompt = _ours(rec, system, [instruction], [])
     if not content and control is not None:  # the observation: the answer's last resort
         # the instructions read back are not something the model found
         content = own_words(control.observation, *prompt)
@@ -372,12 +372,16 @@ async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str)
     return False
 
 
-def _notes(rec: RunRecorder) -> tuple[str, ...]:
-    """The notes the loop wrote into this run's conversation (a check's verdict, "continue
-    the work…"): the model's to read, never to show. Qwen2.5-0.5B gave one back as its
-    thought, step after step."""
+def _ours(
+    rec: RunRecorder, system: str, extra: Sequence[Message], tools: Sequence[ToolSpec]
+) -> tuple[str, ...]:
+    """Every text of ours a phase's call sent: the system message, its instructions, the
+    notes the loop wrote into this run's conversation (a check's verdict, "continue the
+    work…") and the tools' descriptions. The model's to read, never to show as its own
+    words: the streamed text and every fallback for it are held against the same texts."""
     run_id = rec.ctx.run_id
-    return tuple(m.content for m in rec.conversation if m.phase == "verify" and m.run_id == run_id)
+    notes = (m.content for m in rec.conversation if m.phase == "verify" and m.run_id == run_id)
+    return (system, *(m.content for m in extra), *notes, *(t.description for t in tools))
 
 
 _COPIED_DRAFT = "The draft only repeated the instructions; the answer is built from the steps."
@@ -395,7 +399,7 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
     answer = shown or (control.final_answer or control.observation if control else "")
-    own = own_words(answer, system, instruction.content, *(t.description for t in tools))
+    own = own_words(answer, *_ours(rec, system, [instruction], tools))
     if own:
         return own
     if answer.strip():  # the prompt read back: the draft the client saw is withdrawn
@@ -566,7 +570,7 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    sources = (system, *(m.content for m in extra), *_notes(rec), *(t.description for t in tools))
+    sources = _ours(rec, system, extra, tools)
     gate = EchoGate(*sources)
     answer_gate = EchoGate(*sources)  # the answer of a JSON object is held the same way
 

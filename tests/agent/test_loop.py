@@ -371,6 +371,21 @@ async def test_a_tool_description_read_back_after_own_words_is_not_shown(harness
     assert "".join(e.delta for e in record.of(ReasonDelta)) == own
 
 
+async def test_a_plan_that_only_reads_a_tools_description_back_is_not_shown(harness: Harness):
+    """Qwen2.5-0.5B wrote no thought and a plan that was request_input's description: the
+    plan shown in the thought's place is held against the same texts as a streamed one."""
+    plan = (
+        "Ask the user a question and wait for the answer. Use it only when you need "
+        "information or a decision that only the user can give."
+    )
+    block = json.dumps({"plan": plan, "tools_to_consider": [], "finish": False})
+    harness.model.script("reason", text("\n\n", block))
+    harness.model.script("act", act(FakeToolCall("get_current_time", {})))
+    harness.model.script("observe", observe("Found it.", final="It is noon."))
+    record = await harness.run("What time is it in Oslo?")
+    assert [e.content for e in record.of(ReasonDone)] == [""]
+
+
 async def test_a_block_that_only_copies_the_prompt_is_not_shown_as_the_agents_words(
     harness: Harness,
 ):
