@@ -15,5 +15,7 @@ def now_ms() -> int:
 
 
 def today() -> str:
-    """Today's date in UTC (ISO 8601), as the system prompt tells it to the model."""
-    return datetime.now(UTC).date().isoformat()
+    """Today's date in UTC, as the system prompt tells it to the model: in words ("Saturday,
+    28 November 2026"), not as the ISO date a tool's result carries, so that an answer
+    built from a result is not built from the prompt instead (docs/models.md)."""
+    return datetime.now(UTC).strftime("%A, %-d %B %Y")

@@ -46,6 +46,7 @@ __all__ = [
     "observe_ends_run",
     "read_loose_control",
     "read_reason_control",
+    "salvaged_json_object",
     "split_control",
 ]
 
@@ -521,6 +522,48 @@ def completed_json_object(text: str, start: int) -> str | None:
     if scan.advance(text) != _UNDECIDED or scan.in_string:
         return None
     return text[start:].rstrip() + "}" * scan.depth
+
+
+def salvaged_json_object(text: str, start: int) -> str | None:
+    """The object that opens at `start` and is cut short anywhere (inside a string, or in a
+    list going round in circles until the reply was closed), as JSON: the member it was cut
+    in, and what follows it, dropped, and its brackets closed. None when nothing of it reads.
+    The complete members are what the model meant; a half-written one is not (a list of
+    time zones repeated until the token bound, a string cut mid-word)."""
+    stack: list[str] = []
+    cuts: list[tuple[int, str]] = []  # (end of the text kept, what closes it there)
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+            if ch == "{":
+                cuts.append((i + 1, "".join(reversed(stack))))
+        elif ch in "}]":
+            if not stack or stack.pop() != ch or not stack:
+                return None  # unbalanced, or closed: not an object cut short
+        elif ch == "," and stack and stack[-1] == "}":
+            cuts.append((i, "".join(reversed(stack))))
+    for end, closing in reversed(cuts[-_SALVAGE_TRIES:]):
+        candidate = text[start:end] + closing
+        try:
+            json.loads(candidate)
+        except ValueError:
+            continue
+        return candidate
+    return None
+
+
+_SALVAGE_TRIES = 8  # each try parses the text kept: a few, from the last member back
 
 
 def split_control(text: str, keys: frozenset[str]) -> tuple[str, dict[str, Any] | None]:

@@ -7,9 +7,10 @@ function syntax (`get_current_time(timezone="Asia/Tokyo")`, `[get_current_time()
 name). Reason's block written again in Act with a tool's name as its `plan`
 (`{"plan": "get_current_time", "tools_to_consider": [...]}`, Qwen2.5-0.5B) is such an object
 too. A call object that ends the reply short of its closing braces, as small models often
-write it, is completed. When Act's reply has no native calls, these forms are recognised, but
-only for the tools that were offered: anything else stays text. Function syntax is read with
-`ast`, never evaluated.
+write it, is completed; one cut inside a member (a list repeated until the reply was closed, a
+string cut at the token bound) keeps its whole members. When Act's reply has no native calls,
+these forms are recognised, but only for the tools that were offered: anything else stays
+text. Function syntax is read with `ast`, never evaluated.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Collection
 from typing import Any
 
 from agent.messages import ToolCall
-from agent.parsing import completed_json_object, json_object_end
+from agent.parsing import completed_json_object, json_object_end, salvaged_json_object
 
 __all__ = ["CallTextHold", "read_text_tool_calls"]
 
@@ -109,10 +110,15 @@ def _read_at(text: str, start: int, offered: Collection[str]) -> tuple[int, list
         return end, _calls(_loads(_unfence(inner)), offered)
     end = _value_end(text, start)
     if end == -1:
-        completed = completed_json_object(text, start) if text[start] == "{" else None
-        if completed is None:
+        if text[start] != "{":
             return start, []
-        return len(text), _calls(_loads(completed), offered)  # a call cut short of its braces
+        completed = completed_json_object(text, start)  # a call cut short of its braces
+        calls = _calls(_loads(completed), offered) if completed is not None else []
+        if not calls:  # cut inside a member: a call only if some of its arguments are whole
+            salvaged = salvaged_json_object(text, start)
+            calls = _calls(_loads(salvaged), offered) if salvaged is not None else []
+            calls = calls if all(c.arguments not in ("{}", "") for c in calls) else []
+        return (len(text), calls) if calls else (start, [])
     return end, _calls(_loads(text[start:end]), offered)
 
 

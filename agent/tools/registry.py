@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -71,16 +72,32 @@ class ToolRegistry:
 _SCHEMA_WORDS = frozenset(
     {"$schema", "additionalProperties", "description", "properties", "required", "title", "type"}
 )
+_MISSPELT = 0.75  # difflib's ratio from which an unknown key reads as a parameter misspelt
 
 
 def _without_schema_words(arguments: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
-    """The arguments without schema keywords that name no parameter of the tool. Small models
-    copy the schema beside their values (Qwen2.5-0.5B called `lookup_contact` with
-    `{"name": "Dana", "required": ["name"]}`); refused as an unknown key, the call failed
-    with the right value in hand, and the retry never came. Any other unknown key is still
-    refused: it may be a misspelt parameter."""
-    known = set(fields)
-    return {k: v for k, v in arguments.items() if k in known or k not in _SCHEMA_WORDS}
+    """The arguments without keys that name no parameter of the tool and spell none: schema
+    keywords copied beside the values (Qwen2.5-0.5B called `lookup_contact` with
+    `{"name": "Dana", "required": ["name"]}`) and parameters made up beside the right ones
+    (`{"name": "Dana", "category": "profile", "keywords": [...]}`). Refused as unknown
+    keys, such calls failed with the right values in hand, and the retry repeated them. A
+    key close to a parameter's name (`timzone`, `zone`) is kept, and refused: it is that
+    parameter misspelt, and running without it would answer another question."""
+    known = list(fields)
+    return {
+        k: v
+        for k, v in arguments.items()
+        if k in known or (k not in _SCHEMA_WORDS and _spells_a_parameter(k, known))
+    }
+
+
+def _spells_a_parameter(key: str, known: list[str]) -> bool:
+    """`timzone`, `zone` or `time_zone` for `timezone`: a parameter misspelt or shortened."""
+    squeezed = key.replace("_", "").lower()
+    return bool(difflib.get_close_matches(key, known, 1, _MISSPELT)) or any(
+        squeezed in name.replace("_", "").lower() or name.replace("_", "").lower() in squeezed
+        for name in known
+    )
 
 
 def _untitled(schema: Any) -> Any:

@@ -78,6 +78,27 @@ def test_a_cut_object_that_is_not_a_whole_call_stays_text(reply):
     assert read_text_tool_calls(reply, OFFERED) == ((), reply)
 
 
+@pytest.mark.parametrize(
+    "tail",
+    [
+        '"UTC", "Asia/Shanghai", "Asia/Shanghai", "Asia/Shanghai", "Asia/Sh',  # in a string
+        '"UTC", "Asia/Shanghai", "Asia/Shanghai", "Asia/Shanghai", ',  # between items
+    ],
+)
+def test_a_call_cut_inside_a_member_keeps_its_whole_members(tail):
+    """llama.cpp with Qwen2.5-0.5B wrote the right tool and zone, then repeated one zone in
+    `timezones` until the reply was closed: the call is what was whole before that."""
+    reply = (
+        '```json\n{\n  "name": "get_current_time",\n  "arguments": {\n'
+        f'    "timezone": "Europe/London",\n    "timezones": [{tail}'
+        "\n\n[Cut here: the reply began to repeat itself.]"
+    )
+    calls, _ = read_text_tool_calls(reply, OFFERED)
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_current_time", {"timezone": "Europe/London"})
+    ]
+
+
 def test_a_repeated_call_runs_once():
     call = '{"name": "get_current_time", "arguments": {}}'
     calls, _ = read_text_tool_calls(f"{call}\n{call}\n{call}", OFFERED)

@@ -47,7 +47,6 @@ REGISTRY = ToolRegistry([Tool("echo", "Echo the arguments.", Args, _echo)])
         ({"loud": 1}, "loud"),
         ({"loud": "true"}, "loud"),
         ({"ratio": "0.5"}, "ratio"),
-        ({"extra": 1}, "extra"),
     ],
 )
 async def test_wrong_types_are_refused_not_coerced(arguments: dict[str, Any], field: str):
@@ -89,3 +88,17 @@ async def test_a_parameter_named_like_a_schema_keyword_is_kept():
     assert result == {"title": "hi", "type": "todo"}
     with pytest.raises(ModelBehaviorError, match="Invalid arguments for note: titel: unknown key"):
         await registry.call("note", {"title": "hi", "required": 1, "titel": "x"}, CONTEXT)
+
+
+async def test_a_parameter_made_up_beside_the_right_ones_is_left_out():
+    registry = ToolRegistry([Tool("note", "Write a note.", Titled, _titled)])
+    result = await registry.call(
+        "note", {"title": "hi", "category": "profile", "keywords": ["a", "b"]}, CONTEXT
+    )
+    assert result == {"title": "hi", "type": "note"}
+
+
+async def test_a_misspelt_parameter_is_refused_not_run_without():
+    registry = ToolRegistry([Tool("note", "Write a note.", Titled, _titled)])
+    with pytest.raises(ModelBehaviorError, match="typ: unknown key"):
+        await registry.call("note", {"title": "hi", "typ": "todo"}, CONTEXT)
