@@ -473,7 +473,8 @@ def _state(
     """Act's state line: the request, the plan, the tools named or asked for, every call so
     far. The request is said again: a small model reads the last message most."""
     own = step_plan.strip()
-    if own and copied_from(own, *(t.description for t in ctx.tools.specs(ctx.tool_names))):
+    offered = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
+    if own and copied_from(own, *(t.description for t in offered)):
         own = ""  # a tool's description read back is no plan
     plan = "; ".join(rec.plan) if rec.plan else (own or _reasoning_pointer(rec))
     request = " ".join(rec.task().split())

@@ -26,7 +26,7 @@ from typing import Any
 from bench.eval.ours import OurLoop
 from bench.eval.pages import PageServer
 from bench.eval.plain import PlainLoop
-from bench.eval.record import Record
+from bench.eval.record import Record, add_echo_sources
 from bench.eval.report import markdown, summarize
 from bench.eval.tasks import KINDS, TASKS, Task
 from bench.procs import machine_info
@@ -94,24 +94,24 @@ async def _one_model(
     rows: list[dict[str, Any]] = []
     with PageServer() as pages:
         runs = []
-        ours = plain = None
+        ours = None
         if "ours" in args.loops:
             ours = OurLoop(work / f"{label}-ours", base_url, model, pages.port)
             (work / f"{label}-ours").mkdir()
             ours.start()
             runs.append(_run_loop(ours, tasks, args.repeats, label, rows, work / "rows.jsonl"))
+        (work / f"{label}-plain").mkdir()
+        plain = PlainLoop(work / f"{label}-plain", base_url, model, pages.port)
+        await plain.astart()  # its tools are ours: their descriptions are ours to find
+        add_echo_sources(plain.tool_texts())
         if "plain" in args.loops:
-            (work / f"{label}-plain").mkdir()
-            plain = PlainLoop(work / f"{label}-plain", base_url, model, pages.port)
-            await plain.astart()
             runs.append(_run_loop(plain, tasks, args.repeats, label, rows, work / "rows.jsonl"))
         try:
             await asyncio.gather(*runs)
         finally:
             if ours is not None:
                 ours.stop()
-            if plain is not None:
-                await plain.astop()
+            await plain.astop()
     return rows
 
 

@@ -65,6 +65,15 @@ class PlainLoop(Loop):
         )
         self._client = AsyncOpenAI(base_url=self._base_url, api_key="unused", max_retries=2)
 
+    def tool_texts(self) -> list[str]:
+        """Every description of the tools, and of their parameters, as the model reads them."""
+        assert self._catalog is not None
+        texts: list[str] = []
+        for spec in [*self._catalog.specs(None), REQUEST_INPUT_SPEC]:
+            texts.append(spec.description)
+            texts.extend(_descriptions(spec.parameters))
+        return texts
+
     async def astop(self) -> None:
         await self._client.close()
         await self._http.aclose()
@@ -147,3 +156,12 @@ class PlainLoop(Loop):
             record.first_answer_s = call_text_started - sent
         record.shown.append(outcome.answer)
         return outcome
+
+
+def _descriptions(schema: Any) -> list[str]:
+    if isinstance(schema, list):
+        return [text for item in schema for text in _descriptions(item)]
+    if not isinstance(schema, dict):
+        return []
+    found = [schema["description"]] if isinstance(schema.get("description"), str) else []
+    return found + [text for value in schema.values() for text in _descriptions(value)]

@@ -1,7 +1,8 @@
 """What one run of a task cost and showed: calls, tokens, times, and the text a user saw.
 
-`echoes` finds sentences of our own prompts in that text: a model copying its instructions
-into what the person reads (the loop's prompts are in prompts/*.md).
+`echoes` finds sentences of our own texts in that text: a model copying its instructions or
+a tool's description into what the person reads (the loop's prompts are in prompts/*.md; the
+tools' descriptions are added with `add_echo_sources`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from bench.procs import ROOT
 
-__all__ = ["Record", "echoes"]
+__all__ = ["Record", "add_echo_sources", "echoes"]
 
 _VISIBLE_FULL = ("agent_reason", "agent_observe", "chat_response")
 _VISIBLE_DELTA = ("agent_reason_delta", "agent_observe_delta", "agent_answer_delta", "chat_delta")
@@ -84,13 +85,23 @@ def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9']+", text.lower())
 
 
+_SOURCES: set[str] = set()  # texts of ours besides prompts/*.md: the tools' descriptions
+
+
+def add_echo_sources(texts: list[str]) -> None:
+    """Count `texts` as ours too (a tool's description copied is an echo)."""
+    _SOURCES.update(texts)
+    _prompt_shingles.cache_clear()
+
+
 @cache
 def _prompt_shingles(size: int = 8) -> frozenset[tuple[str, ...]]:
-    """Every run of `size` words of our prompts' sentences (placeholders left out), and every
-    whole sentence of 5 to `size` words."""
+    """Every run of `size` words of our prompts' and tools' sentences (placeholders left
+    out), and every whole sentence of 5 to `size` words."""
     found: set[tuple[str, ...]] = set()
-    for path in sorted((ROOT / "prompts").glob("*.md")):
-        text = re.sub(r"\$\w+", " . ", path.read_text())
+    sources = [p.read_text() for p in sorted((ROOT / "prompts").glob("*.md"))]
+    for source in [*sources, *sorted(_SOURCES)]:
+        text = re.sub(r"\$\w+", " . ", source)
         text = re.sub(r"```.*?```|`[^`]*`", " . ", text, flags=re.S)
         text = re.sub(r"\n(?!\n|\s*[-#*\d])", " ", text)  # a wrapped line goes on
         for sentence in re.split(r"[.!?:\n]+", text):

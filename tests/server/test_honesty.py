@@ -285,6 +285,26 @@ async def test_the_act_state_names_the_plan_or_points_at_the_reasoning_when_ther
     assert "see your last message" not in states[1]
 
 
+async def test_a_plan_that_reads_back_request_inputs_description_is_no_plan(
+    server, fake_llm: FakeLLM
+):
+    """Qwen2.5-0.5B gave request_input's description as its plan: Act's state must not hand
+    it back as the plan (the description of every offered tool counts, request_input's too)."""
+    from agent.acting import REQUEST_INPUT_SPEC
+
+    block = {"plan": REQUEST_INPUT_SPEC.description, "tools_to_consider": ["get_current_time"]}
+    fake_llm.script("reason", text(f"```json\n{json.dumps(block)}\n```"))
+    call = json.dumps({"tool": "get_current_time", "arguments": {}})
+    fake_llm.script("act", act(), text(call))
+    fake_llm.script("observe", observe("Looked.", final="Noon."))
+    async with await server.client() as c:
+        await c.recv()
+        await c.run("time please", agent_max_steps=1)
+    state = [r.body for r in fake_llm.requests if r.phase == "act"][1]["messages"][-1]["content"]
+    assert REQUEST_INPUT_SPEC.description.rstrip(".") not in state
+    assert "Plan: none written; choose the next action from the task." in state
+
+
 async def test_a_large_result_is_cut_shown_in_an_event_and_recallable(server_factory, fake_llm):
     from tests.fakes.tools import echo_tool
 
