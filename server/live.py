@@ -78,12 +78,17 @@ log = logging.getLogger(__name__)
 # another. Staying in a status is always allowed (a new question after one that expired).
 # Only a wait without a run (idle to awaiting_*) is refused.
 MOVES: dict[SessionStatus, frozenset[SessionStatus]] = {
-    "idle": frozenset({"running"}),
-    "running": frozenset({"awaiting_input", "awaiting_approval", "idle"}),
-    "awaiting_input": frozenset({"running", "awaiting_approval", "idle"}),
-    "awaiting_approval": frozenset({"running", "awaiting_input", "idle"}),
+    SessionStatus.IDLE: frozenset({SessionStatus.RUNNING}),
+    SessionStatus.RUNNING: frozenset(
+        {SessionStatus.AWAITING_INPUT, SessionStatus.AWAITING_APPROVAL, SessionStatus.IDLE}
+    ),
+    SessionStatus.AWAITING_INPUT: frozenset(
+        {SessionStatus.RUNNING, SessionStatus.AWAITING_APPROVAL, SessionStatus.IDLE}
+    ),
+    SessionStatus.AWAITING_APPROVAL: frozenset(
+        {SessionStatus.RUNNING, SessionStatus.AWAITING_INPUT, SessionStatus.IDLE}
+    ),
 }
-_WAITING: frozenset[SessionStatus] = frozenset({"awaiting_input", "awaiting_approval"})
 
 
 def allowed_move(old: SessionStatus, new: SessionStatus) -> bool:
@@ -234,7 +239,7 @@ class LiveSession:
         self.taken_over = False
         self.created_at = record.created_at
         self.session_id = record.session_id
-        self.status: SessionStatus = record.status
+        self.status = SessionStatus(record.status)
         self.title = record.title
         self.last_seq = record.last_seq
         self.pending_input: dict[str, Any] | None = record.pending_input
@@ -340,14 +345,14 @@ class LiveSession:
         kind = frame.kind
         if kind == "agent_request_input":
             question = frame.pick(_QUESTION)
-            self._move("awaiting_input", question, self.pending_approval, mirrored=True)
+            self._move(SessionStatus.AWAITING_INPUT, question, self.pending_approval, mirrored=True)
         elif kind == "agent_tool_approval":
             approval = frame.pick(_APPROVAL)
-            self._move("awaiting_approval", self.pending_input, approval, mirrored=True)
+            self._move(SessionStatus.AWAITING_APPROVAL, self.pending_input, approval, mirrored=True)
         elif kind == "response_complete":
-            self._move("idle", mirrored=True)
+            self._move(SessionStatus.IDLE, mirrored=True)
         elif frame.run_id:
-            self._move("running", mirrored=True)
+            self._move(SessionStatus.RUNNING, mirrored=True)
 
     def notify(self, frame: dict[str, Any]) -> None:
         """Send a frame about the session that is not a run event (no seq, nothing stored)
@@ -395,7 +400,7 @@ class LiveSession:
     def ended_unstored(self, run: ActiveRun) -> None:
         """`run` ended but its end could not be stored: the session is idle here at once (a
         chat may start), while the store shows the run until its end is repaired."""
-        self._move("idle")
+        self._move(SessionStatus.IDLE)
         self.release_run(run)
 
     def run_ended(self, run: ActiveRun) -> None:
@@ -408,8 +413,8 @@ class LiveSession:
         """An answer or decision for the run another process runs was taken: the run goes
         on. Said here at once, not with its next event (read at the relay's next poll).
         Nothing changes unless it still waits here: its end may have been followed since."""
-        if self.run is None and self.status in _WAITING:
-            self._move("running")
+        if self.run is None and self.status.waiting:
+            self._move(SessionStatus.RUNNING)
 
     def approval_elsewhere(self, frame: Frame) -> None:
         """The run another process runs waits for approval of the call in `frame` (a stored
@@ -446,7 +451,7 @@ class LiveSession:
                 " (followed from the store)" if mirrored else "",
             )
         self.status, self.pending_input, self.pending_approval = (
-            status,
+            SessionStatus(status),
             pending_input,
             pending_approval,
         )
@@ -549,7 +554,7 @@ class LiveSession:
         now, change, lease = now_ms(), None, None
         await self._check_lease(now)
         if last.status is not None:
-            lease = None if last.status == "idle" else now + self._lease_ms
+            lease = None if last.status == SessionStatus.IDLE else now + self._lease_ms
             change = StatusChange(last.status, last.run_id, last.pending_input, lease)
             if lease is not None:  # given, whether or not the store answers
                 earlier = self.lease_given if self._lease_run == last.run_id else None
@@ -573,7 +578,7 @@ class LiveSession:
             self._move(last.status, last.pending_input, last.pending_approval)
             if lease is not None:
                 self._lease_confirmed = lease_clock()
-            if last.status == "idle":
+            if last.status == SessionStatus.IDLE:
                 # Before delivery: a chat sent on receiving it must be accepted.
                 self.run, self.lease_given = None, None
         self._deliver(frames, bodies)
