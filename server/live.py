@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -192,10 +192,9 @@ class _Write:
     future: asyncio.Future[None] | None  # None: a run's event or message nobody waits for
     frames: Sequence[dict[str, Any]] = ()
     status: SessionStatus | None = None
-    pending_input: dict[str, Any] | None = None
+    pending_input: dict[str, Any] | None = None  # stored with the status, for other processes
     run_id: str | None = None
     work: Callable[[], Awaitable[None]] | None = None  # anything else (session row, title)
-    pending_approval: dict[str, Any] | None = None  # kept in memory: it lives with the run
     messages: Sequence[Message] = ()
 
     @property
@@ -242,8 +241,11 @@ class LiveSession:
         self.status = SessionStatus(record.status)
         self.title = record.title
         self.last_seq = record.last_seq
-        self.pending_input: dict[str, Any] | None = record.pending_input
-        self.pending_approval: dict[str, Any] | None = None
+        # What waits for the user in a run this process does not run (another process's, or
+        # one being recovered): from the stored record, then the run's stored events. A run
+        # of ours has it in its RunControl, which it waits on (see `pending_input`).
+        self._input_elsewhere: dict[str, Any] | None = record.pending_input
+        self._approval_elsewhere: dict[str, Any] | None = None
         self.subscribers: set[Subscriber] = set()
         self.run: ActiveRun | None = None
         self.ended_run: str | None = None  # the last run that ended here, its end sent live
@@ -263,6 +265,28 @@ class LiveSession:
     def idle(self) -> bool:
         """No watcher and no run: the registry may forget this session."""
         return not self.subscribers and self.run is None
+
+    @property
+    def pending_input(self) -> dict[str, Any] | None:
+        """The question waiting for the user's answer. A run of ours: read from its
+        RunControl, the one copy the run itself waits on, while the status says a question
+        waits (an answer clears it at once, everywhere). Another process's run: what its
+        stored record and events say."""
+        if self.run is None:
+            return self._input_elsewhere
+        question = self.run.control.pending
+        waiting = self.status == SessionStatus.AWAITING_INPUT
+        return asdict(question) if waiting and question is not None else None
+
+    @property
+    def pending_approval(self) -> dict[str, Any] | None:
+        """The tool call waiting for the user's decision, read like `pending_input` (another
+        process's: from its stored events; a pending approval is not in the record)."""
+        if self.run is None:
+            return self._approval_elsewhere
+        approval = self.run.control.pending_approval
+        waiting = self.status == SessionStatus.AWAITING_APPROVAL
+        return asdict(approval) if waiting and approval is not None else None
 
     def snapshot(self) -> dict[str, Any]:
         """The `session` frame body, consistent with what subscribers receive next."""
@@ -294,12 +318,11 @@ class LiveSession:
         status: SessionStatus | None = None,
         pending_input: dict[str, Any] | None = None,
         run_id: str | None = None,
-        pending_approval: dict[str, Any] | None = None,
     ) -> None:
-        """Store frames (and a status change), then deliver them to every subscriber."""
-        write = _Write(self._future(), frames, status, pending_input, run_id)
-        write.pending_approval = pending_approval
-        await self._submit(write)
+        """Store frames (and a status change), then deliver them to every subscriber.
+        `pending_input` is the question stored with the status, for other processes and
+        restarts; here the run's RunControl has it."""
+        await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
         """Queue run events without waiting for them to be stored (see `_submit`). They are
@@ -345,10 +368,14 @@ class LiveSession:
         kind = frame.kind
         if kind == "agent_request_input":
             question = frame.pick(_QUESTION)
-            self._move(SessionStatus.AWAITING_INPUT, question, self.pending_approval, mirrored=True)
+            self._move(
+                SessionStatus.AWAITING_INPUT, question, self._approval_elsewhere, mirrored=True
+            )
         elif kind == "agent_tool_approval":
             approval = frame.pick(_APPROVAL)
-            self._move(SessionStatus.AWAITING_APPROVAL, self.pending_input, approval, mirrored=True)
+            self._move(
+                SessionStatus.AWAITING_APPROVAL, self._input_elsewhere, approval, mirrored=True
+            )
         elif kind == "response_complete":
             self._move(SessionStatus.IDLE, mirrored=True)
         elif frame.run_id:
@@ -420,7 +447,7 @@ class LiveSession:
         """The run another process runs waits for approval of the call in `frame` (a stored
         `agent_tool_approval`: a pending approval lives with its run, not in the store)."""
         if self.run is None:
-            self.pending_approval = frame.pick(_APPROVAL)
+            self._approval_elsewhere = frame.pick(_APPROVAL)
 
     def caught_up(self, seq: int) -> None:
         """Events up to `seq` of this session were stored by another writer (recovery closing
@@ -430,12 +457,13 @@ class LiveSession:
     def _move(
         self,
         status: SessionStatus,
-        pending_input: dict[str, Any] | None = None,
-        pending_approval: dict[str, Any] | None = None,
+        input_elsewhere: dict[str, Any] | None = None,
+        approval_elsewhere: dict[str, Any] | None = None,
         *,
         mirrored: bool = False,
     ) -> None:
-        """The one place the status changes, with what waits for the user. A move `MOVES`
+        """The one place the status changes, with what waits for the user in a run another
+        process runs (a run of ours has that in its RunControl). A move `MOVES`
         does not allow is a bug, logged, and made all the same: the store has it already.
         A `mirrored` move follows another process's stored events, which may jump (a status
         stored after its events, events counted by `caught_up` without being read): only
@@ -450,11 +478,8 @@ class LiveSession:
                 status,
                 " (followed from the store)" if mirrored else "",
             )
-        self.status, self.pending_input, self.pending_approval = (
-            SessionStatus(status),
-            pending_input,
-            pending_approval,
-        )
+        self.status = SessionStatus(status)
+        self._input_elsewhere, self._approval_elsewhere = input_elsewhere, approval_elsewhere
 
     # -- the writer ---------------------------------------------------------------------------
 
@@ -575,7 +600,7 @@ class LiveSession:
             self._deliver(frames, exc.bodies)
             raise
         if last.status is not None:
-            self._move(last.status, last.pending_input, last.pending_approval)
+            self._move(last.status)  # what waits: in the run's RunControl
             if lease is not None:
                 self._lease_confirmed = lease_clock()
             if last.status == SessionStatus.IDLE:

@@ -50,19 +50,9 @@ class RunSink:
                 pending_input=pending,
                 run_id=self._run_id,
             )
-        elif isinstance(event, ApprovalRequested):
-            pending = {
-                "tool_name": event.name,
-                "arguments": event.arguments,
-                "tool_call_id": event.call_id,
-                "step": event.step,
-                "expires_at": event.expires_at,
-            }
+        elif isinstance(event, ApprovalRequested):  # what waits: in the run's RunControl
             await self._live.publish(
-                [frame],
-                status=SessionStatus.AWAITING_APPROVAL,
-                pending_approval=pending,
-                run_id=self._run_id,
+                [frame], status=SessionStatus.AWAITING_APPROVAL, run_id=self._run_id
             )
         elif isinstance(event, _LAST):
             await self._live.publish([frame])

@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 import server.live
-from server.live import MOVES, LiveSession, allowed_move
+from agent.control import PendingQuestion, RunControl
+from server.live import MOVES, ActiveRun, LiveSession, allowed_move
 from server.storage.base import SessionRecord, SessionStatus, Store
 from server.storage.frames import Frame
 
@@ -50,14 +51,18 @@ def test_an_own_run_moves_through_its_statuses_without_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     live = _live(SessionStatus.IDLE)
+    run_ = ActiveRun("r1", RunControl())
+    live.claim_run(run_)
     question = {"question": "Which city?", "tool_call_id": "c1", "step": 1, "expires_at": 9}
 
     async def run() -> None:
         await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
+        run_.control.pose(PendingQuestion(**question))
         await live.publish(
             [], status=SessionStatus.AWAITING_INPUT, pending_input=question, run_id="r1"
         )
         assert (live.status, live.pending_input) == ("awaiting_input", question)
+        assert run_.control.answer("Paris")
         await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
         assert live.pending_input is None
         await live.publish([], status=SessionStatus.IDLE)
@@ -70,14 +75,13 @@ def test_an_own_run_moves_through_its_statuses_without_a_warning(
 
 def test_a_refused_move_is_logged_and_made(caplog: pytest.LogCaptureFixture) -> None:
     live = _live(SessionStatus.IDLE)
-    approval = {"tool_name": "shell", "tool_call_id": "c1"}
 
     async def run() -> None:
-        await live.publish([], status=SessionStatus.AWAITING_APPROVAL, pending_approval=approval)
+        await live.publish([], status=SessionStatus.AWAITING_APPROVAL)
 
     with caplog.at_level(logging.WARNING, logger="server.live"):
         asyncio.run(run())
-    assert (live.status, live.pending_approval) == ("awaiting_approval", approval)
+    assert live.status == "awaiting_approval"
     assert "unexpected status move idle -> awaiting_approval" in caplog.text
 
 
