@@ -90,9 +90,8 @@ class SessionRegistry:
             if live_or_none is None and stored is not None:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
-                if (
-                    stored.status != SessionStatus.IDLE and self._store.shared
-                ):  # another process's run
+                elsewhere = stored.status != SessionStatus.IDLE and self._store.shared
+                if elsewhere:  # another process's run
                     await remote.settle_from_last_event(self._store, live_or_none)
                     if live_or_none.status == SessionStatus.AWAITING_APPROVAL and (
                         live_or_none.pending_approval is None

@@ -271,9 +271,8 @@ class MongoStore(WritesInOrder):
                     result = await self._col("sessions").update_one(
                         _session_filter(scope, session_id), {"$set": fields, **count}
                     )
-            if (
-                status == SessionStatus.IDLE and result.matched_count
-            ):  # the run ended: free its slots
+            ended = status == SessionStatus.IDLE and result.matched_count
+            if ended:  # the run ended: free its slots
                 await self._col("run_slots").delete_many({"session_id": session_id})
 
         await self._ride("update session", update)
