@@ -36,7 +36,7 @@ from server.agui_input import read_input
 from server.agui_stream import Stream, encode, follow, open_stream, served
 from server.live import LiveSession
 from server.services import Services
-from server.storage.base import Scope
+from server.storage.base import Scope, SessionStatus
 from server.storage.frames import Frame
 from server.storage.search import ANSWER_PHASES
 from server.versions import on_path
@@ -56,7 +56,7 @@ async def connect_endpoint(request: Request) -> Response:
         run_input = await read_input(request, services.settings.server.max_message_bytes)
         live = await open_thread(services, scope, run_input.thread_id, create=False)
         stream = open_stream(services, live)  # before reading the store: nothing falls between
-        running = live.status != "idle"
+        running = live.status != SessionStatus.IDLE
         frames = await _last_run(services, scope, live.session_id) if running else []
         messages = await _snapshot(services, scope, live.session_id, frames)
     except (Refused, StorageError) as exc:

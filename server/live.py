@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -78,12 +78,17 @@ log = logging.getLogger(__name__)
 # another. Staying in a status is always allowed (a new question after one that expired).
 # Only a wait without a run (idle to awaiting_*) is refused.
 MOVES: dict[SessionStatus, frozenset[SessionStatus]] = {
-    "idle": frozenset({"running"}),
-    "running": frozenset({"awaiting_input", "awaiting_approval", "idle"}),
-    "awaiting_input": frozenset({"running", "awaiting_approval", "idle"}),
-    "awaiting_approval": frozenset({"running", "awaiting_input", "idle"}),
+    SessionStatus.IDLE: frozenset({SessionStatus.RUNNING}),
+    SessionStatus.RUNNING: frozenset(
+        {SessionStatus.AWAITING_INPUT, SessionStatus.AWAITING_APPROVAL, SessionStatus.IDLE}
+    ),
+    SessionStatus.AWAITING_INPUT: frozenset(
+        {SessionStatus.RUNNING, SessionStatus.AWAITING_APPROVAL, SessionStatus.IDLE}
+    ),
+    SessionStatus.AWAITING_APPROVAL: frozenset(
+        {SessionStatus.RUNNING, SessionStatus.AWAITING_INPUT, SessionStatus.IDLE}
+    ),
 }
-_WAITING: frozenset[SessionStatus] = frozenset({"awaiting_input", "awaiting_approval"})
 
 
 def allowed_move(old: SessionStatus, new: SessionStatus) -> bool:
@@ -187,10 +192,9 @@ class _Write:
     future: asyncio.Future[None] | None  # None: a run's event or message nobody waits for
     frames: Sequence[dict[str, Any]] = ()
     status: SessionStatus | None = None
-    pending_input: dict[str, Any] | None = None
+    pending_input: dict[str, Any] | None = None  # stored with the status, for other processes
     run_id: str | None = None
     work: Callable[[], Awaitable[None]] | None = None  # anything else (session row, title)
-    pending_approval: dict[str, Any] | None = None  # kept in memory: it lives with the run
     messages: Sequence[Message] = ()
 
     @property
@@ -234,11 +238,14 @@ class LiveSession:
         self.taken_over = False
         self.created_at = record.created_at
         self.session_id = record.session_id
-        self.status: SessionStatus = record.status
+        self.status = SessionStatus(record.status)
         self.title = record.title
         self.last_seq = record.last_seq
-        self.pending_input: dict[str, Any] | None = record.pending_input
-        self.pending_approval: dict[str, Any] | None = None
+        # What waits for the user in a run this process does not run (another process's, or
+        # one being recovered): from the stored record, then the run's stored events. A run
+        # of ours has it in its RunControl, which it waits on (see `pending_input`).
+        self._input_elsewhere: dict[str, Any] | None = record.pending_input
+        self._approval_elsewhere: dict[str, Any] | None = None
         self.subscribers: set[Subscriber] = set()
         self.run: ActiveRun | None = None
         self.ended_run: str | None = None  # the last run that ended here, its end sent live
@@ -258,6 +265,28 @@ class LiveSession:
     def idle(self) -> bool:
         """No watcher and no run: the registry may forget this session."""
         return not self.subscribers and self.run is None
+
+    @property
+    def pending_input(self) -> dict[str, Any] | None:
+        """The question waiting for the user's answer. A run of ours: read from its
+        RunControl, the one copy the run itself waits on, while the status says a question
+        waits (an answer clears it at once, everywhere). Another process's run: what its
+        stored record and events say."""
+        if self.run is None:
+            return self._input_elsewhere
+        question = self.run.control.pending
+        waiting = self.status == SessionStatus.AWAITING_INPUT
+        return asdict(question) if waiting and question is not None else None
+
+    @property
+    def pending_approval(self) -> dict[str, Any] | None:
+        """The tool call waiting for the user's decision, read like `pending_input` (another
+        process's: from its stored events; a pending approval is not in the record)."""
+        if self.run is None:
+            return self._approval_elsewhere
+        approval = self.run.control.pending_approval
+        waiting = self.status == SessionStatus.AWAITING_APPROVAL
+        return asdict(approval) if waiting and approval is not None else None
 
     def snapshot(self) -> dict[str, Any]:
         """The `session` frame body, consistent with what subscribers receive next."""
@@ -289,12 +318,11 @@ class LiveSession:
         status: SessionStatus | None = None,
         pending_input: dict[str, Any] | None = None,
         run_id: str | None = None,
-        pending_approval: dict[str, Any] | None = None,
     ) -> None:
-        """Store frames (and a status change), then deliver them to every subscriber."""
-        write = _Write(self._future(), frames, status, pending_input, run_id)
-        write.pending_approval = pending_approval
-        await self._submit(write)
+        """Store frames (and a status change), then deliver them to every subscriber.
+        `pending_input` is the question stored with the status, for other processes and
+        restarts; here the run's RunControl has it."""
+        await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
 
     async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
         """Queue run events without waiting for them to be stored (see `_submit`). They are
@@ -340,14 +368,18 @@ class LiveSession:
         kind = frame.kind
         if kind == "agent_request_input":
             question = frame.pick(_QUESTION)
-            self._move("awaiting_input", question, self.pending_approval, mirrored=True)
+            self._move(
+                SessionStatus.AWAITING_INPUT, question, self._approval_elsewhere, mirrored=True
+            )
         elif kind == "agent_tool_approval":
             approval = frame.pick(_APPROVAL)
-            self._move("awaiting_approval", self.pending_input, approval, mirrored=True)
+            self._move(
+                SessionStatus.AWAITING_APPROVAL, self._input_elsewhere, approval, mirrored=True
+            )
         elif kind == "response_complete":
-            self._move("idle", mirrored=True)
+            self._move(SessionStatus.IDLE, mirrored=True)
         elif frame.run_id:
-            self._move("running", mirrored=True)
+            self._move(SessionStatus.RUNNING, mirrored=True)
 
     def notify(self, frame: dict[str, Any]) -> None:
         """Send a frame about the session that is not a run event (no seq, nothing stored)
@@ -395,7 +427,7 @@ class LiveSession:
     def ended_unstored(self, run: ActiveRun) -> None:
         """`run` ended but its end could not be stored: the session is idle here at once (a
         chat may start), while the store shows the run until its end is repaired."""
-        self._move("idle")
+        self._move(SessionStatus.IDLE)
         self.release_run(run)
 
     def run_ended(self, run: ActiveRun) -> None:
@@ -408,14 +440,14 @@ class LiveSession:
         """An answer or decision for the run another process runs was taken: the run goes
         on. Said here at once, not with its next event (read at the relay's next poll).
         Nothing changes unless it still waits here: its end may have been followed since."""
-        if self.run is None and self.status in _WAITING:
-            self._move("running")
+        if self.run is None and self.status.waiting:
+            self._move(SessionStatus.RUNNING)
 
     def approval_elsewhere(self, frame: Frame) -> None:
         """The run another process runs waits for approval of the call in `frame` (a stored
         `agent_tool_approval`: a pending approval lives with its run, not in the store)."""
         if self.run is None:
-            self.pending_approval = frame.pick(_APPROVAL)
+            self._approval_elsewhere = frame.pick(_APPROVAL)
 
     def caught_up(self, seq: int) -> None:
         """Events up to `seq` of this session were stored by another writer (recovery closing
@@ -425,12 +457,13 @@ class LiveSession:
     def _move(
         self,
         status: SessionStatus,
-        pending_input: dict[str, Any] | None = None,
-        pending_approval: dict[str, Any] | None = None,
+        input_elsewhere: dict[str, Any] | None = None,
+        approval_elsewhere: dict[str, Any] | None = None,
         *,
         mirrored: bool = False,
     ) -> None:
-        """The one place the status changes, with what waits for the user. A move `MOVES`
+        """The one place the status changes, with what waits for the user in a run another
+        process runs (a run of ours has that in its RunControl). A move `MOVES`
         does not allow is a bug, logged, and made all the same: the store has it already.
         A `mirrored` move follows another process's stored events, which may jump (a status
         stored after its events, events counted by `caught_up` without being read): only
@@ -445,11 +478,8 @@ class LiveSession:
                 status,
                 " (followed from the store)" if mirrored else "",
             )
-        self.status, self.pending_input, self.pending_approval = (
-            status,
-            pending_input,
-            pending_approval,
-        )
+        self.status = SessionStatus(status)
+        self._input_elsewhere, self._approval_elsewhere = input_elsewhere, approval_elsewhere
 
     # -- the writer ---------------------------------------------------------------------------
 
@@ -549,7 +579,7 @@ class LiveSession:
         now, change, lease = now_ms(), None, None
         await self._check_lease(now)
         if last.status is not None:
-            lease = None if last.status == "idle" else now + self._lease_ms
+            lease = None if last.status == SessionStatus.IDLE else now + self._lease_ms
             change = StatusChange(last.status, last.run_id, last.pending_input, lease)
             if lease is not None:  # given, whether or not the store answers
                 earlier = self.lease_given if self._lease_run == last.run_id else None
@@ -570,10 +600,10 @@ class LiveSession:
             self._deliver(frames, exc.bodies)
             raise
         if last.status is not None:
-            self._move(last.status, last.pending_input, last.pending_approval)
+            self._move(last.status)  # what waits: in the run's RunControl
             if lease is not None:
                 self._lease_confirmed = lease_clock()
-            if last.status == "idle":
+            if last.status == SessionStatus.IDLE:
                 # Before delivery: a chat sent on receiving it must be accepted.
                 self.run, self.lease_given = None, None
         self._deliver(frames, bodies)

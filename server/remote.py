@@ -17,7 +17,7 @@ from agent.control import Decision, DecisionError
 from agent.validation import quoted
 from server.live import ActiveRun, LiveSession, now_ms
 from server.protocol import ProtocolError
-from server.storage.base import Control, ControlKind, SessionRecord, Store
+from server.storage.base import Control, ControlKind, SessionRecord, SessionStatus, Store
 from server.storage.frames import read_frames
 
 __all__ = [
@@ -64,7 +64,7 @@ async def _run_elsewhere(store: Store, live: LiveSession) -> SessionRecord | Non
     if not store.shared or live.run is not None:
         return None
     record = await store.get_session(live.scope, live.session_id)
-    if record is None or record.status == "idle" or record.active_run_id is None:
+    if record is None or record.status == SessionStatus.IDLE or record.active_run_id is None:
         return None
     if live.run is not None:  # a run of ours started meanwhile
         return None
@@ -118,7 +118,11 @@ async def answer_elsewhere(
 async def decide_elsewhere(store: Store, live: LiveSession, payload: dict[str, Any]) -> None:
     call_id = str(payload["tool_call_id"])
     record = await _run_elsewhere(store, live)
-    if record is None or record.active_run_id is None or record.status != "awaiting_approval":
+    if (
+        record is None
+        or record.active_run_id is None
+        or record.status != SessionStatus.AWAITING_APPROVAL
+    ):
         raise ProtocolError("not_awaiting_approval", "No tool call is waiting for approval.")
     waiting = (live.pending_approval or {}).get("tool_call_id")
     if waiting is not None and waiting != call_id:
@@ -152,7 +156,7 @@ async def apply_control(live: LiveSession, control: Control) -> None:
         pending = run.control.pending
         if pending is not None and control.key == f"answer:{pending.tool_call_id}":
             if run.control.answer(str(control.payload.get("content", ""))):
-                await live.publish([], status="running", run_id=run.run_id)
+                await live.publish([], status=SessionStatus.RUNNING, run_id=run.run_id)
     else:
         payload = control.payload
         decision = Decision(bool(payload.get("approve")), str(payload.get("reason", "")))
@@ -161,7 +165,7 @@ async def apply_control(live: LiveSession, control: Control) -> None:
         except DecisionError as exc:
             log.info("a decision from another process came too late: %s", exc.message)
             return
-        await live.publish([], status="running", run_id=run.run_id)
+        await live.publish([], status=SessionStatus.RUNNING, run_id=run.run_id)
 
 
 async def settle_from_last_event(store: Store, live: LiveSession) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from agent.control import Decision, DecisionError
 from server import remote
 from server.live import LiveSession
-from server.storage.base import Store
+from server.storage.base import SessionStatus, Store
 
 __all__ = ["RunControls"]
 
@@ -45,7 +45,7 @@ class RunControls:
             raise remote.not_awaiting_input()
         if not run.control.answer(content):
             raise remote.not_awaiting_input()
-        await live.publish([], status="running", run_id=run.run_id)
+        await live.publish([], status=SessionStatus.RUNNING, run_id=run.run_id)
 
     async def decide(
         self, live: LiveSession, tool_call_id: str, approve: bool, reason: str | None
@@ -65,4 +65,4 @@ class RunControls:
             run.control.decide(tool_call_id, Decision(approve, reason or ""))
         except DecisionError as exc:
             raise remote.refused(exc) from None
-        await live.publish([], status="running", run_id=run.run_id)
+        await live.publish([], status=SessionStatus.RUNNING, run_id=run.run_id)

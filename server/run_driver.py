@@ -40,7 +40,7 @@ from server.run_recovery import Repairs
 from server.run_request import Origin, RunRequest, read_request, rerun_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
-from server.storage.base import PartlyStored, Scope, Store, UnfinishedRun
+from server.storage.base import PartlyStored, Scope, SessionStatus, Store, UnfinishedRun
 from server.storage.frames import read_frames
 from server.storage.outage import StoreUnavailable, outage_of
 from server.storage.runs import RunTree
@@ -309,7 +309,7 @@ class RunDriver:
             await self._store.add_run(live.scope, live.session_id, run.run_id, parent, now_ms())
         message = Message("user", request.content, run_id=run.run_id)
         await live.save_messages([message])
-        await live.publish([], status="running", run_id=run.run_id)
+        await live.publish([], status=SessionStatus.RUNNING, run_id=run.run_id)
         return ([message] if new else []), parent
 
     async def _parent(self, live: LiveSession, replaces: str | None) -> str | None:
@@ -360,7 +360,7 @@ class RunDriver:
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
         ridden_out = False  # the store stayed away past the tolerance
         try:
-            await live.publish([frame], status="idle")
+            await live.publish([frame], status=SessionStatus.IDLE)
         except StorageError as exc:
             log.warning(
                 "session %s: the end of run %s could not be stored (closed once the store "

@@ -25,7 +25,7 @@ from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
-from server.storage.base import Scope, SessionRecord, Store, UnfinishedRun
+from server.storage.base import Scope, SessionRecord, SessionStatus, Store, UnfinishedRun
 from server.storage.frames import Frame, read_frames
 from server.storage.outage import log_retry
 from server.versions import history_on_path
@@ -196,7 +196,7 @@ class RunRecovery:
         ours = last.run_id == item.run_id
         if ours and last.kind == "response_complete":  # only its status was not stored
             await self._store.update_session(
-                item.scope, item.session_id, now_ms(), status="idle", active_run_id=None
+                item.scope, item.session_id, now_ms(), status=SessionStatus.IDLE, active_run_id=None
             )
             if self._store.shared:
                 await self._release_run(item.session_id, item.run_id)
@@ -216,7 +216,7 @@ class RunRecovery:
             await live.publish([dict(frame) for frame in told])
         # else the run ended (its answer, stop or error is stored) and only its end was not
         frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
-        await live.publish([frame], status="idle")
+        await live.publish([frame], status=SessionStatus.IDLE)
         if self._store.shared:
             await self._release_run(item.session_id, run.run_id)
         held = self._live.get(item.session_id)

@@ -21,6 +21,7 @@ from agent.events import (
 from agent.messages import Message
 from server.live import LiveSession, now_ms
 from server.protocol import event_frame
+from server.storage.base import SessionStatus
 
 __all__ = ["RunSink"]
 
@@ -44,18 +45,14 @@ class RunSink:
                 "expires_at": event.expires_at,
             }
             await self._live.publish(
-                [frame], status="awaiting_input", pending_input=pending, run_id=self._run_id
+                [frame],
+                status=SessionStatus.AWAITING_INPUT,
+                pending_input=pending,
+                run_id=self._run_id,
             )
-        elif isinstance(event, ApprovalRequested):
-            pending = {
-                "tool_name": event.name,
-                "arguments": event.arguments,
-                "tool_call_id": event.call_id,
-                "step": event.step,
-                "expires_at": event.expires_at,
-            }
+        elif isinstance(event, ApprovalRequested):  # what waits: in the run's RunControl
             await self._live.publish(
-                [frame], status="awaiting_approval", pending_approval=pending, run_id=self._run_id
+                [frame], status=SessionStatus.AWAITING_APPROVAL, run_id=self._run_id
             )
         elif isinstance(event, _LAST):
             await self._live.publish([frame])

@@ -19,7 +19,7 @@ from server.protocol import ProtocolError
 from server.relay import SESSION_GONE
 from server.run_recovery import Repairs
 from server.settings import RUN_LEASE_S
-from server.storage.base import DeleteOutcome, Scope, SessionRecord, Store
+from server.storage.base import DeleteOutcome, Scope, SessionRecord, SessionStatus, Store
 
 # WebSocket "service restart": what is held here of the session was wrong; reconnect (with
 # `after_seq`) and read it from the store.
@@ -71,7 +71,7 @@ class SessionRegistry:
                 session_id or uuid.uuid4().hex,
                 scope.tenant_id,
                 scope.user_id,
-                "idle",
+                SessionStatus.IDLE,
                 "",
                 now,
                 now,
@@ -90,9 +90,10 @@ class SessionRegistry:
             if live_or_none is None and stored is not None:
                 live_or_none = self._live[session_id] = self._new_live(stored)
                 self._emptied.clear()
-                if stored.status != "idle" and self._store.shared:  # another process's run
+                elsewhere = stored.status != SessionStatus.IDLE and self._store.shared
+                if elsewhere:  # another process's run
                     await remote.settle_from_last_event(self._store, live_or_none)
-                    if live_or_none.status == "awaiting_approval" and (
+                    if live_or_none.status == SessionStatus.AWAITING_APPROVAL and (
                         live_or_none.pending_approval is None
                     ):
                         await remote.find_pending_approval(self._store, live_or_none)

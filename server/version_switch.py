@@ -13,7 +13,7 @@ from typing import Any
 from server.live import LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.run_quota import run_in_progress
-from server.storage.base import SessionStore
+from server.storage.base import SessionStatus, SessionStore
 from server.storage.runs import RunTree
 from server.versions import load_tree
 
@@ -26,7 +26,7 @@ async def select_version(
     """Show `run_id`'s version of its turn, and below it what was shown there last; raise
     ProtocolError `run_in_progress` while a run works, `unknown_run` for a run the session
     does not have."""
-    if live.run is not None or live.status != "idle":
+    if live.run is not None or live.status != SessionStatus.IDLE:
         raise run_in_progress()
     tree = await load_tree(store, live.scope, live.session_id)
     if run_id not in tree.nodes or not isinstance(store, RunTree):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Literal, Protocol, cast
 
 import orjson
@@ -47,7 +48,23 @@ __all__ = [
     "message_to_api",
 ]
 
-SessionStatus = Literal["idle", "running", "awaiting_input", "awaiting_approval"]
+
+class SessionStatus(StrEnum):
+    """Where a session's run is (docs/wire-protocol.md). A `str`: each member is its value,
+    the same string on the wire, in JSON and in both stores. Its allowed moves are
+    `server.live.MOVES`."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    AWAITING_INPUT = "awaiting_input"
+    AWAITING_APPROVAL = "awaiting_approval"
+
+    @property
+    def waiting(self) -> bool:
+        """Does a question or approval wait for the user?"""
+        return self in (SessionStatus.AWAITING_INPUT, SessionStatus.AWAITING_APPROVAL)
+
+
 DeleteOutcome = Literal["deleted", "not_found", "run_in_progress"]
 ControlKind = Literal["stop", "answer", "decision"]
 EVENTS_PAGE = 500  # events read at a time by `events_in_pages`…

@@ -170,7 +170,7 @@ class MongoStore(WritesInOrder):
         doc = {
             "session_id": session_id,
             **_owner(scope),
-            "status": "idle",
+            "status": SessionStatus.IDLE.value,
             "title": title,
             "created_at": now,
             "updated_at": now,
@@ -188,7 +188,9 @@ class MongoStore(WritesInOrder):
                     raise
 
         await self._ride("create session", create)
-        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0)
+        return SessionRecord(
+            session_id, scope.tenant_id, scope.user_id, SessionStatus.IDLE, title, now, now, 0
+        )
 
     async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
         doc = await self._ride(
@@ -269,7 +271,8 @@ class MongoStore(WritesInOrder):
                     result = await self._col("sessions").update_one(
                         _session_filter(scope, session_id), {"$set": fields, **count}
                     )
-            if status == "idle" and result.matched_count:  # the run ended: free its slots
+            ended = status == SessionStatus.IDLE and result.matched_count
+            if ended:  # the run ended: free its slots
                 await self._col("run_slots").delete_many({"session_id": session_id})
 
         await self._ride("update session", update)
@@ -311,7 +314,7 @@ class MongoStore(WritesInOrder):
                 session = await self._col("sessions").find_one(query, {"_id": 0, "status": 1})
                 if session is None:
                     return "not_found"
-                if session.get("status") != "idle":
+                if session.get("status") != SessionStatus.IDLE:
                     return "run_in_progress"
                 for name in ("events", "messages", "controls", "runs"):
                     await self._col(name).delete_many(query)
@@ -757,7 +760,7 @@ class MongoStore(WritesInOrder):
             session_id=doc["session_id"],
             tenant_id=doc["tenant_id"],
             user_id=doc["user_id"],
-            status=doc["status"],
+            status=SessionStatus(doc["status"]),
             title=doc["title"],
             created_at=doc["created_at"],
             updated_at=doc["updated_at"],
@@ -933,7 +936,7 @@ class MongoStore(WritesInOrder):
         return dict(owners)
 
 
-_ACTIVE = ["running", "awaiting_input", "awaiting_approval"]
+_ACTIVE = [status.value for status in SessionStatus if status != SessionStatus.IDLE]
 
 
 def _owner(scope: Scope) -> Doc:

@@ -218,7 +218,9 @@ class SQLiteStore:
             )
 
         await self._write(op)
-        return SessionRecord(session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0)
+        return SessionRecord(
+            session_id, scope.tenant_id, scope.user_id, SessionStatus.IDLE, title, now, now, 0
+        )
 
     async def get_session(self, scope: Scope, session_id: str) -> SessionRecord | None:
         def op(conn: sqlite3.Connection) -> SessionRecord | None:
@@ -311,7 +313,7 @@ class SQLiteStore:
                 "SELECT 1 FROM run_slots WHERE key = ? AND created_at >= ?",
                 (f"session/{session_id}", now - SLOT_GRACE_MS),
             ).fetchone()
-            if row[0] != "idle" or starting is not None:
+            if row[0] != SessionStatus.IDLE or starting is not None:
                 return "run_in_progress"
             conn.execute(
                 "DELETE FROM sessions WHERE session_id = ? AND tenant_id = ? AND user_id = ?",
@@ -871,7 +873,7 @@ def _session_update(
         "WHERE session_id = ? AND tenant_id = ? AND user_id = ?"
     )
     args += [session_id, scope.tenant_id, scope.user_id]
-    free_slots = change is not None and change.status == "idle"
+    free_slots = change is not None and change.status == SessionStatus.IDLE
 
     def op(conn: sqlite3.Connection) -> None:
         if conn.execute(sql, args).rowcount and free_slots:
@@ -885,7 +887,7 @@ def _session(row: tuple[Any, ...]) -> SessionRecord:
         session_id=row[0],
         tenant_id=row[1],
         user_id=row[2],
-        status=row[3],
+        status=SessionStatus(row[3]),
         title=row[4],
         created_at=row[5],
         updated_at=row[6],

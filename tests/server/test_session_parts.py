@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from agent.control import RunControl
+from agent.control import Decision, PendingApproval, PendingQuestion, RunControl
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from agent.run import RunLimits
@@ -24,7 +25,7 @@ from server.run_recovery import RunRecovery, where_it_stopped
 from server.run_request import read_request, rerun_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
-from server.storage.base import Scope, UnfinishedRun
+from server.storage.base import Scope, SessionStatus, UnfinishedRun
 from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from server.tenant_metrics import TenantMetrics
@@ -161,15 +162,66 @@ async def test_a_session_holds_one_run_and_lets_go_only_of_its_own(store: SQLite
     await asyncio.wait_for(registry.wait_empty(), 5)
 
 
+async def test_an_answer_clears_every_view_of_the_question_at_once(
+    store: SQLiteStore, tmp_path: Path
+) -> None:
+    """What waits for the user has one copy here, the run's RunControl: the session's view
+    is read from it, so it cannot drift. Another process sees the stored copy."""
+    registry = SessionRegistry(store, Repairs())
+    live, _ = await registry.open(ALICE, None)
+    await live.ensure_stored("t")
+    run = ActiveRun("r1", RunControl())
+    live.claim_run(run)
+    await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
+    question = PendingQuestion("Which city?", "c1", 1, 9_000)
+    run.control.pose(question)
+    assert live.snapshot()["pending_input"] is None  # not announced yet: still running
+    await live.publish(
+        [], status=SessionStatus.AWAITING_INPUT, pending_input=asdict(question), run_id="r1"
+    )
+    assert live.snapshot()["pending_input"] == asdict(question)
+    other_store = SQLiteStore(tmp_path / "agent.db", shared=True)  # another process
+    await other_store.open()
+    try:
+        other = SessionRegistry(other_store, Repairs())
+        elsewhere, _ = await other.open(ALICE, live.session_id)
+        assert elsewhere.run is None
+        assert elsewhere.snapshot()["status"] == "awaiting_input"
+        assert elsewhere.snapshot()["pending_input"] == asdict(question)
+        other.release(elsewhere)
+    finally:
+        await other_store.close()
+
+    assert run.control.answer("Paris")
+    assert live.pending_input is None  # at once, before the status change is stored
+    assert live.snapshot()["pending_input"] is None
+    await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
+    stored = await store.get_session(ALICE, live.session_id)
+    assert stored is not None and stored.pending_input is None
+
+    approval = PendingApproval("shell", {"cmd": "ls"}, "c2", 2, 9_000)
+    run.control.pose_approval(approval)
+    await live.publish([], status=SessionStatus.AWAITING_APPROVAL, run_id="r1")
+    assert live.snapshot()["pending_approval"] == asdict(approval)
+    assert live.snapshot()["pending_input"] is None
+    run.control.decide("c2", Decision(approve=True))
+    assert live.snapshot()["pending_approval"] is None  # at once
+    await live.publish([], status=SessionStatus.IDLE)
+    assert live.run is None and live.snapshot()["status"] == "idle"
+    registry.release(live)
+    await asyncio.wait_for(registry.wait_empty(), 5)
+
+
 async def test_a_run_whose_end_was_not_stored_leaves_nothing_waiting(store: SQLiteStore) -> None:
     registry = SessionRegistry(store, Repairs())
     live, _ = await registry.open(ALICE, None)
     await live.ensure_stored("t")
     run = ActiveRun("r1", RunControl())
     live.claim_run(run)
-    approval = {"tool_name": "shell", "tool_call_id": "c1", "step": 1}
-    await live.publish([], status="awaiting_approval", run_id="r1", pending_approval=approval)
-    assert live.snapshot()["pending_approval"] == approval
+    approval = PendingApproval("shell", {}, "c1", 1, 9)
+    run.control.pose_approval(approval)
+    await live.publish([], status=SessionStatus.AWAITING_APPROVAL, run_id="r1")
+    assert live.snapshot()["pending_approval"] == asdict(approval)
     live.ended_unstored(run)
     assert live.run is None
     assert live.snapshot() == {

@@ -6,18 +6,24 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import json
 import logging
 from typing import Any, cast
 
+import orjson
 import pytest
 
 import server.live
-from server.live import MOVES, LiveSession, allowed_move
+from agent.control import PendingQuestion, RunControl
+from server.live import MOVES, ActiveRun, LiveSession, allowed_move
 from server.storage.base import SessionRecord, SessionStatus, Store
 from server.storage.frames import Frame
 
-_ALL: tuple[SessionStatus, ...] = ("idle", "running", "awaiting_input", "awaiting_approval")
-_REFUSED = {("idle", "awaiting_input"), ("idle", "awaiting_approval")}
+_ALL = tuple(SessionStatus)
+_REFUSED = {
+    (SessionStatus.IDLE, SessionStatus.AWAITING_INPUT),
+    (SessionStatus.IDLE, SessionStatus.AWAITING_APPROVAL),
+}
 
 
 class _Store:
@@ -44,16 +50,22 @@ def test_the_table_allows_every_protocol_move_and_refuses_a_wait_without_a_run()
 def test_an_own_run_moves_through_its_statuses_without_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    live = _live("idle")
+    live = _live(SessionStatus.IDLE)
+    run_ = ActiveRun("r1", RunControl())
+    live.claim_run(run_)
     question = {"question": "Which city?", "tool_call_id": "c1", "step": 1, "expires_at": 9}
 
     async def run() -> None:
-        await live.publish([], status="running", run_id="r1")
-        await live.publish([], status="awaiting_input", pending_input=question, run_id="r1")
+        await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
+        run_.control.pose(PendingQuestion(**question))
+        await live.publish(
+            [], status=SessionStatus.AWAITING_INPUT, pending_input=question, run_id="r1"
+        )
         assert (live.status, live.pending_input) == ("awaiting_input", question)
-        await live.publish([], status="running", run_id="r1")
+        assert run_.control.answer("Paris")
+        await live.publish([], status=SessionStatus.RUNNING, run_id="r1")
         assert live.pending_input is None
-        await live.publish([], status="idle")
+        await live.publish([], status=SessionStatus.IDLE)
 
     with caplog.at_level(logging.DEBUG, logger="server.live"):
         asyncio.run(run())
@@ -62,20 +74,19 @@ def test_an_own_run_moves_through_its_statuses_without_a_warning(
 
 
 def test_a_refused_move_is_logged_and_made(caplog: pytest.LogCaptureFixture) -> None:
-    live = _live("idle")
-    approval = {"tool_name": "shell", "tool_call_id": "c1"}
+    live = _live(SessionStatus.IDLE)
 
     async def run() -> None:
-        await live.publish([], status="awaiting_approval", pending_approval=approval)
+        await live.publish([], status=SessionStatus.AWAITING_APPROVAL)
 
     with caplog.at_level(logging.WARNING, logger="server.live"):
         asyncio.run(run())
-    assert (live.status, live.pending_approval) == ("awaiting_approval", approval)
+    assert live.status == "awaiting_approval"
     assert "unexpected status move idle -> awaiting_approval" in caplog.text
 
 
 def test_a_followed_event_may_jump_and_is_only_noted(caplog: pytest.LogCaptureFixture) -> None:
-    live = _live("idle")  # its run's start was counted by `caught_up`, not read
+    live = _live(SessionStatus.IDLE)  # its run's start was counted by `caught_up`, not read
     frame = Frame({"type": "agent_request_input", "run_id": "r1", "question": "Which city?"})
     with caplog.at_level(logging.WARNING, logger="server.live"):
         live.settle(frame)
@@ -85,10 +96,10 @@ def test_a_followed_event_may_jump_and_is_only_noted(caplog: pytest.LogCaptureFi
 
 
 def test_an_answer_elsewhere_moves_a_waiting_session_only() -> None:
-    waiting = _live("awaiting_input")
+    waiting = _live(SessionStatus.AWAITING_INPUT)
     waiting.answered_elsewhere()
     assert (waiting.status, waiting.pending_input) == ("running", None)
-    ended = _live("idle")  # the run's end was followed before the answer was taken
+    ended = _live(SessionStatus.IDLE)  # the run's end was followed before the answer was taken
     ended.answered_elsewhere()
     assert ended.status == "idle"
 
@@ -108,3 +119,19 @@ def test_only_the_move_assigns_the_status() -> None:
                 if any(isinstance(n, ast.Attribute) and n.attr == "status" for n in names):
                     writers.add(function.name)
     assert writers == {"__init__", "_move"}
+
+
+def test_a_status_is_its_plain_string_on_the_wire() -> None:
+    """What a client sees does not change with the enum: each status is sent as its string."""
+    assert [status.value for status in SessionStatus] == [
+        "idle",
+        "running",
+        "awaiting_input",
+        "awaiting_approval",
+    ]
+    for status in SessionStatus:
+        snapshot = _live(status).snapshot()
+        assert orjson.dumps(snapshot["status"]) == f'"{status.value}"'.encode()
+        assert json.dumps(snapshot["status"]) == f'"{status.value}"'
+        assert str(status) == status.value and f"{status}" == status.value
+    assert _live(cast(SessionStatus, "running")).status is SessionStatus.RUNNING

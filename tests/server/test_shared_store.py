@@ -270,3 +270,43 @@ async def test_a_version_switched_on_one_server_is_followed_on_the_other(
         read = [m["content"] for m in fake_llm.requests[-1].body["messages"][1:]]
     assert later[0]["parent_run_id"] == first[0]["run_id"]
     assert read == ["France?", "Paris.", "And its river?"]
+
+
+async def test_a_question_shows_the_same_in_both_processes_and_an_answer_clears_both(
+    server_factory: ServerFactory, fake_llm: FakeLLM
+) -> None:
+    """The run's process reads what waits from the run itself, the other from the store: both
+    show the one question the run asked, and neither shows it once it is answered."""
+    fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
+    async with (
+        server_factory(storage=SHARED) as a,
+        server_factory(storage=SHARED) as b,
+    ):
+        owner = await a.client()
+        session = (await owner.recv())["session_id"]
+        await owner.send({"type": "chat", "content": "plan my trip"})
+        asked = (await owner.until("agent_request_input"))[-1]
+        async with await a.client(session_id=session) as here:
+            here_hello = await here.recv()
+        async with await b.client(session_id=session) as other:
+            other_hello = await other.recv()
+            await other.send(
+                {
+                    "type": "agent_user_input",
+                    "content": "Paris",
+                    "tool_call_id": asked["tool_call_id"],
+                }
+            )
+            await owner.until("agent_user_answer", timeout=10)
+            async with await a.client(session_id=session) as here_after:
+                here_after_hello = await here_after.recv()
+            async with await b.client(session_id=session) as other_after:
+                other_after_hello = await other_after.recv()
+        await owner.until("response_complete", timeout=10)
+        await owner.close()
+    question = {key: asked[key] for key in ("question", "tool_call_id", "step", "expires_at")}
+    for hello in (here_hello, other_hello):
+        assert (hello["status"], hello["pending_input"]) == ("awaiting_input", question)
+        assert hello["pending_approval"] is None
+    for hello in (here_after_hello, other_after_hello):
+        assert hello["pending_input"] is None and hello["status"] != "awaiting_input"

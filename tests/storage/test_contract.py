@@ -7,10 +7,12 @@ failure modes (a database that goes away, a read-only file) are at the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
 import re
+import sqlite3
 import stat
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from server.storage.base import (
     Cursor,
     Lease,
     Scope,
+    SessionStatus,
     StatusChange,
     Store,
     UnfinishedRun,
@@ -207,6 +210,47 @@ async def test_a_slot_left_by_a_dead_process_does_not_block_a_delete(store: Stor
     await new_session(store)
     assert await store.take_run_slot(ALICE, "s1", "run-1", 3, 1000) is None  # never ended
     assert await store.delete_session(ALICE, "s1", 1000 + SLOT_GRACE_MS + 1) == "deleted"
+
+
+def _raw_status(backend: Backend, session_id: str) -> object:
+    """The status as the backend stored it, read past the store."""
+    if backend.name == "sqlite":
+        path = backend.settings.sqlite_path
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            (value,) = db.execute(
+                "SELECT status FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return value
+    client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+        backend.settings.mongodb_uri, serverSelectionTimeoutMS=5000
+    )
+    with client:
+        doc = client[backend.settings.mongodb_database]["sessions"].find_one(
+            {"session_id": session_id}
+        )
+    assert doc is not None
+    return doc["status"]
+
+
+async def test_every_status_is_stored_and_read_back_as_its_plain_string(
+    backend: Backend, store: Store
+) -> None:
+    await new_session(store)
+    assert _raw_status(backend, "s1") == "idle"
+    for status in SessionStatus:
+        await store.update_session(ALICE, "s1", 200, status=status, active_run_id="r1")
+        raw = _raw_status(backend, "s1")
+        assert type(raw) is str and raw == status.value, (status, raw)
+        record = await store.get_session(ALICE, "s1")
+        assert record is not None
+        assert type(record.status) is SessionStatus and record.status is status
+        assert record.to_api()["status"] == status.value
+        assert json.loads(json.dumps(record.to_api()))["status"] == status.value
+        assert orjson.loads(orjson.dumps(record.to_api()))["status"] == status.value
+    await store.store_batch(
+        ALICE, "s1", 300, status=StatusChange(SessionStatus.AWAITING_INPUT, "r1", {"q": 1}, 900)
+    )
+    assert _raw_status(backend, "s1") == "awaiting_input"
 
 
 async def test_update_session_sets_status_run_and_pending_input_together(store: Store) -> None:
