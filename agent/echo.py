@@ -19,8 +19,8 @@ _SHARE = 0.6  # of the text's word trigrams found in the prompt
 
 
 def copied_from(text: str, *sources: str) -> bool:
-    """True when most of `text`'s word trigrams appear in `sources` (a text of fewer than
-    four words is never judged a copy)."""
+    """True when most of `text`'s word trigrams appear in `sources`, or eight of its words in
+    a row do (a text of fewer than four words is never judged a copy)."""
     return _copied(_WORD.findall(text.lower()), _trigrams(_WORD.findall(" ".join(sources).lower())))
 
 
@@ -29,10 +29,24 @@ def _trigrams(words: list[str]) -> set[tuple[str, str, str]]:
 
 
 def _copied(words: list[str], source_grams: set[tuple[str, str, str]]) -> bool:
+    """Most of the text's trigrams are ours, or eight words of ours stand in it in a row
+    ("I will use the request_input function to ask the user a question and wait for the
+    answer": a description carried in words of the model's own)."""
     if len(words) < _MIN_WORDS:
         return False
-    grams = _trigrams(words)
-    return len(grams & source_grams) >= _SHARE * len(grams)
+    grams = list(zip(words, words[1:], words[2:], strict=False))
+    shared = [g in source_grams for g in grams]
+    if len(source_grams.intersection(grams)) >= _SHARE * len(set(grams)):
+        return True
+    run = 0
+    for ours in shared:
+        run = run + 1 if ours else 0
+        if run >= _RUN - 2:
+            return True
+    return False
+
+
+_RUN = 8  # words of ours in a row that make a copy, whatever surrounds them
 
 
 def own_words(text: str, *sources: str) -> str:

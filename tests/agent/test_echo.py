@@ -20,6 +20,9 @@ PROMPT = (
         "answer, even when you think you know.",
         "What you will do next, in one sentence.",
         "what  you WILL do next in one sentence",
+        # eight words of ours in a row, among more of the model's own (Qwen2.5-0.5B)
+        "I will use the web_fetch function to get the weather, and then check facts, times "
+        "and anything that can change.",
     ],
 )
 def test_a_copied_line_is_found_whatever_its_case_and_punctuation(text):
