@@ -233,7 +233,11 @@ async def _act(
     _check_budget(rec)
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
+    tools = _asked_first(rec, tools, asked)
     calls, content = await _call_natively(ctx, rec, step, system, tools)
+    if _sprayed(calls, tools):  # the tool list called through is no choice: ask by schema
+        ctx.metrics[Metric.SPRAYED_CALLS_DROPPED] += len(calls)
+        calls, content = (), ""
     attempted = not calls and _call_attempt(content, tools)
     if calls or attempted:  # the call is the act: the rest only misleads Observe
         content = ""
@@ -300,6 +304,25 @@ async def _call_natively(
         calls, content = read_text_tool_calls(content, {t.name for t in tools})
         ctx.metrics[Metric.TEXT_TOOL_CALLS] += len(calls)
     return calls, content
+
+
+def _asked_first(rec: RunRecorder, tools: list[ToolSpec], asked: Sequence[str]) -> list[ToolSpec]:
+    """Until a tool the person's message asks for (by its name, or by a link to read) has
+    been used, Act is offered those tools alone (and `request_input`): the person chose
+    them. Qwen2.5-0.5B, asked what a linked page says, called the clock instead and then
+    answered from its own idea of the page."""
+    pending = set(_unused(rec, (), asked))
+    if not pending:
+        return tools
+    return [t for t in tools if t.name in pending or t.name == REQUEST_INPUT]
+
+
+def _sprayed(calls: Sequence[ToolCall], tools: Sequence[ToolSpec]) -> bool:
+    """One reply calling most of the offered tools, one each, has called the list through
+    (Qwen2.5-0.5B called all eight of `make eval` at once, `memory_save` of made-up facts
+    among them): like such a list in Reason's block (`_named`), it chooses nothing."""
+    names = {c.name for c in calls}
+    return len(names) >= 4 and len(names) * 2 > len({t.name for t in tools})
 
 
 def _call_attempt(text: str, tools: Sequence[ToolSpec]) -> bool:

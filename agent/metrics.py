@@ -25,6 +25,7 @@ class Metric(StrEnum):
     VERIFY_UNREADABLE = "verify_unreadable"
     TEXT_TOOL_CALLS = "text_tool_calls"
     SCHEMA_TOOL_CALLS = "schema_tool_calls"
+    SPRAYED_CALLS_DROPPED = "sprayed_calls_dropped"
     NATIVE_TOOL_CALLS = "native_tool_calls"
     REPLIES_LOOPING = "replies_looping"
     CONTROL_BLOCK_LOOSE = "control_block_loose"
@@ -62,6 +63,7 @@ _HELP = {
     Metric.VERIFY_UNREADABLE: "Verification replies that could not be read.",
     Metric.TEXT_TOOL_CALLS: "Tool calls read from the model's text rather than its tool calls.",
     Metric.SCHEMA_TOOL_CALLS: "Tool calls Act asked for as JSON of the call schema.",
+    Metric.SPRAYED_CALLS_DROPPED: "Tool calls dropped: one reply called most offered tools.",
     Metric.NATIVE_TOOL_CALLS: "Tool calls the model made as tool calls, as the API intends.",
     Metric.REPLIES_LOOPING: "Replies closed because they went round in circles.",
     Metric.CONTROL_BLOCK_LOOSE: "Control blocks read from loosely formatted text.",

@@ -965,3 +965,55 @@ async def test_a_verdict_that_reads_the_checks_instructions_back_is_not_shown(ha
     record = await harness.run("Echo something.", max_steps=2)
     reasons = [e.reason for e in record.of(FinishVerified)]
     assert reasons and reasons[0] == "The check found the task not finished yet."
+
+
+class _PageArgs(BaseModel):
+    url: str
+
+
+async def _page(args: _PageArgs, context: ToolContext) -> dict[str, Any]:
+    return {"url": args.url, "text": "Open 8:30 to 17:00."}
+
+
+async def test_a_link_in_the_task_has_act_offered_the_link_reader_alone_until_it_is_used():
+    """Qwen2.5-0.5B, asked what a linked page says, called the clock and made the page up."""
+    harness = Harness(
+        tools=[make_current_time_tool(), Tool("read_page", "Read a page.", _PageArgs, _page)]
+    )
+    harness.model.script("reason", reason("I'll read it."), reason("Done reading."))
+    harness.model.script(
+        "act", act(FakeToolCall("read_page", {"url": "http://x.test/hours"})), act()
+    )
+    harness.model.script("observe", observe("It opens at 8:30."), observe("Read.", final="8:30."))
+
+    await harness.run("When does it open? See http://x.test/hours", max_steps=2)
+
+    offered = [[t.name for t in c.tools] for c in harness.model.calls if c.phase == "act"]
+    assert offered[0] == ["read_page", "request_input"]  # the person's link is read first
+    assert "get_current_time" in offered[1]  # once it was, every tool is offered again
+
+
+async def test_a_reply_that_calls_most_offered_tools_at_once_calls_none():
+    """Qwen2.5-0.5B called all eight tools of `make eval` in one reply, `memory_save` of
+    made-up facts among them: a list called through is no choice, and nothing of it runs."""
+    spray = [
+        FakeToolCall("get_current_time", {}),
+        FakeToolCall("echo", {"text": "a"}),
+        FakeToolCall("read_page", {"url": "http://x.test"}),
+        FakeToolCall("request_input", {"question": "Which?"}),
+    ]
+    harness = Harness(
+        tools=[
+            make_current_time_tool(),
+            echo_tool,
+            Tool("read_page", "Read a page.", _PageArgs, _page),
+        ]
+    )
+    harness.model.script("reason", reason("Let me see."))
+    harness.model.script("act", act(*spray))
+    harness.model.script("observe", observe("Nothing yet.", final="I could not find out."))
+
+    record = await harness.run("Tell me something.", max_steps=1)
+
+    assert record.of(ToolStarted) == []
+    assert harness.metrics[Metric.SPRAYED_CALLS_DROPPED] == 4
