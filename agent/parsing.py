@@ -461,6 +461,15 @@ def _label_is_json(fence_line: str) -> bool:
     return fence_line[len(_FENCE) :].strip().lower() in ("json", "")
 
 
+def _in_string_after(ch: str, escaped: bool) -> tuple[bool, bool]:
+    """Inside a JSON string, after reading `ch`: (still inside it, the next one escaped)."""
+    if escaped:
+        return True, False
+    if ch == "\\":
+        return True, True
+    return ch != '"', False
+
+
 class _ObjectScan:
     """Where a scan for the end of one JSON object stopped, so it can go on as text grows."""
 
@@ -490,12 +499,7 @@ class _ObjectScan:
         for i in range(self.pos, len(text)):
             ch = text[i]
             if in_string:
-                if escaped:
-                    escaped = False
-                elif ch == "\\":
-                    escaped = True
-                elif ch == '"':
-                    in_string = False
+                in_string, escaped = _in_string_after(ch, escaped)
             elif ch == '"':
                 in_string = True
             elif ch == "{":
@@ -536,12 +540,7 @@ def salvaged_json_object(text: str, start: int) -> str | None:
     for i in range(start, len(text)):
         ch = text[i]
         if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
+            in_string, escaped = _in_string_after(ch, escaped)
         elif ch == '"':
             in_string = True
         elif ch in "{[":
