@@ -9,7 +9,9 @@ out.
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Sequence
 
 __all__ = ["EchoGate", "copied_from", "own_words"]
 
@@ -72,6 +74,7 @@ class EchoGate:
         self._grams = _trigrams(_WORD.findall(" ".join(sources).lower()))
         self._sentence = ""  # the sentence under way, shown or not
         self._own: bool | None = None  # its verdict, once there is one
+        self._after = _AfterPass(self._grams)  # the rest of a sentence that passed
         self.shown = ""  # everything let through
         self.dropped = False  # a sentence was left out as a copy
 
@@ -101,11 +104,22 @@ class EchoGate:
 
     def _add(self, piece: str) -> str:
         self._sentence += piece
-        if self._own is not None:  # judged: no more reading
-            return piece if self._own else ""
+        if self._own is not None:  # judged: the rest of a passed sentence is still watched
+            if not self._own:
+                return ""
+            shown = self._after.feed(piece)
+            self.dropped = self.dropped or self._after.dropping
+            return shown
         words = _WORD.findall(self._sentence.lower())  # at most the held words: bounded
         if len(words) >= self._HOLD_WORDS and not self._shares_a_run(words[: self._HOLD_WORDS]):
-            self._own = True
+            self._own = True  # its first words are its own; the rest is watched for a copy
+            spans = _WORD.finditer(self._sentence.lower())
+            end = next(itertools.islice(spans, self._HOLD_WORDS - 1, None)).end()
+            before = words[self._HOLD_WORDS - 2 : self._HOLD_WORDS]
+            self._after = _AfterPass(self._grams, before)
+            shown = self._sentence[:end] + self._after.feed(self._sentence[end:])
+            self.dropped = self.dropped or self._after.dropping
+            return shown
         elif len(words) >= self._MAX_HELD_WORDS:
             self._own = not _copied(words, self._grams)
             self.dropped = self.dropped or not self._own
@@ -118,7 +132,7 @@ class EchoGate:
         sentence, own = self._sentence, self._own
         self._sentence, self._own = "", None
         if own is not None:
-            return ""
+            return self._after.finish() if own else ""
         if _copied(_WORD.findall(sentence.lower()), self._grams):
             self.dropped = True
             return ""
@@ -134,3 +148,55 @@ class EchoGate:
 
 # The end of a sentence: a stop followed by a space, or a line break.
 _SENTENCE_END = re.compile(r"[.!?](?=\s)|\n")
+
+
+class _AfterPass:
+    """The rest of a sentence whose first words were the model's own, shown as it comes but
+    for a run of our words: held from its first three-word run of ours, left out with the
+    rest of the sentence once eight words of ours stand in a row, shown when the run breaks
+    first ("I will use the web_fetch function to get the weather, and the lookup_order
+    function to look up a person in the user's address book by first name": Qwen2.5-0.5B
+    carried a description in words of its own). What is held is a run of fewer than eight
+    words and the word under way: bounded."""
+
+    _MOST = 2000  # characters held without a word's end: shown (no run can be judged)
+
+    def __init__(self, grams: set[tuple[str, str, str]], before: list[str] | None = None):
+        self._grams = grams
+        self._before = list(before or [])  # the last words shown, for runs across the cut
+        self._held = ""
+        self.dropping = False  # the rest of the sentence is left out
+
+    def feed(self, piece: str) -> str:
+        if self.dropping:
+            return ""
+        self._held += piece
+        found = list(_WORD.finditer(self._held.lower()))
+        if found and found[-1].end() == len(self._held):
+            found.pop()  # a word that may go on in the next piece
+        if len(self._held) > self._MOST and not found:
+            return self._release(len(self._held))  # not a word: nothing to judge
+        words = [*self._before, *(m.group() for m in found)]
+        run = 0  # trigrams of ours in a row, ending at the last whole word
+        for gram in zip(words, words[1:], words[2:], strict=False):
+            run = run + 1 if gram in self._grams else 0
+        if not run:  # all of it, but a word that may go on
+            end = found[-1].end() if found else 0
+            partial = _WORD.search(self._held.lower(), end)
+            return self._release(partial.start() if partial else len(self._held), found)
+        index = len(words) - run - 2 - len(self._before)  # the run's first word, if held
+        shown = self._release(found[index].start(), found[:index]) if index > 0 else ""
+        if run >= _RUN - 2:  # a copy: it and the rest of the sentence are left out
+            self.dropping, self._held = True, ""
+        return shown
+
+    def finish(self) -> str:
+        """The sentence ended: what is held is shown, unless its end was left out."""
+        held, self._held = ("" if self.dropping else self._held), ""
+        self.dropping, self._before = False, []
+        return held
+
+    def _release(self, end: int, words: Sequence[re.Match[str]] = ()) -> str:
+        shown, self._held = self._held[:end], self._held[end:]
+        self._before = [*self._before, *(m.group() for m in words)][-2:]
+        return shown

@@ -67,10 +67,11 @@ def test_a_copied_sentence_after_own_words_is_held_back_whatever_the_pieces(size
 
 
 def test_own_words_pass_on_before_their_sentence_ends():
+    """Word by word: only a word that may still go on in the next piece waits for it."""
     gate = EchoGate(SOURCE)
     first = gate.feed("The order A-1042 was shipped to Lisbon on the third")
-    assert first == "The order A-1042 was shipped to Lisbon on the third"
-    assert gate.feed(" of December.") == " of December."
+    assert first == "The order A-1042 was shipped to Lisbon on the "
+    assert gate.feed(" of December.") == "third of December."
 
 
 def test_a_text_of_nothing_but_copies_is_a_copy():
@@ -92,4 +93,26 @@ def test_a_long_held_line_is_judged_at_its_fortieth_word_not_its_end():
     line = "Ask the user about " + " ".join(f"city{i}" for i in range(60))
     shown = "".join(gate.feed(word + " ") for word in line.split())
     assert shown.startswith("Ask the user about city0") and "city59" in shown
+    assert not gate.dropped
+
+
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_a_copy_that_begins_after_a_sentences_first_words_is_left_out(size):
+    """Qwen2.5-0.5B: "I will use the web_fetch function to get the current weather in XYZ,
+    and the lookup_order function to look up a person in the user's address book by first
+    name." Its first eight words are its own; the description comes after them."""
+    gate = EchoGate(SOURCE)
+    own = "I will use the lookup_order function for my order first, and then "
+    copied = "ask the user a question and wait for the answer. "
+    shown = _through(gate, own + copied + "It is noon.", size)
+    assert "wait for the answer" not in shown
+    assert shown.startswith("I will use the lookup_order function for my order first")
+    assert shown.endswith("It is noon.")
+    assert gate.dropped
+
+
+def test_a_few_words_of_ours_inside_a_sentence_of_its_own_are_shown():
+    gate = EchoGate(SOURCE)
+    text = "The order A-1042 was shipped, so ask the user a question later if needed."
+    assert _through(gate, text, 3) == text
     assert not gate.dropped
