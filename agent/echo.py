@@ -37,12 +37,12 @@ def _copied(words: list[str], source_grams: set[tuple[str, str, str]]) -> bool:
     if len(words) < _MIN_WORDS:
         return False
     grams = list(zip(words, words[1:], words[2:], strict=False))
-    shared = [g in source_grams for g in grams]
-    if len(source_grams.intersection(grams)) >= _SHARE * len(set(grams)):
+    ours = {g for g in grams if g in source_grams}
+    if len(ours) >= _SHARE * len(set(grams)):
         return True
     run = 0
-    for ours in shared:
-        run = run + 1 if ours else 0
+    for gram in grams:
+        run = run + 1 if gram in ours else 0
         if run >= _RUN - 2:
             return True
     return False

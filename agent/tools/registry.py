@@ -60,7 +60,7 @@ class ToolRegistry:
         try:
             # Strict, in JSON mode: "5" is not 5 and 1 is not True, but an array still fills a
             # tuple and a string an enum, as the schema the model was shown says.
-            given = _without_schema_words(arguments, tool.arguments.model_fields)
+            given = _known_arguments(arguments, tool.arguments.model_fields)
             args = tool.arguments.model_validate_json(to_json(given), strict=True)
         except ValidationError as exc:
             problems = "; ".join(describe_errors(exc, root="arguments"))
@@ -75,7 +75,7 @@ _SCHEMA_WORDS = frozenset(
 _MISSPELT = 0.75  # difflib's ratio from which an unknown key reads as a parameter misspelt
 
 
-def _without_schema_words(arguments: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
+def _known_arguments(arguments: dict[str, Any], fields: Iterable[str]) -> dict[str, Any]:
     """The arguments without keys that name no parameter of the tool and spell none: schema
     keywords copied beside the values (Qwen2.5-0.5B called `lookup_contact` with
     `{"name": "Dana", "required": ["name"]}`) and parameters made up beside the right ones
