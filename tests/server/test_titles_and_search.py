@@ -159,9 +159,11 @@ async def test_a_thread_started_over_ag_ui_is_titled_too(
     fake_llm.script("title", text("Lisbon weather"))
     async with server_factory(**TITLES_ON) as srv:
         thread = "t-" + "a" * 20
-        await post(srv.address, run_input(thread, QUESTION))  # AG-UI stores the thread first
-        async with await srv.client(session_id=thread) as watcher:
-            await watcher.recv()
+        events = await post(srv.address, run_input(thread, QUESTION))  # stores the thread
+        # The thread's session is named in the events' rawEvent, not by the thread id.
+        session_id = next(e.raw_event["session_id"] for e in events if e.raw_event)
+        async with await srv.client(session_id=session_id) as watcher:
+            assert (await watcher.recv())["type"] == "session"
             async with httpx.AsyncClient(base_url=f"http://{srv.address}") as http:
                 while (await http.get("/api/sessions")).json()["sessions"][0]["title"] != (
                     "Lisbon weather"
