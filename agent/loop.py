@@ -37,6 +37,7 @@ from agent.events import (
     RunStarted,
 )
 from agent.findings import budget_answer, no_progress_answer, step_limit_answer, stuck_answer
+from agent.grounding import figures_grounded
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
@@ -100,7 +101,7 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
                 ctx.metrics[Metric.RUNS_STUCK] += 1
                 await _complete(ctx, rec, step, no_progress_answer(rec), "stuck")
                 return
-            if final_answer is not None and await _may_finish(ctx, rec, step, final_answer):
+            if final_answer is not None and await _may_finish(ctx, rec, step, final_answer, system):
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
             if rec.ledger.stuck(step, ctx.limits.stuck_steps):  # no progress: say so, stop
@@ -241,7 +242,7 @@ async def _act(
     attempted = not calls and _call_attempt(content, tools)
     if calls or attempted:  # the call is the act: the rest only misleads Observe
         content = ""
-    wanted = bool(named) or bool(_unused(rec, named, asked)) or attempted
+    wanted = rec.take_call_wanted() or bool(named) or bool(_unused(rec, named, asked)) or attempted
     if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
         state = _state(ctx, rec, step, named, asked, plan)
         instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
@@ -378,8 +379,13 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) ->
     return None
 
 
-async def _may_finish(ctx: RunContext, rec: RunRecorder, step: int, answer: str) -> bool:
-    """Verify a suspect finish; a "not done" verdict becomes a note and the run goes on."""
+async def _may_finish(
+    ctx: RunContext, rec: RunRecorder, step: int, answer: str, system: str
+) -> bool:
+    """Verify a suspect finish; a "not done" verdict becomes a note and the run goes on.
+    An answer with figures no tool returned is sent back first (agent/grounding.py)."""
+    if not await figures_grounded(ctx, rec, step, answer, system):
+        return False
     if not needs_verification(rec):
         return True
     _check_budget(rec)

@@ -173,6 +173,8 @@ class RunRecorder:
         self._plan: tuple[str, ...] = ()
         self._expected_tools: set[str] = set()  # named by the task or by Reason's blocks
         self._verifications = 0
+        self._figures_checked = False  # an answer's figures were held against what was read
+        self._call_wanted = False  # the next Act asks for a call even if nothing named one
         self._results_cut = False  # a tool result was cut to fit the context budget
         self._step = 0
         self._streaming: str | None = None  # the phase whose text is streaming now
@@ -274,6 +276,21 @@ class RunRecorder:
 
     def count_verification(self) -> None:
         self._verifications += 1
+
+    @property
+    def figures_checked(self) -> bool:
+        """An answer of this run was already sent back for figures no result gave."""
+        return self._figures_checked
+
+    def want_call(self) -> None:
+        """An answer stated figures nothing the run read gave: the next Act asks for a call
+        whether or not Reason names a tool. Once per run."""
+        self._figures_checked = self._call_wanted = True
+
+    def take_call_wanted(self) -> bool:
+        """Whether this Act must ask for a call (see `want_call`); asked once."""
+        wanted, self._call_wanted = self._call_wanted, False
+        return wanted
 
     def count(self, phase: str, turn: ModelTurn) -> None:
         """Add one model call's tokens to the run's usage."""

@@ -41,6 +41,7 @@ VALUES = {
     "calls": "c",
     "failures": "f",
     "answer": "a",
+    "figures": "22.5",
     "reason": "r",
 }
 

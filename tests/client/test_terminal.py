@@ -224,7 +224,7 @@ async def test_a_question_from_the_agent_is_answered_inline(
     server: Any, fake_llm: FakeLLM, terminals: Any
 ) -> None:
     fake_llm.script("act", act(FakeToolCall("request_input", {"question": "Which city?"})))
-    fake_llm.script("observe", observe("The user chose Paris.", final="Paris: 12:00."))
+    fake_llm.script("observe", observe("The user chose Paris.", final="Paris: noon."))
     term = await terminals(ws_url(server))
     await term.expect(r"you> ")
     term.type("What time is it where I am?\r")
@@ -233,7 +233,7 @@ async def test_a_question_from_the_agent_is_answered_inline(
     await term.expect(r"answer> ")
     term.type("Paris\r")
     await term.expect(r"observing: The user chose Paris\.")
-    await term.expect(r"answer:\nParis: 12:00\.\n\(finished in 1 step\)\n")
+    await term.expect(r"answer:\nParis: noon\.\n\(finished in 1 step\)\n")
     await term.expect(r"you> ")
     observed = await fake_llm.wait_for("observe")
     assert [m["content"] for m in observed.body["messages"] if m["role"] == "tool"] == ["Paris"]
@@ -446,7 +446,7 @@ async def test_a_terminal_renders_the_answer_and_shows_what_works_and_for_how_lo
 
     fake_llm.script("reason", reason("Easy.", finish=True))
     fake_llm.script("observe", observe("Done.", final=MARKDOWN_ANSWER))
-    term.type("Again\r")
+    term.type("Tokyo is at +09:00; show it again\r")  # the answer's figure is the task's
     await term.expect(r"answer:\nRun this:\n")
     await term.expect(r"print\('hi'\)")
     await term.expect(r" city +offset *\n ─+ *\n Tokyo +\+09:00")
@@ -459,7 +459,7 @@ async def test_piped_output_keeps_the_raw_markdown_and_no_status_line(
 ) -> None:
     fake_llm.script("reason", reason("Easy.", finish=True))
     fake_llm.script("observe", observe("Done.", final=MARKDOWN_ANSWER))
-    text = await piped_chat(server, b"Show me\n", tmp_path)
+    text = await piped_chat(server, b"Show me Tokyo at +09:00\n", tmp_path)
     assert MARKDOWN_ANSWER in text  # as the model wrote it, for a file or a script
     assert "\x1b" not in text and "⠋" not in text
 

@@ -251,7 +251,7 @@ async def test_a_tool_left_out_of_the_chat_is_not_run_when_the_model_calls_it(
 
 
 async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM):
-    fake_llm.script("observe", observe("ok", final="The answer is 42."))
+    fake_llm.script("observe", observe("ok", final="The answer is Lisbon."))
     async with await server.client() as c:
         await c.recv()
         await c.run("first question")
@@ -259,5 +259,5 @@ async def test_a_second_run_sees_the_first_runs_answer(server, fake_llm: FakeLLM
     second_reason = [r for r in fake_llm.requests if r.phase == "reason"][1]
     contents = [(m["role"], m["content"]) for m in second_reason.body["messages"][1:]]
     assert ("user", "first question") in contents
-    assert ("assistant", "The answer is 42.") in contents
+    assert ("assistant", "The answer is Lisbon.") in contents
     assert contents[-1][0] == "user" and contents[-1][1].startswith("second question\n\n")

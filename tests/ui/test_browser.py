@@ -201,7 +201,7 @@ async def test_answering_a_question_from_the_agent(
     fake_llm.script(
         "act", act(FakeToolCall("request_input", {"question": "Which city should I use?"}))
     )
-    fake_llm.script("observe", observe("The user chose Paris.", final="Paris it is: **12:00**."))
+    fake_llm.script("observe", observe("The user chose Paris.", final="Paris it is: **noon**."))
     await open_page(page, ui_server.url)
     base_title = await page.title()
     await send(page, "What time is it where I am?")
@@ -224,7 +224,7 @@ async def test_answering_a_question_from_the_agent(
     await page.locator("#message").fill("Paris")
     await page.locator("#message").press("Enter")
     await expect(banner).to_be_hidden()
-    await expect(page.locator(".answer strong")).to_have_text("12:00")
+    await expect(page.locator(".answer strong")).to_have_text("noon")
     await expect(page.locator(".note.answer")).to_have_text("You answered: Paris")
     await expect(page).to_have_title(base_title)
     await expect(page.locator("body")).not_to_have_class(re.compile(r"\bawaiting\b"))
