@@ -29,21 +29,22 @@ from ag_ui.core import (
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent import events as agent_events
 from agent.errors import StorageError
 from server.agui_events import Translator
 from server.agui_http import Refused, caller, open_thread, refusal, sse_response
 from server.agui_input import read_input
 from server.agui_stream import Stream, encode, follow, open_stream, served
+from server.events import Event
 from server.live import LiveSession
 from server.services import Services
 from server.storage.base import Scope, SessionStatus
-from server.storage.frames import Frame
 from server.storage.search import ANSWER_PHASES
 from server.versions import on_path
 
 __all__ = ["connect_endpoint"]
 
-_INTERRUPTS = ("agent_request_input", "agent_tool_approval")
+_INTERRUPTS = (agent_events.InputRequested, agent_events.ApprovalRequested)
 _HISTORY_LIMIT = 100_000  # messages in a snapshot: every one a thread has, in practice
 
 
@@ -68,20 +69,20 @@ async def connect_endpoint(request: Request) -> Response:
     return sse_response(request, served(services, live, stream, body))
 
 
-async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Frame]:
-    """The stored frames of the session's last run (the one going on), oldest first."""
-    frames: list[Frame] = []
+async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Event]:
+    """The stored events of the session's last run (the one going on), oldest first."""
+    events: list[Event] = []
     async for page in services.hub.stored.frames(scope, session_id, 0):
-        for frame in page:
-            if frame.kind == "agent_user_message":
-                frames = []  # a run begins with its user's message
-            if frame.run_id:
-                frames.append(frame)
-    return frames
+        for event in page:
+            if isinstance(event.event, agent_events.UserMessage):
+                events = []  # a run begins with its user's message
+            if event.run_id:
+                events.append(event)
+    return events
 
 
 async def _snapshot(
-    services: Services, scope: Scope, session_id: str, running: list[Frame]
+    services: Services, scope: Scope, session_id: str, running: list[Event]
 ) -> list[Message]:
     """The stored conversation as AG-UI messages; of the run going on only its user's
     message (the stream shows the rest of it)."""
@@ -124,7 +125,7 @@ async def _events(
     stream: Stream,
     translator: Translator,
     messages: list[Message],
-    frames: list[Frame],
+    frames: list[Event],
 ) -> AsyncGenerator[str, None]:
     started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
     yield encode([started, MessagesSnapshotEvent(messages=messages)])
@@ -137,11 +138,11 @@ async def _events(
         yield encode([finished])
         return
     last_seq = 0
-    for i, frame in enumerate(frames):
-        last_seq = frame.seq or last_seq
+    for i, event in enumerate(frames):
+        last_seq = event.seq or last_seq
         answered = i + 1 < len(frames)  # a question the run went on from
-        if frame.kind in _INTERRUPTS and answered:
+        if isinstance(event.event, _INTERRUPTS) and answered:
             continue
-        yield encode(translator.translate(frame.body))
+        yield encode(translator.translate(event))
     async for text in follow(stream, translator, last_seq):
         yield text

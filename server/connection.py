@@ -17,7 +17,7 @@ import asyncio
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from server.storage.frames import Frame
+from server.events import Event
 from server.subscriber_queue import SubscriberQueue
 
 __all__ = ["FRAMES_PER_TURN", "Connection", "OVERFLOW_CLOSE_CODE"]
@@ -72,9 +72,9 @@ class Connection:
         """Set once the client fell behind: the socket is to be closed with 1013."""
         return self._queue.overflowed
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
-        """Queue `text`, sent as it is; `frame` says what it is."""
-        self._accept(text, seq, frame.kind)
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
+        """Queue `text`, sent as it is; `event` says what it is."""
+        self._accept(text, seq, event.wire_kind)
 
     def _accept(self, text: str, seq: int | None, kind: str) -> None:
         if seq is not None and seq <= self._replayed_up_to:

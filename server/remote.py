@@ -14,6 +14,7 @@ from typing import Any
 
 from agent import control
 from agent.control import Decision, DecisionError
+from agent.events import ApprovalRequested
 from agent.validation import quoted
 from server.live import ActiveRun, LiveSession, now_ms
 from server.protocol import ProtocolError
@@ -183,7 +184,7 @@ async def find_pending_approval(store: Store, live: LiveSession) -> None:
     """The call another process waits to have approved, from its last events (a pending
     approval lives with the run, not in the session record)."""
     recent = await read_frames(store, live.scope, live.session_id, live.last_seq - 20)
-    for frame in reversed(recent):
-        if frame.kind == "agent_tool_approval":
-            live.approval_elsewhere(frame)
+    for event in reversed(recent):
+        if isinstance(event.event, ApprovalRequested):
+            live.approval_elsewhere(event.event)
             return

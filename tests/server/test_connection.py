@@ -13,7 +13,8 @@ from starlette.websockets import WebSocket
 from agent.errors import StorageError
 from server import ws
 from server.connection import FRAMES_PER_TURN, OVERTAKE_AFTER, Connection
-from server.storage.frames import Frame
+from server.events import Event
+from server.storage.frames import decode
 from server.ws import _attach
 
 
@@ -29,12 +30,13 @@ class _Socket:
         self.closed = code
 
 
-def _frame(kind: str, seq: int, update: str | None = None) -> tuple[str, int, Frame]:
+def _frame(kind: str, seq: int, update: str | None = None) -> tuple[str, int, Event]:
     frame: dict[str, Any] = {"type": kind}
     if update:
         frame["update_type"] = update
     frame.update(session_id="s", run_id="r", seq=seq, ts=1, delta="x")
-    return orjson.dumps(frame).decode(), seq, Frame(frame)
+    text = orjson.dumps(frame).decode()
+    return text, seq, decode(text)
 
 
 def _kinds(sent: list[str]) -> list[str]:
