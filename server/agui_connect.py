@@ -58,21 +58,21 @@ async def connect_endpoint(request: Request) -> Response:
         live = await open_thread(services, scope, run_input.thread_id, create=False)
         stream = open_stream(services, live)  # before reading the store: nothing falls between
         running = live.status != SessionStatus.IDLE
-        frames = await _last_run(services, scope, live.session_id) if running else []
-        messages = await _snapshot(services, scope, live.session_id, frames)
+        events = await _last_run(services, scope, live.session_id) if running else []
+        messages = await _snapshot(services, scope, live.session_id, events)
     except (Refused, StorageError) as exc:
         return refusal(request, services, live, stream, exc, "The store is unavailable.")
-    run_id = str(frames[0].run_id) if frames else run_input.run_id
+    run_id = str(events[0].run_id) if events else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(run_input.thread_id, run_id, client_tools)
-    body = _events(stream, translator, messages, frames)
+    body = _events(stream, translator, messages, events)
     return sse_response(request, served(services, live, stream, body))
 
 
 async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Event]:
     """The stored events of the session's last run (the one going on), oldest first."""
     events: list[Event] = []
-    async for page in services.hub.stored.frames(scope, session_id, 0):
+    async for page in services.hub.stored.decoded(scope, session_id, 0):
         for event in page:
             if isinstance(event.event, agent_events.UserMessage):
                 events = []  # a run begins with its user's message
@@ -125,11 +125,11 @@ async def _events(
     stream: Stream,
     translator: Translator,
     messages: list[Message],
-    frames: list[Event],
+    events: list[Event],
 ) -> AsyncGenerator[str, None]:
     started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
     yield encode([started, MessagesSnapshotEvent(messages=messages)])
-    if not frames:
+    if not events:
         finished = RunFinishedEvent(
             thread_id=translator.thread_id,
             run_id=translator.run_id,
@@ -138,9 +138,9 @@ async def _events(
         yield encode([finished])
         return
     last_seq = 0
-    for i, event in enumerate(frames):
+    for i, event in enumerate(events):
         last_seq = event.seq or last_seq
-        answered = i + 1 < len(frames)  # a question the run went on from
+        answered = i + 1 < len(events)  # a question the run went on from
         if isinstance(event.event, _INTERRUPTS) and answered:
             continue
         yield encode(translator.translate(event))

@@ -308,7 +308,7 @@ async def session_usage(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     totals: dict[str, float] = {}
     runs = 0
-    async for page in _stored(request).frames(scope, session_id, 0, marker=b'"usage"'):
+    async for page in _stored(request).decoded(scope, session_id, 0, marker=b'"usage"'):
         for event in page:
             usage = usage_of(event.event)
             if usage:

@@ -40,7 +40,7 @@ from server.run_request import Origin, RunRequest, read_request, rerun_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, SessionStatus, Store, UnfinishedRun
-from server.storage.frames import read_frames
+from server.storage.frames import read_decoded
 from server.storage.outage import StoreUnavailable, outage_of
 from server.storage.runs import RunTree
 from server.tenant_metrics import TenantMetrics
@@ -212,7 +212,7 @@ class RunDriver:
         """(the shown path's last user message, its mode, how it ended), from the stored
         events; older sessions without `agent_user_message` events fall back to the messages."""
         after = max(0, live.last_seq - _TAIL_EVENTS)
-        tail = await read_frames(self._store, live.scope, live.session_id, after)
+        tail = await read_decoded(self._store, live.scope, live.session_id, after)
         tree = await load_tree(self._store, live.scope, live.session_id)
         events = on_path(tree, tail, lambda e: e.run_id)
         ending = ""

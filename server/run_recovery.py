@@ -37,7 +37,7 @@ from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, SessionStatus, Store, UnfinishedRun
-from server.storage.frames import read_frames
+from server.storage.frames import read_decoded
 from server.storage.outage import log_retry
 from server.versions import history_on_path
 
@@ -249,7 +249,7 @@ class RunRecovery:
         write lost), its answer, stop or error stored without the `response_complete` (a
         full disk at the last commit), or neither (the process died mid-run)."""
         scope = Scope(record.tenant_id, record.user_id)
-        last = await read_frames(self._store, scope, record.session_id, record.last_seq - 1, 1)
+        last = await read_decoded(self._store, scope, record.session_id, record.last_seq - 1, 1)
         return last[0] if last else Event(Unrecognized({}), record.session_id)
 
     async def _cut_short(self, live: LiveSession, run_id: str) -> CutShort:
@@ -295,7 +295,7 @@ async def where_it_stopped(
     ours: list[AgentEvent | ServerEvent] = []  # the run's events, oldest first
     while end > 0:
         after = max(0, end - window)
-        events = await read_frames(store, scope, session_id, after, end - after)
+        events = await read_decoded(store, scope, session_id, after, end - after)
         mine = [e.event for e in events if e.run_id == run_id]
         ours[:0] = mine
         step = max([step, *(step_of(e) for e in mine)])

@@ -17,7 +17,7 @@ import orjson
 from server.events import Event, Unrecognized, event_of
 from server.storage.base import Scope, Store, events_in_pages
 
-__all__ = ["decode", "frames_in_pages", "read_frames"]
+__all__ = ["decode", "decoded_in_pages", "read_decoded"]
 
 
 def decode(raw: bytes | str) -> Event:
@@ -32,14 +32,14 @@ def decode(raw: bytes | str) -> Event:
     return event_of(body)
 
 
-async def read_frames(
+async def read_decoded(
     store: Store, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
 ) -> list[Event]:
     """The session's stored events with seq > `after_seq` (at most `limit`), decoded."""
     return [decode(raw) for raw in await store.read_events(scope, session_id, after_seq, limit)]
 
 
-async def frames_in_pages(
+async def decoded_in_pages(
     store: Store, scope: Scope, session_id: str, after_seq: int, *, marker: bytes = b""
 ) -> AsyncIterator[list[Event]]:
     """The session's stored events after `after_seq`, decoded a page at a time (a long

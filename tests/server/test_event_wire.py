@@ -49,7 +49,7 @@ from server.events import Event, PathShown, RunEnded, RunFailed, TitleChanged
 from server.live import ActiveRun, LiveSession
 from server.run_sink import RunSink
 from server.storage.base import Scope, SessionStatus
-from server.storage.frames import read_frames
+from server.storage.frames import read_decoded
 from server.storage.sqlite import SQLiteStore
 
 ALICE = Scope("acme", "alice")
@@ -323,7 +323,7 @@ async def test_every_stored_event_reads_back_as_the_event_delivered_live(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, delivered = await _sent_through_a_session(store, monkeypatch)
-    stored = await read_frames(store, ALICE, "s1", 0)
+    stored = await read_decoded(store, ALICE, "s1", 0)
     assert stored == delivered[:-1]  # the title is not stored
     assert [e.seq for e in stored] == list(range(1, len(RUN_EVENTS) + len(SERVER_EVENTS) + 1))
     # What a run published typed is what was delivered and read back (a run the time limit

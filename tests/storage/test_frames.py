@@ -10,7 +10,7 @@ from agent.events import InputRequested, StepStarted
 from server.events import Event, RunEnded, RunFailed, Unrecognized
 from server.protocol import run_frame
 from server.storage.base import Scope
-from server.storage.frames import decode, frames_in_pages, read_frames
+from server.storage.frames import decode, decoded_in_pages, read_decoded
 from server.storage.sqlite import SQLiteStore
 
 ALICE = Scope("acme", "alice")
@@ -67,7 +67,7 @@ async def test_stored_frames_read_back_as_they_were_stored(sqlite_store: SQLiteS
     frames[-1]["usage"] = {"input_tokens": 5}
     frames.append(run_frame("response_complete", "s1", "r1", 4))
     await sqlite_store.append_events(ALICE, "s1", frames, 5)
-    read = await read_frames(sqlite_store, ALICE, "s1", 0)
+    read = await read_decoded(sqlite_store, ALICE, "s1", 0)
     assert [e.event for e in read] == [
         StepStarted(1),
         RunFailed("llm_error", "m", {"input_tokens": 5}),
@@ -75,5 +75,5 @@ async def test_stored_frames_read_back_as_they_were_stored(sqlite_store: SQLiteS
     ]
     assert [(e.seq, e.ts) for e in read] == [(1, 2), (2, 3), (3, 4)]
     assert [e.frame() for e in read] == frames  # each numbered by the store as it was stored
-    pages = [page async for page in frames_in_pages(sqlite_store, ALICE, "s1", 0, marker=b"usage")]
+    pages = [page async for page in decoded_in_pages(sqlite_store, ALICE, "s1", 0, marker=b"usage")]
     assert [[e.event for e in page] for page in pages] == [[read[1].event]]
