@@ -164,9 +164,10 @@ class Event:
         return event_frame(event, self.session_id, self.run_id or "", self.ts)
 
     def frame(self) -> dict[str, Any]:
-        """Its wire frame, as sent: with its `seq` once stored, without one when it was not."""
+        """Its wire frame, as sent: with its `seq` once stored, without one when it was not
+        (a frame read back that this server does not know: as it was stored)."""
         frame = self.draft()
-        if "seq" in frame:
+        if "seq" in frame and not isinstance(self.event, Unrecognized):
             if self.seq is None:
                 del frame["seq"]
             else:
@@ -191,12 +192,15 @@ class Event:
 def event_of(frame: dict[str, Any]) -> Event:
     """The event a wire frame says (the reverse of `Event.frame`). A frame this server does
     not know, or whose fields do not fit, is `Unrecognized`: never an error."""
-    kind = frame.get("type")
-    event: AgentEvent | ServerEvent | None = agent_event(frame)
-    if event is None and isinstance(kind, str) and kind in _SERVER_FRAMES:
-        cls, wired = _SERVER_FRAMES[kind]
-        event = fitted(cls, {attr: frame[wire] for wire, attr in wired if wire in frame})
     session_id, run_id, ts, seq = (frame.get(k) for k in ("session_id", "run_id", "ts", "seq"))
+    envelope = fitted(_Envelope, {"session_id": session_id, "run_id": run_id, "ts": ts, "seq": seq})
+    kind = frame.get("type")
+    event: AgentEvent | ServerEvent | None = None
+    if envelope is not None:  # else a damaged frame, whatever its kind says
+        event = agent_event(frame)
+        if event is None and isinstance(kind, str) and kind in _SERVER_FRAMES:
+            cls, wired = _SERVER_FRAMES[kind]
+            event = fitted(cls, {attr: frame[wire] for wire, attr in wired if wire in frame})
     return Event(
         event or Unrecognized(frame),
         session_id if isinstance(session_id, str) else "",
@@ -204,6 +208,17 @@ def event_of(frame: dict[str, Any]) -> Event:
         ts if isinstance(ts, int) and not isinstance(ts, bool) else 0,
         seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Envelope:
+    """What every event's frame carries, as a stored one must have it (`session_title` is
+    never stored, and has neither `ts` nor `seq`)."""
+
+    session_id: str
+    run_id: str | None
+    ts: int | None
+    seq: int | None
 
 
 def step_of(event: AgentEvent | ServerEvent) -> int:

@@ -18,7 +18,7 @@ from agent.events import RunStarted, StepStarted
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from agent.run import RunLimits
-from server.events import Event
+from server.events import Event, RunFailed
 from server.live import ActiveRun
 from server.protocol import ChatFrame, ProtocolError, event_frame
 from server.run_driver import RunDriver
@@ -494,8 +494,8 @@ async def test_a_run_asked_to_be_repaired_twice_at_once_is_closed_once(
     # the run whose `error` was stored and whose `response_complete` was not.
     await store.create_session(ALICE, "s1", 1)
     await store.update_session(ALICE, "s1", 2, status="running", active_run_id="r1")
-    error = {"type": "error", "run_id": "r1", "code": "storage_error", "message": "away"}
-    await store.append_events(ALICE, "s1", [{**error, "seq": 0}], 3)
+    error = Event(RunFailed("storage_error", "away"), "s1", "r1", 3)
+    await store.append_events(ALICE, "s1", [error.draft()], 3)
 
     async def free_slot(session_id: str, run_id: str) -> None:
         pass

@@ -24,20 +24,32 @@ def test_a_stored_frame_decodes_into_its_event_and_envelope() -> None:
     assert event.wire_kind == "agent_request_input"
 
 
+ENVELOPE = b'"session_id": "s", "run_id": "r", "seq": 4, "ts": 2'
+
+
 @pytest.mark.parametrize(
     "raw",
     [
         b"[1, 2]",  # not an object
         b"not json",
         b'{"type": ["agent_update"], "run_id": 7}',
-        b'{"type": "agent_update", "update_type": {"a": 1}}',
-        b'{"type": "agent_update", "update_type": "agent_turn_start", "step": "two"}',
-        b'{"type": "agent_update", "update_type": "agent_turn_start", "step": true}',
-        b'{"type": "agent_update", "update_type": "agent_turn_start"}',  # no step
+        b'{"type": "agent_update", "update_type": {"a": 1}, ' + ENVELOPE + b"}",
+        b'{"type": "agent_update", "update_type": "agent_turn_start", "step": "two", '
+        + ENVELOPE
+        + b"}",
+        b'{"type": "agent_update", "update_type": "agent_turn_start", "step": true, '
+        + ENVELOPE
+        + b"}",
+        b'{"type": "agent_update", "update_type": "agent_turn_start", ' + ENVELOPE + b"}",
         b'{"type": "tool_start", "tool_call_id": "c", "tool_name": "t", "arguments": [], '
-        b'"step": 1}',
-        b'{"type": "error", "code": "llm_error"}',  # no message
-        b'{"type": "from_a_newer_server", "run_id": "r", "seq": 4}',
+        b'"step": 1, ' + ENVELOPE + b"}",
+        b'{"type": "error", "code": "llm_error", ' + ENVELOPE + b"}",  # no message
+        b'{"type": "from_a_newer_server", ' + ENVELOPE + b"}",
+        # a known kind in a damaged envelope
+        b'{"type": "response_complete", "session_id": "s", "run_id": "r", "seq": "4"}',
+        b'{"type": "response_complete", "run_id": "r", "seq": 4, "ts": 2}',
+        b'{"type": "agent_update", "update_type": "agent_turn_start", "step": 1, '
+        b'"session_id": "s", "run_id": ["r"], "seq": 4, "ts": 2}',
     ],
 )
 def test_what_this_server_did_not_write_decodes_to_an_event_that_says_nothing(
