@@ -29,21 +29,22 @@ from ag_ui.core import (
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent import events as agent_events
 from agent.errors import StorageError
 from server.agui_events import Translator
 from server.agui_http import Refused, caller, open_thread, refusal, sse_response
 from server.agui_input import read_input
 from server.agui_stream import Stream, encode, follow, open_stream, served
+from server.events import Event
 from server.live import LiveSession
 from server.services import Services
 from server.storage.base import Scope, SessionStatus
-from server.storage.frames import Frame
 from server.storage.search import ANSWER_PHASES
 from server.versions import on_path
 
 __all__ = ["connect_endpoint"]
 
-_INTERRUPTS = ("agent_request_input", "agent_tool_approval")
+_INTERRUPTS = (agent_events.InputRequested, agent_events.ApprovalRequested)
 _HISTORY_LIMIT = 100_000  # messages in a snapshot: every one a thread has, in practice
 
 
@@ -57,31 +58,31 @@ async def connect_endpoint(request: Request) -> Response:
         live = await open_thread(services, scope, run_input.thread_id, create=False)
         stream = open_stream(services, live)  # before reading the store: nothing falls between
         running = live.status != SessionStatus.IDLE
-        frames = await _last_run(services, scope, live.session_id) if running else []
-        messages = await _snapshot(services, scope, live.session_id, frames)
+        events = await _last_run(services, scope, live.session_id) if running else []
+        messages = await _snapshot(services, scope, live.session_id, events)
     except (Refused, StorageError) as exc:
         return refusal(request, services, live, stream, exc, "The store is unavailable.")
-    run_id = str(frames[0].run_id) if frames else run_input.run_id
+    run_id = str(events[0].run_id) if events else run_input.run_id
     client_tools = frozenset(t.name for t in run_input.tools or ())
     translator = Translator(run_input.thread_id, run_id, client_tools)
-    body = _events(stream, translator, messages, frames)
+    body = _events(stream, translator, messages, events)
     return sse_response(request, served(services, live, stream, body))
 
 
-async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Frame]:
-    """The stored frames of the session's last run (the one going on), oldest first."""
-    frames: list[Frame] = []
-    async for page in services.hub.stored.frames(scope, session_id, 0):
-        for frame in page:
-            if frame.kind == "agent_user_message":
-                frames = []  # a run begins with its user's message
-            if frame.run_id:
-                frames.append(frame)
-    return frames
+async def _last_run(services: Services, scope: Scope, session_id: str) -> list[Event]:
+    """The stored events of the session's last run (the one going on), oldest first."""
+    events: list[Event] = []
+    async for page in services.hub.stored.decoded(scope, session_id, 0):
+        for event in page:
+            if isinstance(event.event, agent_events.UserMessage):
+                events = []  # a run begins with its user's message
+            if event.run_id:
+                events.append(event)
+    return events
 
 
 async def _snapshot(
-    services: Services, scope: Scope, session_id: str, running: list[Frame]
+    services: Services, scope: Scope, session_id: str, running: list[Event]
 ) -> list[Message]:
     """The stored conversation as AG-UI messages; of the run going on only its user's
     message (the stream shows the rest of it)."""
@@ -124,11 +125,11 @@ async def _events(
     stream: Stream,
     translator: Translator,
     messages: list[Message],
-    frames: list[Frame],
+    events: list[Event],
 ) -> AsyncGenerator[str, None]:
     started = RunStartedEvent(thread_id=translator.thread_id, run_id=translator.run_id)
     yield encode([started, MessagesSnapshotEvent(messages=messages)])
-    if not frames:
+    if not events:
         finished = RunFinishedEvent(
             thread_id=translator.thread_id,
             run_id=translator.run_id,
@@ -137,11 +138,11 @@ async def _events(
         yield encode([finished])
         return
     last_seq = 0
-    for i, frame in enumerate(frames):
-        last_seq = frame.seq or last_seq
-        answered = i + 1 < len(frames)  # a question the run went on from
-        if frame.kind in _INTERRUPTS and answered:
+    for i, event in enumerate(events):
+        last_seq = event.seq or last_seq
+        answered = i + 1 < len(events)  # a question the run went on from
+        if isinstance(event.event, _INTERRUPTS) and answered:
             continue
-        yield encode(translator.translate(frame.body))
+        yield encode(translator.translate(event))
     async for text in follow(stream, translator, last_seq):
         yield text

@@ -1,4 +1,5 @@
-"""Wire frames (the dicts `/ws` sends) translated into AG-UI events: the one mapping table.
+"""A run's events (server/events.py: typed, as every transport gets them) translated into
+AG-UI events: the one mapping table, listed by the frame `/ws` sends for each.
 
 | our frame                                | AG-UI events                                      |
 | ---------------------------------------- | ------------------------------------------------- |
@@ -24,9 +25,10 @@
 | response_complete                        | RUN_FINISHED "success" (result: the answer...)    |
 | anything else (plans, usage, context...) | CUSTOM, name = update_type (or type), value frame |
 
-Every event carries the frame it came from as `rawEvent` (so `seq` and every field survive).
-A message's id ends with the `seq` of the frame that opened it: unique in the thread, also
-across the streams of one run paused and resumed (a client merges messages of one id).
+Every event carries the frame `/ws` sends for the event it came from as `rawEvent` (so `seq`
+and every field survive). A message's id ends with the `seq` of the event that opened it:
+unique in the thread, also across the streams of one run paused and resumed (a client merges
+messages of one id).
 Reason and Observe are reasoning messages, not text messages: AG-UI clients (CopilotKit's
 chat among them) show reasoning apart from, and folded under, the assistant's reply, so only
 the final answer reads as the reply, as in our own UI.
@@ -34,6 +36,7 @@ the final answer reads as the reply, as in our own UI.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,16 +67,31 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 
+from agent.events import (
+    AnswerDelta,
+    ApprovalRequested,
+    ChatDelta,
+    ChatDone,
+    FinishVerified,
+    InputRequested,
+    ObserveDelta,
+    ObserveDone,
+    ReasonDelta,
+    ReasonDone,
+    RunCompleted,
+    RunStopped,
+    StepStarted,
+    ThinkingDelta,
+    ToolCompleted,
+    ToolFailed,
+    ToolStarted,
+)
+from server.events import Event, RunEnded, RunFailed
+
 __all__ = ["INPUT_REASON", "APPROVAL_REASON", "Translator", "step_name"]
 
 INPUT_REASON = "input_required"
 APPROVAL_REASON = "tool_approval"
-_REASONING = {
-    "agent_reason_delta": "reason",
-    "agent_reason": "reason",
-    "agent_observe_delta": "observe",
-    "agent_observe": "observe",
-}
 
 
 def step_name(step: int) -> str:
@@ -126,30 +144,28 @@ class Translator:
             events.append(StepStartedEvent(step_name=step_name(step)))
         return events
 
-    def translate(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        """The AG-UI events for one frame of this run (none once the stream is done)."""
+    def translate(self, at: Event) -> list[BaseEvent]:
+        """The AG-UI events for one event of this run (none once the stream is done)."""
         if self.done:
             return []
-        kind = frame.get("type")
-        update = frame.get("update_type")
-        name = update if kind == "agent_update" else kind
-        handler = _HANDLERS.get(str(name))
-        events = handler(self, frame) if handler is not None else self._custom(frame)
+        handler = _HANDLERS.get(type(at.event))
+        events = handler(self, at.event, at) if handler is not None else self._custom(at)
+        frame: dict[str, Any] | None = None
         for event in events:
             if event.raw_event is None and not isinstance(event, (RunStartedEvent,)):
+                frame = frame or at.frame()  # the frame `/ws` sends for it
                 event.raw_event = frame
         return events
 
     # -- pieces ---------------------------------------------------------------------------
 
-    def _custom(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        name = frame.get("update_type") or frame.get("type") or "unknown"
-        return [CustomEvent(name=str(name), value=frame)]
+    def _custom(self, at: Event) -> list[BaseEvent]:
+        return [CustomEvent(name=at.wire_kind or "unknown", value=at.frame())]
 
-    def _message_id(self, kind: str, frame: dict[str, Any]) -> str:
-        """A new message's id, unique in the thread: the seq of the frame that opens it."""
-        seq = frame.get("seq")
-        if not isinstance(seq, int):
+    def _message_id(self, kind: str, at: Event) -> str:
+        """A new message's id, unique in the thread: the seq of the event that opens it."""
+        seq: int | str | None = at.seq
+        if seq is None:
             self._opened += 1
             seq = f"n{self._opened}"
         return f"{self.run_id}-{kind}-{seq}"
@@ -164,12 +180,12 @@ class Translator:
             ReasoningEndEvent(message_id=message_id),
         ]
 
-    def _open_reasoning(self, key: str, frame: dict[str, Any]) -> tuple[str, list[BaseEvent]]:
+    def _open_reasoning(self, key: str, at: Event) -> tuple[str, list[BaseEvent]]:
         """The id of the reasoning message `key` names (a step's phase), opened if need be."""
         if self._reasoning is not None and self._reasoning[0] == key:
             return self._reasoning[1], []
         events = self._close_reasoning()
-        message_id = self._message_id(key, frame)
+        message_id = self._message_id(key, at)
         self._reasoning = (key, message_id)
         events += [
             ReasoningStartEvent(message_id=message_id),
@@ -183,10 +199,10 @@ class Translator:
         message_id, self._answer = self._answer, None
         return [TextMessageEndEvent(message_id=message_id)]
 
-    def _append_answer(self, delta: str, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _append_answer(self, delta: str, at: Event) -> list[BaseEvent]:
         events: list[BaseEvent] = []
         if self._answer is None:
-            self._answer = self._message_id("answer", frame)
+            self._answer = self._message_id("answer", at)
             events.append(TextMessageStartEvent(message_id=self._answer, role="assistant"))
         events.append(TextMessageContentEvent(message_id=self._answer, delta=delta))
         return events
@@ -208,70 +224,71 @@ class Translator:
         )
         return events
 
-    # -- handlers -------------------------------------------------------------------------
+    # -- handlers: one per kind of event, by its class ------------------------------------
 
-    def _turn_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _turn_start(self, happened: StepStarted, at: Event) -> list[BaseEvent]:
         events = self._close_all()
-        self._step = int(frame["step"])
+        self._step = happened.step
         events.append(StepStartedEvent(step_name=step_name(self._step)))
         return events
 
-    def _reasoning_text(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        key = f"{frame.get('step', 0)}-{_REASONING[frame['update_type']]}"
+    def _reasoning_text(self, happened: _Reasoning, at: Event) -> list[BaseEvent]:
+        phase = "reason" if isinstance(happened, ReasonDelta | ReasonDone) else "observe"
+        key = f"{happened.step}-{phase}"
         is_open = self._reasoning is not None and self._reasoning[0] == key
-        if frame["update_type"].endswith("_delta"):
-            message_id, events = self._open_reasoning(key, frame)
-            events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
+        if isinstance(happened, ReasonDelta | ObserveDelta):
+            message_id, events = self._open_reasoning(key, at)
+            events.append(ReasoningMessageContentEvent(message_id=message_id, delta=happened.delta))
             return events
         events = []
-        if not is_open and frame.get("content"):  # nothing was streamed
-            message_id, events = self._open_reasoning(key, frame)
+        if not is_open and happened.content:  # nothing was streamed
+            message_id, events = self._open_reasoning(key, at)
             events.append(
-                ReasoningMessageContentEvent(message_id=message_id, delta=frame["content"])
+                ReasoningMessageContentEvent(message_id=message_id, delta=happened.content)
             )
             is_open = True
         return events + (self._close_reasoning() if is_open else [])
 
-    def _thinking(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        key = f"{frame.get('step', 0)}-thinking-{frame.get('phase', '')}"
-        message_id, events = self._open_reasoning(key, frame)
-        events.append(ReasoningMessageContentEvent(message_id=message_id, delta=frame["delta"]))
+    def _thinking(self, happened: ThinkingDelta, at: Event) -> list[BaseEvent]:
+        key = f"{happened.step}-thinking-{happened.phase}"
+        message_id, events = self._open_reasoning(key, at)
+        events.append(ReasoningMessageContentEvent(message_id=message_id, delta=happened.delta))
         return events
 
-    def _answer_delta(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        return self._append_answer(str(frame["delta"]), frame)
+    def _answer_delta(self, happened: AnswerDelta | ChatDelta, at: Event) -> list[BaseEvent]:
+        return self._append_answer(happened.delta, at)
 
-    def _chat_response(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _chat_response(self, happened: ChatDone, at: Event) -> list[BaseEvent]:
         return self._close_answer()  # its content is its deltas', all sent as they came
 
-    def _tool_start(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _tool_start(self, happened: ToolStarted, at: Event) -> list[BaseEvent]:
         """The text before a call is its assistant message (chat mode): it ends here, and the
         call names it as its parent, as the client's own message list has it."""
-        call_id = frame["tool_call_id"]
-        if frame["tool_name"] in self._client_tools:
+        call_id = happened.call_id
+        if happened.name in self._client_tools:
             self._client_calls[call_id] = None
         parent = self._answer
         events = self._close_reasoning() + self._close_answer()
         events += [
             ToolCallStartEvent(
-                tool_call_id=call_id, tool_call_name=frame["tool_name"], parent_message_id=parent
+                tool_call_id=call_id, tool_call_name=happened.name, parent_message_id=parent
             ),
             ToolCallArgsEvent(
-                tool_call_id=call_id, delta=orjson.dumps(frame["arguments"]).decode()
+                tool_call_id=call_id, delta=orjson.dumps(happened.arguments).decode()
             ),
             ToolCallEndEvent(tool_call_id=call_id),
         ]
         return events
 
-    def _tool_result(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        call_id = frame["tool_call_id"]
+    def _tool_result(self, happened: ToolCompleted | ToolFailed, at: Event) -> list[BaseEvent]:
+        call_id = happened.call_id
         self._resolved.add(call_id)
-        if call_id in self._client_calls and frame["type"] == "tool_complete":
+        if isinstance(happened, ToolFailed):
+            content = f"Error: {happened.error}"
+        elif call_id in self._client_calls:
             return []  # the client's own result: its messages have it already
-        if frame["type"] == "tool_error":
-            content = f"Error: {frame['error']}"
         else:
-            result = frame.get("result")
+            result = happened.result
             content = result if isinstance(result, str) else orjson.dumps(result).decode()
         return [
             ToolCallResultEvent(
@@ -279,93 +296,99 @@ class Translator:
             )
         ]
 
-    def _interrupt(self, frame: dict[str, Any]) -> list[BaseEvent]:
-        step = frame.get("step")
-        call_id = frame["tool_call_id"]
+    def _interrupt(
+        self, happened: InputRequested | ApprovalRequested, at: Event
+    ) -> list[BaseEvent]:
+        step, call_id = happened.step, happened.call_id
+        asker = happened.tool_name if isinstance(happened, InputRequested) else happened.name
         # Known as the client's from its `tool_start`, or (shown by an earlier stream the
         # client's messages left out) from the tool that asks.
-        if call_id in self._client_calls or frame.get("tool_name") in self._client_tools:
+        if call_id in self._client_calls or asker in self._client_tools:
             # AG-UI's frontend-tool flow: the run pauses until the client sends results.
             if call_id in self._brought:
-                return self._custom(frame)  # its result came with the request: no pause
+                return self._custom(at)  # its result came with the request: no pause
             self._client_calls[call_id] = None
             self._resolved.discard(call_id)  # a model server's id used again: this call waits
             pending = [c for c in self._client_calls if c not in self._resolved]
             outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=pending)
-            return self._custom(frame) + self._finish(outcome)
-        if frame["update_type"] == "agent_request_input":
+            return self._custom(at) + self._finish(outcome)
+        if isinstance(happened, InputRequested):
             interrupt = Interrupt(
-                id=frame["tool_call_id"],
+                id=call_id,
                 reason=INPUT_REASON,
-                message=frame["question"],
-                expires_at=_iso(frame.get("expires_at")),
+                message=happened.question,
+                expires_at=_iso(happened.expires_at),
                 response_schema={"type": "string"},
                 metadata={"step": step},
             )
         else:
             interrupt = Interrupt(
-                id=frame["tool_call_id"],
+                id=call_id,
                 reason=APPROVAL_REASON,
-                message=f"Allow the call to {frame['tool_name']}?",
-                tool_call_id=frame["tool_call_id"],
-                expires_at=_iso(frame.get("expires_at")),
+                message=f"Allow the call to {happened.name}?",
+                tool_call_id=call_id,
+                expires_at=_iso(happened.expires_at),
                 response_schema={
                     "type": "object",
                     "properties": {"approve": {"type": "boolean"}, "reason": {"type": "string"}},
                     "required": ["approve"],
                 },
-                metadata={"step": step, "tool_name": frame["tool_name"]},
+                metadata={"step": step, "tool_name": happened.name},
             )
-        events = self._custom(frame)
+        events = self._custom(at)
         return events + self._finish(RunFinishedInterruptOutcome(interrupts=[interrupt]))
 
-    def _verify(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _verify(self, happened: FinishVerified, at: Event) -> list[BaseEvent]:
         # A check that finds the task unfinished discards the draft answer: close it here, the
         # next draft is a new message.
-        events = [] if frame.get("done") else self._close_answer()
-        return events + self._custom(frame)
+        events = [] if happened.done else self._close_answer()
+        return events + self._custom(at)
 
-    def _completion(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _completion(self, happened: RunCompleted, at: Event) -> list[BaseEvent]:
         self._result = {
-            key: frame.get(key) for key in ("final_answer", "stop_reason", "steps", "usage")
+            "final_answer": happened.final_answer,
+            "stop_reason": happened.stop_reason,
+            "steps": happened.steps,
+            "usage": happened.usage,
         }
         events = self._close_reasoning()
-        if self._answer is None and frame.get("final_answer"):
-            events += self._append_answer(str(frame["final_answer"]), frame)
-        return events + self._close_answer() + self._custom(frame)
+        if self._answer is None and happened.final_answer:
+            events += self._append_answer(happened.final_answer, at)
+        return events + self._close_answer() + self._custom(at)
 
-    def _stopped(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _stopped(self, happened: RunStopped, at: Event) -> list[BaseEvent]:
         self._was_stopped = True
-        return self._custom(frame)
+        return self._custom(at)
 
-    def _error(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _error(self, happened: RunFailed, at: Event) -> list[BaseEvent]:
         self.done = True
-        return [RunErrorEvent(message=str(frame.get("message", "")), code=frame.get("code"))]
+        return [RunErrorEvent(message=happened.message, code=happened.code)]
 
-    def _complete(self, frame: dict[str, Any]) -> list[BaseEvent]:
+    def _complete(self, happened: RunEnded, at: Event) -> list[BaseEvent]:
         if self._was_stopped:
             return self._finish(RunFinishedCancelledOutcome())
         return self._finish(RunFinishedSuccessOutcome(), self._result)
 
 
-_HANDLERS = {
-    "agent_turn_start": Translator._turn_start,
-    "agent_reason_delta": Translator._reasoning_text,
-    "agent_reason": Translator._reasoning_text,
-    "agent_observe_delta": Translator._reasoning_text,
-    "agent_observe": Translator._reasoning_text,
-    "agent_reasoning_delta": Translator._thinking,
-    "agent_answer_delta": Translator._answer_delta,
-    "chat_delta": Translator._answer_delta,
-    "chat_response": Translator._chat_response,
-    "tool_start": Translator._tool_start,
-    "tool_complete": Translator._tool_result,
-    "tool_error": Translator._tool_result,
-    "agent_request_input": Translator._interrupt,
-    "agent_tool_approval": Translator._interrupt,
-    "agent_verify": Translator._verify,
-    "agent_completion": Translator._completion,
-    "agent_stopped": Translator._stopped,
-    "error": Translator._error,
-    "response_complete": Translator._complete,
+_Reasoning = ReasonDelta | ReasonDone | ObserveDelta | ObserveDone
+_HANDLERS: dict[type[Any], Callable[[Translator, Any, Event], list[BaseEvent]]] = {
+    StepStarted: Translator._turn_start,
+    ReasonDelta: Translator._reasoning_text,
+    ReasonDone: Translator._reasoning_text,
+    ObserveDelta: Translator._reasoning_text,
+    ObserveDone: Translator._reasoning_text,
+    ThinkingDelta: Translator._thinking,
+    AnswerDelta: Translator._answer_delta,
+    ChatDelta: Translator._answer_delta,
+    ChatDone: Translator._chat_response,
+    ToolStarted: Translator._tool_start,
+    ToolCompleted: Translator._tool_result,
+    ToolFailed: Translator._tool_result,
+    InputRequested: Translator._interrupt,
+    ApprovalRequested: Translator._interrupt,
+    FinishVerified: Translator._verify,
+    RunCompleted: Translator._completion,
+    RunStopped: Translator._stopped,
+    RunFailed: Translator._error,
+    RunEnded: Translator._complete,
 }

@@ -17,9 +17,9 @@ from ag_ui.core import BaseEvent, RunErrorEvent
 from ag_ui.encoder import EventEncoder
 
 from server.agui_events import Translator
+from server.events import Event
 from server.live import LiveSession
 from server.services import Services
-from server.storage.frames import Frame
 from server.subscriber_queue import SubscriberQueue
 
 __all__ = ["KEEPALIVE_S", "Stream", "encode", "follow", "open_stream", "served"]
@@ -37,23 +37,23 @@ class Stream:
 
     def __init__(self, max_queued: int, max_bytes: int) -> None:
         # On overflow what is queued is still sent, then the stream ends (RUN_ERROR).
-        self._queue: SubscriberQueue[Frame | None] = SubscriberQueue(max_queued, max_bytes, "end")
+        self._queue: SubscriberQueue[Event | None] = SubscriberQueue(max_queued, max_bytes, "end")
         self.close_code: int | None = None
         self._closed = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None, frame: Frame | None = None) -> None:
-        """Queue `frame` to translate; its `text` counts against the bound in bytes, as on a
-        socket (a bare text, without `frame`, is counted and has nothing to translate)."""
+    def deliver(self, text: str, seq: int | None, event: Event | None = None) -> None:
+        """Queue `event` to translate; its `text` counts against the bound in bytes, as on a
+        socket (a bare text, without `event`, is counted and has nothing to translate)."""
         if self.close_code is None:  # after `finish` the stream only ends
-            self._queue.put(text, frame)
+            self._queue.put(text, event)
 
     @property
     def overflowed(self) -> bool:
         """The client read too slowly: the stream ends after what was queued."""
         return self._queue.overflowed.is_set()
 
-    async def take(self) -> tuple[str, Frame | None] | None:
-        """The next frame's text and frame, or None: the stream ends."""
+    async def take(self) -> tuple[str, Event | None] | None:
+        """The next event's text and event, or None: the stream ends."""
         return await self._queue.get()
 
     async def next(self) -> str | None:
@@ -124,11 +124,11 @@ async def follow(
             message = f"The stream ended: {stream.why()}."
             yield encode([RunErrorEvent(message=message, code="stream_closed")])
             return
-        frame = item[1]
-        if frame is None or frame.run_id != translator.run_id:
+        event = item[1]
+        if event is None or event.run_id != translator.run_id:
             continue
-        if frame.seq is not None and frame.seq <= after_seq:
+        if event.seq is not None and event.seq <= after_seq:
             continue
-        out = translator.translate(frame.body)
+        out = translator.translate(event)
         if out:
             yield encode(out)

@@ -17,7 +17,8 @@ import asyncio
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from server.storage.frames import Frame
+from agent.events import AnswerDelta, ChatDelta, ObserveDelta, ReasonDelta, ThinkingDelta
+from server.events import Event, RunEnded
 from server.subscriber_queue import SubscriberQueue
 
 __all__ = ["FRAMES_PER_TURN", "Connection", "OVERFLOW_CLOSE_CODE"]
@@ -26,12 +27,17 @@ OVERFLOW_CLOSE_CODE = 1013
 OVERTAKE_AFTER = 32  # queued frames; below this a stopping client gets every delta
 FRAMES_PER_TURN = 16  # frames sent in a row before the writer yields to the event loop
 
-_OWN = ""  # the kind of a frame sent to this connection only (an error): never left out
+# What the connection needs to know of a frame: a text delta (what a stop may leave out),
+# the run's end (from which every delta is sent again), or anything else (always sent, as a
+# frame sent to this connection only, an error about what it sent).
+_DELTA, _END, _OTHER = "delta", "end", ""
+_DELTAS = (ReasonDelta, ObserveDelta, AnswerDelta, ThinkingDelta, ChatDelta)
 
 
-def _is_delta(kind: str) -> bool:
-    """A text delta: what a stop may leave out (every other frame is sent)."""
-    return kind.endswith("_delta")
+def _kind(event: Event) -> str:
+    if isinstance(event.event, _DELTAS):
+        return _DELTA
+    return _END if isinstance(event.event, RunEnded) else _OTHER
 
 
 class Connection:
@@ -72,9 +78,9 @@ class Connection:
         """Set once the client fell behind: the socket is to be closed with 1013."""
         return self._queue.overflowed
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
-        """Queue `text`, sent as it is; `frame` says what it is."""
-        self._accept(text, seq, frame.kind)
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
+        """Queue `text`, sent as it is; `event` says what it is."""
+        self._accept(text, seq, _kind(event))
 
     def _accept(self, text: str, seq: int | None, kind: str) -> None:
         if seq is not None and seq <= self._replayed_up_to:
@@ -92,24 +98,24 @@ class Connection:
 
     def send(self, text: str) -> None:
         """Queue a frame for this connection only (an error about what it sent)."""
-        self._put(text, _OWN)
+        self._put(text, _OTHER)
 
     def overtake_deltas(self) -> None:
         """This client asked for a stop: let `agent_stopped` overtake the deltas it has not
         been sent yet, if there are many (see the module docstring)."""
         if len(self._queue) <= OVERTAKE_AFTER:
             return
-        self.skipped += self._queue.keep(lambda kind: not _is_delta(kind))
-        self._skipping = not any(kind == "response_complete" for _, kind in self._queue)
+        self.skipped += self._queue.keep(lambda kind: kind != _DELTA)
+        self._skipping = not any(kind == _END for _, kind in self._queue)
 
     def _put(self, text: str, kind: str) -> None:
         if self.overflowed.is_set():
             return
         if self._skipping:
-            if _is_delta(kind):
+            if kind == _DELTA:
                 self.skipped += 1
                 return
-            if kind == "response_complete":
+            if kind == _END:
                 self._skipping = False
         self._queue.put(text, kind)
 

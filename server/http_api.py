@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from agent.errors import StorageError
 from agent.validation import quoted
+from server.events import usage_of
 from server.local_model import BUNDLED_NAME
 from server.metrics import PROMETHEUS_CONTENT_TYPE, prometheus_text, wants_prometheus
 from server.protocol import MAX_WHOLE_NUMBER, whole_number
@@ -307,13 +308,10 @@ async def session_usage(request: Request) -> Response:
     session_id = await _session_or_404(request, scope)
     totals: dict[str, float] = {}
     runs = 0
-    async for page in _stored(request).frames(scope, session_id, 0, marker=b'"usage"'):
-        for frame in page:
-            usage = frame.get("usage")
-            # Every frame that ends a run may carry its usage: a completion, a stop, a chat
-            # reply, or an `error` (the calls before a model failure were paid for).
-            ends_run = frame.kind in ("agent_completion", "agent_stopped", "chat_response")
-            if (ends_run or frame.kind == "error") and usage:
+    async for page in _stored(request).decoded(scope, session_id, 0, marker=b'"usage"'):
+        for event in page:
+            usage = usage_of(event.event)
+            if usage:
                 runs += 1
                 for key, value in usage.items():
                     totals[key] = totals.get(key, 0) + value

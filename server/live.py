@@ -4,8 +4,8 @@ It owns the session's write order. Every event and message goes through one queu
 one writer task, is stored, and only then reaches the subscribers, so each connection sees
 every event once, in `seq` order, and a replay returns exactly what a live client saw. Writes
 are shielded: a run cancelled by a stop cannot leave a write half done. A subscriber gets each
-frame in two forms and parses neither: the text the store made of it, to send, and the frame as
-built (`Frame`), to read.
+event in two forms and parses neither: the text the store made of it, to send, and the typed
+`Event` (server/events.py), to read.
 
 A run waits for neither its events nor its messages to be stored, only for its status changes
 and its last event, unless the store is behind (more than `_QUEUE_HIGH_WATER` of its
@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -32,7 +32,9 @@ import orjson
 from agent.clock import now_ms
 from agent.control import RunControl
 from agent.errors import StorageError
+from agent.events import ApprovalRequested, InputRequested
 from agent.messages import Message
+from server.events import Event, RunEnded, approval_of, question_of
 from server.settings import RUN_LEASE_S
 from server.storage.base import (
     Lease,
@@ -44,7 +46,7 @@ from server.storage.base import (
     StatusChange,
     Store,
 )
-from server.storage.frames import Frame, decode
+from server.storage.frames import decode
 from server.storage.outage import checked_before_retry
 
 __all__ = [
@@ -67,8 +69,6 @@ _QUEUE_HIGH_WATER = 8
 # within one window share a store round trip, also across sessions: every session's window
 # ends on the same ticks of the loop's clock (docs/storage.md, "The write window").
 _WRITE_WINDOW_S = 0.005
-_QUESTION = ("question", "tool_call_id", "step", "expires_at")
-_APPROVAL = ("tool_name", "arguments", "tool_call_id", "step", "expires_at")
 log = logging.getLogger(__name__)
 
 # A session's status moves (docs/wire-protocol.md). A run starts from idle; it waits for an
@@ -97,9 +97,9 @@ def allowed_move(old: SessionStatus, new: SessionStatus) -> bool:
 
 
 class Subscriber(Protocol):
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
-        """Queue one frame for sending without waiting; the subscriber handles overflow.
-        `text` is its JSON, to send as is; `frame` the same frame as built, to read what
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
+        """Queue one event for sending without waiting; the subscriber handles overflow.
+        `text` is its frame's JSON, to send as is; `event` the same event typed, to read what
         happened from (never `text`); `seq` None: not stored."""
         ...
 
@@ -138,9 +138,9 @@ class ActiveRun:
     applied: set[str] = field(default_factory=set)  # keys of the store controls taken
     content: str = ""  # the user's message that started it ("" for a recovered run)
     opened_by: str | None = None  # that message's id in an AG-UI client's list
-    # Frames sent without being stored (the store failed): stored when its end is repaired,
+    # Events sent without being stored (the store failed): stored when its end is repaired,
     # so that a replay has what the client saw.
-    told: list[dict[str, Any]] = field(default_factory=list)
+    told: list[Event] = field(default_factory=list)
 
     # The run's named transitions: other modules call these, never assign its fields.
 
@@ -162,9 +162,9 @@ class ActiveRun:
         """Another process's control won `key`: the relay applies it like any other."""
         self.applied.discard(key)
 
-    def told_unstored(self, frame: dict[str, Any]) -> None:
-        """`frame` was sent without being stored: store it when the run's end is repaired."""
-        self.told.append(dict(frame))
+    def told_unstored(self, event: Event) -> None:
+        """`event` was sent without being stored: store it when the run's end is repaired."""
+        self.told.append(event)
 
     def opened(self, message_id: str) -> None:
         """The run was started by the AG-UI client's message `message_id` (set once)."""
@@ -190,7 +190,7 @@ class _Write:
     including the first with a status change (stored after them)."""
 
     future: asyncio.Future[None] | None  # None: a run's event or message nobody waits for
-    frames: Sequence[dict[str, Any]] = ()
+    events: Sequence[Event] = ()
     status: SessionStatus | None = None
     pending_input: dict[str, Any] | None = None  # stored with the status, for other processes
     run_id: str | None = None
@@ -313,21 +313,21 @@ class LiveSession:
 
     async def publish(
         self,
-        frames: Sequence[dict[str, Any]],
+        events: Sequence[Event],
         *,
         status: SessionStatus | None = None,
         pending_input: dict[str, Any] | None = None,
         run_id: str | None = None,
     ) -> None:
-        """Store frames (and a status change), then deliver them to every subscriber.
+        """Store events (and a status change), then deliver them to every subscriber.
         `pending_input` is the question stored with the status, for other processes and
         restarts; here the run's RunControl has it."""
-        await self._submit(_Write(self._future(), frames, status, pending_input, run_id))
+        await self._submit(_Write(self._future(), events, status, pending_input, run_id))
 
-    async def publish_streamed(self, frames: Sequence[dict[str, Any]]) -> None:
+    async def publish_streamed(self, events: Sequence[Event]) -> None:
         """Queue run events without waiting for them to be stored (see `_submit`). They are
         delivered once stored, in order."""
-        await self._submit(_Write(None, frames))
+        await self._submit(_Write(None, events))
 
     async def save_messages(self, messages: Sequence[Message]) -> None:
         """Queue messages without waiting for them to be stored (see `_submit`), in order with
@@ -348,58 +348,58 @@ class LiveSession:
         the run that last ended here is taken without being sent."""
         if self.run is not None or seq != self.last_seq + 1:
             return False
-        frame = decode(body)  # another process built it: read from the store
-        if self.ended_run is not None and frame.run_id == self.ended_run:
+        event = decode(body)  # another process built it: read from the store
+        if self.ended_run is not None and event.run_id == self.ended_run:
             # Stored after its end was sent live: a write the store took but whose answer a
             # failure lost, or the end stored once the store was back. Watchers here saw
             # `response_complete` already; a replay has it in order.
             self.last_seq = seq
             return True
-        self.settle(frame)
+        self.settle(event)
         self.last_seq = seq
         text = body.decode()
         for sub in list(self.subscribers):
-            sub.deliver(text, seq, frame)
+            sub.deliver(text, seq, event)
         return True
 
-    def settle(self, frame: Frame) -> None:
+    def settle(self, event: Event) -> None:
         """Keep status and pending question or approval in step with a stored event of a run
         another process runs."""
-        kind = frame.kind
-        if kind == "agent_request_input":
-            question = frame.pick(_QUESTION)
+        happened = event.event
+        if isinstance(happened, InputRequested):
+            question = asdict(question_of(happened))
             self._move(
                 SessionStatus.AWAITING_INPUT, question, self._approval_elsewhere, mirrored=True
             )
-        elif kind == "agent_tool_approval":
-            approval = frame.pick(_APPROVAL)
+        elif isinstance(happened, ApprovalRequested):
+            approval = asdict(approval_of(happened))
             self._move(
                 SessionStatus.AWAITING_APPROVAL, self._input_elsewhere, approval, mirrored=True
             )
-        elif kind == "response_complete":
+        elif isinstance(happened, RunEnded):
             self._move(SessionStatus.IDLE, mirrored=True)
-        elif frame.run_id:
+        elif event.run_id:
             self._move(SessionStatus.RUNNING, mirrored=True)
 
-    def notify(self, frame: dict[str, Any]) -> None:
-        """Send a frame about the session that is not a run event (no seq, nothing stored)
-        to every watcher of it in this process."""
-        self._send_unstored(frame)
+    def notify(self, event: Event) -> None:
+        """Send an event about the session that is not a run's (no seq, nothing stored) to
+        every watcher of it in this process."""
+        self._send_unstored(event)
 
     def mend(self) -> None:
         """The run that lost a batch has ended, and the store refused that batch (it did not
         time out): nothing of it can turn up stored later, so later runs may write again."""
         self.broken = None
 
-    def deliver_unstored(self, frame: dict[str, Any]) -> None:
-        """Send a run's frame that could not be stored (the store is failing) to every
-        watcher, without the `seq` it was not given. `frame` itself is left as it is."""
-        self._send_unstored({key: value for key, value in frame.items() if key != "seq"})
+    def deliver_unstored(self, event: Event) -> None:
+        """Send a run's event that could not be stored (the store is failing) to every
+        watcher, without the `seq` it was not given."""
+        self._send_unstored(replace(event, seq=None))
 
-    def _send_unstored(self, frame: dict[str, Any]) -> None:
-        text, sent = orjson.dumps(frame).decode(), Frame(frame)
+    def _send_unstored(self, event: Event) -> None:
+        text = orjson.dumps(event.frame()).decode()  # its one serialization: never stored
         for sub in list(self.subscribers):
-            sub.deliver(text, None, sent)
+            sub.deliver(text, None, event)
 
     # -- named transitions: the only ways other modules change this session's state ---------
 
@@ -443,11 +443,12 @@ class LiveSession:
         if self.run is None and self.status.waiting:
             self._move(SessionStatus.RUNNING)
 
-    def approval_elsewhere(self, frame: Frame) -> None:
-        """The run another process runs waits for approval of the call in `frame` (a stored
-        `agent_tool_approval`: a pending approval lives with its run, not in the store)."""
+    def approval_elsewhere(self, event: ApprovalRequested) -> None:
+        """The run another process runs waits for approval of the call `event` asks about (a
+        stored `agent_tool_approval`: a pending approval lives with its run, not in the
+        store)."""
         if self.run is None:
-            self._approval_elsewhere = frame.pick(_APPROVAL)
+            self._approval_elsewhere = asdict(approval_of(event))
 
     def caught_up(self, seq: int) -> None:
         """Events up to `seq` of this session were stored by another writer (recovery closing
@@ -553,7 +554,7 @@ class LiveSession:
                 if not isinstance(exc, StorageError):
                     log.error("session %s: a write failed", self.session_id, exc_info=exc)
                 failed = batch
-                if isinstance(exc, StorageError) and any(w.frames or w.messages for w in batch):
+                if isinstance(exc, StorageError) and any(w.events or w.messages for w in batch):
                     # What the run did after the lost batch must not be stored without it.
                     self.broken, failed = exc, [*batch, *writes]
                     writes.clear()
@@ -574,7 +575,8 @@ class LiveSession:
         if head.work is not None:
             await head.work()
             return
-        frames = [f for write in batch for f in write.frames]
+        events = [e for write in batch for e in write.events]
+        frames = [e.draft() for e in events]  # numbered and serialized by the store, once
         messages = [m for write in batch for m in write.messages]
         now, change, lease = now_ms(), None, None
         await self._check_lease(now)
@@ -597,7 +599,7 @@ class LiveSession:
                     status=change,
                 )
         except PartlyStored as exc:  # its events are stored: they are delivered all the same
-            self._deliver(frames, exc.bodies)
+            self._deliver(events, frames, exc.bodies)
             raise
         if last.status is not None:
             self._move(last.status)  # what waits: in the run's RunControl
@@ -606,7 +608,7 @@ class LiveSession:
             if last.status == SessionStatus.IDLE:
                 # Before delivery: a chat sent on receiving it must be accepted.
                 self.run, self.lease_given = None, None
-        self._deliver(frames, bodies)
+        self._deliver(events, frames, bodies)
 
     async def renew_lease(self) -> bool:
         """Renew our run's lease on a shared store, in order with the session's writes (a
@@ -639,12 +641,15 @@ class LiveSession:
         else:
             self.taken_over = True
 
-    def _deliver(self, frames: list[dict[str, Any]], bodies: list[bytes]) -> None:
-        """Send each stored frame: its stored text to write, the frame as built to read."""
-        for frame, body in zip(frames, bodies, strict=True):
+    def _deliver(
+        self, events: list[Event], frames: list[dict[str, Any]], bodies: list[bytes]
+    ) -> None:
+        """Send each stored event: its stored text to write, the event, numbered, to read.
+        The store gave each of `frames` (the events' drafts) its `seq`."""
+        for event, frame, body in zip(events, frames, bodies, strict=True):
             seq = int(frame["seq"])
             self.last_seq = seq
-            text, sent = body.decode(), Frame(frame)
+            text, sent = body.decode(), event.numbered(seq)
             for sub in list(self.subscribers):
                 sub.deliver(text, seq, sent)
 

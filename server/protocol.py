@@ -1,13 +1,16 @@
 """The wire protocol (docs/wire-protocol.md): outbound frames from agent events, inbound parsing.
 
 Inbound frames are validated strictly (nothing is coerced); every failure maps to one of the
-protocol's error codes with a message that says what was expected and what arrived.
+protocol's error codes with a message that says what was expected and what arrived. The
+table that makes an event's frame is read backwards too (`agent_event`): a stored frame
+decodes into the event it was made of (server/storage/frames.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+import types
+from dataclasses import MISSING, dataclass, fields
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
@@ -26,9 +29,12 @@ __all__ = [
     "SelectVersionFrame",
     "ToolDecisionFrame",
     "UserInputFrame",
+    "agent_event",
     "check_echo_fits",
     "error_frame",
     "event_frame",
+    "fitted",
+    "frame_kind",
     "parse_client_frame",
     "run_frame",
     "whole_number",
@@ -417,3 +423,95 @@ def event_frame(event: AgentEvent, session_id: str, run_id: str, ts: int) -> dic
         if event.replaces is not None:
             frame["replaces"] = event.replaces
     return frame
+
+
+def frame_kind(event: AgentEvent) -> str:
+    """What `event`'s frame says happened: its `update_type`, else its `type`."""
+    if isinstance(event, RunStopped) and event.reason == "run_timeout":
+        return "error"
+    shape = _SHAPES[event.kind]
+    return shape.update_type or shape.type
+
+
+# The reverse of `event_frame`, from the same table: (type, update_type) -> event class, shape.
+_KINDS = {
+    next(f.default for f in fields(cls) if f.name == "kind"): cls for cls in get_args(AgentEvent)
+}
+_BY_WIRE: dict[tuple[str, str | None], tuple[type[Any], _Shape]] = {
+    (shape.type, shape.update_type): (_KINDS[kind], shape) for kind, shape in _SHAPES.items()
+}
+
+
+def agent_event(frame: dict[str, Any]) -> AgentEvent | None:
+    """The agent event `frame` was built from by `event_frame`; None for a frame that is no
+    agent event's (the server's own: `error`, `response_complete`...), or one whose fields
+    do not fit the event (damaged, or written by another program)."""
+    kind, update = frame.get("type"), frame.get("update_type")
+    if not isinstance(kind, str) or not isinstance(update, str | None):
+        return None
+    found = _BY_WIRE.get((kind, update if kind == "agent_update" else None))
+    if found is None:
+        return None
+    cls, shape = found
+    values = {attr: frame[wire] for wire, attr in shape.fields if wire in frame}
+    if cls is UserMessage:
+        values.update(
+            client_id=frame.get("id"),
+            parent_run_id=frame.get("parent_run_id"),
+            replaces=frame.get("replaces"),
+            versioned="parent_run_id" in frame,
+        )
+    return fitted(cls, values)
+
+
+T = TypeVar("T")
+
+
+def fitted(cls: type[T], values: dict[str, Any]) -> T | None:
+    """`cls` (a dataclass) made of `values` read from JSON, or None when one is missing or of
+    the wrong type. Arrays become the tuples the class holds; a `Literal` takes any string
+    (a newer server may add a value, which is no reason to lose the event)."""
+    hints = _hints(cls)
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name not in values:
+            if f.default is MISSING and f.default_factory is MISSING:
+                return None
+            continue
+        value = values[f.name]
+        if not _fits(value, hints[f.name]):
+            return None
+        if isinstance(value, list) and get_origin(hints[f.name]) is tuple:
+            values[f.name] = tuple(value)
+    return cls(**values)
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """`cls`'s field types, resolved once."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = _HINTS[cls] = get_type_hints(cls)
+    return hints
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    origin = get_origin(hint)
+    if hint is Any:
+        return True
+    if origin is Literal:
+        return isinstance(value, str) or value in get_args(hint)
+    if origin in (Union, types.UnionType):
+        return any(_fits(value, arg) for arg in get_args(hint))
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if origin is tuple:
+        return isinstance(value, list | tuple)
+    if origin is list:
+        return isinstance(value, list)
+    return isinstance(value, origin or hint)

@@ -14,11 +14,12 @@ from typing import Any
 
 from agent import control
 from agent.control import Decision, DecisionError
+from agent.events import ApprovalRequested
 from agent.validation import quoted
 from server.live import ActiveRun, LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.storage.base import Control, ControlKind, SessionRecord, SessionStatus, Store
-from server.storage.frames import read_frames
+from server.storage.frames import read_decoded
 
 __all__ = [
     "apply_control",
@@ -174,7 +175,7 @@ async def settle_from_last_event(store: Store, live: LiveSession) -> None:
     while a question waits, or after the run ended) until the run's next event, which may
     never come. The last event says where the run is."""
     seq = live.last_seq
-    last = await read_frames(store, live.scope, live.session_id, seq - 1, 1)
+    last = await read_decoded(store, live.scope, live.session_id, seq - 1, 1)
     if last and live.last_seq == seq:  # else a newer event has settled it meanwhile
         live.settle(last[0])
 
@@ -182,8 +183,8 @@ async def settle_from_last_event(store: Store, live: LiveSession) -> None:
 async def find_pending_approval(store: Store, live: LiveSession) -> None:
     """The call another process waits to have approved, from its last events (a pending
     approval lives with the run, not in the session record)."""
-    recent = await read_frames(store, live.scope, live.session_id, live.last_seq - 20)
-    for frame in reversed(recent):
-        if frame.kind == "agent_tool_approval":
-            live.approval_elsewhere(frame)
+    recent = await read_decoded(store, live.scope, live.session_id, live.last_seq - 20)
+    for event in reversed(recent):
+        if isinstance(event.event, ApprovalRequested):
+            live.approval_elsewhere(event.event)
             return

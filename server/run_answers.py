@@ -14,9 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from agent.errors import StorageError
+from agent.events import InputRequested
+from server.events import Event, RunEnded
 from server.live import LiveSession
 from server.protocol import ProtocolError
-from server.storage.frames import Frame
 
 __all__ = ["AnswersToCome"]
 
@@ -43,14 +44,16 @@ class AnswersToCome:
         self._closed = asyncio.Event()
         live.subscribe(self)
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
-        if frame.run_id != self._run_id:
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
+        if event.run_id != self._run_id:
             return
-        if frame.kind == "response_complete":
+        if isinstance(event.event, RunEnded):
             self.finish(0)
             return
-        call_id = frame.tool_call_id
-        if frame.kind == "agent_request_input" and call_id in self._answers:
+        if not isinstance(event.event, InputRequested):
+            return
+        call_id = event.event.call_id
+        if call_id in self._answers:
             task = asyncio.create_task(self._answer(call_id, self._answers.pop(call_id)))
             self._answering.add(task)
             task.add_done_callback(self._answering.discard)

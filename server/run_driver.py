@@ -19,20 +19,19 @@ from typing import Any
 from agent.chat import run_chat
 from agent.control import RunControl
 from agent.errors import ModelError, StorageError
-from agent.events import UserMessage
+from agent.events import AgentEvent, RunCompleted, RunStopped, UserMessage
 from agent.loop import run_agent
 from agent.messages import Message
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from agent.run import RunLimits
 from agent.stopping import stop_recorded
+from server.events import Event, RunEnded, RunFailed, ServerEvent
 from server.live import ActiveRun, LiveSession, now_ms, shielded
 from server.protocol import (
     AgentControlFrame,
     ChatFrame,
     ProtocolError,
-    error_frame,
-    run_frame,
 )
 from server.run_context import BuildContext
 from server.run_quota import RunQuota, run_in_progress
@@ -41,7 +40,7 @@ from server.run_request import Origin, RunRequest, read_request, rerun_request
 from server.session_registry import RECONNECT, SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import PartlyStored, Scope, SessionStatus, Store, UnfinishedRun
-from server.storage.frames import read_frames
+from server.storage.frames import read_decoded
 from server.storage.outage import StoreUnavailable, outage_of
 from server.storage.runs import RunTree
 from server.tenant_metrics import TenantMetrics
@@ -63,6 +62,16 @@ def storage_unavailable() -> ProtocolError:
         "storage_unavailable",
         "The conversation store is unavailable; nothing was started. Try again in a moment.",
     )
+
+
+def _ending(event: AgentEvent | ServerEvent) -> str:
+    """How a run ended, as `retry` and `continue` read it: its completion's or stop's reason,
+    or "error"; "" for an event that ends no run."""
+    if isinstance(event, RunCompleted):
+        return event.stop_reason
+    if isinstance(event, RunStopped):
+        return event.reason
+    return "error" if isinstance(event, RunFailed) else ""
 
 
 def _log_end(run_id: str, outcome: str, why: str, took_s: float) -> None:
@@ -203,16 +212,16 @@ class RunDriver:
         """(the shown path's last user message, its mode, how it ended), from the stored
         events; older sessions without `agent_user_message` events fall back to the messages."""
         after = max(0, live.last_seq - _TAIL_EVENTS)
-        tail = await read_frames(self._store, live.scope, live.session_id, after)
+        tail = await read_decoded(self._store, live.scope, live.session_id, after)
         tree = await load_tree(self._store, live.scope, live.session_id)
-        frames = on_path(tree, tail, lambda f: f.run_id)
+        events = on_path(tree, tail, lambda e: e.run_id)
         ending = ""
-        for frame in reversed(frames):
-            kind = frame.kind
-            if not ending and kind in ("agent_completion", "agent_stopped", "error"):
-                ending = str(frame.get("stop_reason") or frame.get("reason") or kind)
-            if kind == "agent_user_message":
-                return str(frame.get("content")), bool(frame.get("agent_mode", True)), ending
+        for event in reversed(events):
+            happened = event.event
+            if not ending:
+                ending = _ending(happened)
+            if isinstance(happened, UserMessage):
+                return happened.content, happened.agent_mode, ending
         history = await self._store.load_history(live.scope, live.session_id)
         for message in reversed(history):
             if message.role == "user" and message.run_id:
@@ -337,17 +346,12 @@ class RunDriver:
         """Send the run's `error`; with the run's `usage` so far when the loop reported it (the
         calls before a model failure were paid for, and the session's usage counts them)."""
         self._metrics.of(live.scope.tenant_id)[Metric.run_failed(code)] += 1
-        frame = {
-            **run_frame("error", live.session_id, run.run_id, now_ms()),
-            **error_frame(code, message),
-        }
-        if usage is not None:
-            frame["usage"] = usage
+        failed = Event(RunFailed(code, message, usage), live.session_id, run.run_id, now_ms())
         try:
-            await live.publish([frame])
+            await live.publish([failed])
         except StorageError:
-            run.told_unstored(frame)  # stored, with its `seq`, once the store is back
-            live.deliver_unstored(frame)
+            run.told_unstored(failed)  # stored, with its `seq`, once the store is back
+            live.deliver_unstored(failed)
 
     async def _finish(self, live: LiveSession, run: ActiveRun) -> None:
         """Send the run's one `response_complete`; the session turns idle (and releases the
@@ -357,10 +361,10 @@ class RunDriver:
             live.release_run(run)
             self._registry.forget(live.session_id, RECONNECT)  # its watchers read the store
             return
-        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
+        end = Event(RunEnded(), live.session_id, run.run_id, now_ms())
         ridden_out = False  # the store stayed away past the tolerance
         try:
-            await live.publish([frame], status=SessionStatus.IDLE)
+            await live.publish([end], status=SessionStatus.IDLE)
         except StorageError as exc:
             log.warning(
                 "session %s: the end of run %s could not be stored (closed once the store "
@@ -371,7 +375,7 @@ class RunDriver:
             )
             live.ended_unstored(run)
             if not isinstance(exc, PartlyStored):  # not stored, so not sent: send it anyway
-                live.deliver_unstored(frame)
+                live.deliver_unstored(end)
             # The store still shows the run as active: close it there once it is back.
             self._repairs.defer(UnfinishedRun(live.scope, live.session_id, run.run_id), run.told)
             ridden_out = isinstance(live.broken or exc, StoreUnavailable)

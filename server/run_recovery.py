@@ -18,15 +18,26 @@ from typing import Any, Protocol
 
 from agent.control import RunControl
 from agent.errors import StorageError
-from agent.events import StopReason
+from agent.events import (
+    AgentEvent,
+    AnswerDelta,
+    ChatDelta,
+    ChatDone,
+    ObserveDelta,
+    ReasonDelta,
+    RunCompleted,
+    RunStopped,
+    StopReason,
+    ThinkingDelta,
+)
 from agent.run import RunLimits
 from agent.stopping import close_interrupted
+from server.events import Event, RunEnded, RunFailed, ServerEvent, Unrecognized, step_of
 from server.live import ActiveRun, LiveSession, now_ms, shielded
-from server.protocol import run_frame
 from server.relay import StoreRelay
 from server.run_context import BuildContext
 from server.storage.base import Scope, SessionRecord, SessionStatus, Store, UnfinishedRun
-from server.storage.frames import Frame, read_frames
+from server.storage.frames import read_decoded
 from server.storage.outage import log_retry
 from server.versions import history_on_path
 
@@ -40,7 +51,7 @@ class Repairs(Protocol):
 
     def pending(self, session_id: str) -> UnfinishedRun | None: ...
 
-    def defer(self, item: UnfinishedRun, told: Sequence[dict[str, Any]] = ()) -> None: ...
+    def defer(self, item: UnfinishedRun, told: Sequence[Event] = ()) -> None: ...
 
     async def repair(self, item: UnfinishedRun) -> None: ...
 
@@ -67,7 +78,7 @@ class RunRecovery:
         self._lease_ms = lease_ms
         self._limits = limits  # the configured ones: an interrupted stop reports usage as usual
         self._needs_repair: dict[str, UnfinishedRun] = {}  # runs that ended while storage failed
-        self._told: dict[str, Sequence[dict[str, Any]]] = {}  # what their clients were sent
+        self._told: dict[str, Sequence[Event]] = {}  # what their clients were sent
         self._repairing: dict[str, asyncio.Future[None]] = {}  # the repair under way, by session
         self._upkeep: asyncio.Task[None] | None = None
 
@@ -77,9 +88,9 @@ class RunRecovery:
         """The session's run whose end is still to be stored, if any."""
         return self._needs_repair.get(session_id)
 
-    def defer(self, item: UnfinishedRun, told: Sequence[dict[str, Any]] = ()) -> None:
+    def defer(self, item: UnfinishedRun, told: Sequence[Event] = ()) -> None:
         """Queue a run whose end could not be stored, to be closed once the store is back;
-        `told`: frames its clients were sent unstored (its `error`), stored first then."""
+        `told`: events its clients were sent unstored (its `error`), stored first then."""
         self._needs_repair[item.session_id] = item
         self._told[item.session_id] = told
 
@@ -184,7 +195,7 @@ class RunRecovery:
         item: UnfinishedRun,
         *,
         followed: bool = False,
-        told: Sequence[dict[str, Any]] = (),
+        told: Sequence[Event] = (),
     ) -> None:
         """Close the run in the store. `followed`: it died in another process, so watchers
         here have not seen it end and get the closing events; else they saw it end live, and
@@ -194,7 +205,7 @@ class RunRecovery:
             return
         last = await self._last_event(record)
         ours = last.run_id == item.run_id
-        if ours and last.kind == "response_complete":  # only its status was not stored
+        if ours and isinstance(last.event, RunEnded):  # only its status was not stored
             await self._store.update_session(
                 item.scope, item.session_id, now_ms(), status=SessionStatus.IDLE, active_run_id=None
             )
@@ -203,20 +214,20 @@ class RunRecovery:
             return
         live = self._new_live(record)  # detached: watchers already saw this run end live
         run = ActiveRun(item.run_id or uuid.uuid4().hex, RunControl())
-        if not (ours and last.kind in _ENDINGS):
+        if not (ours and isinstance(last.event, _ENDINGS)):
             ctx = self._context(live, run, self._limits, None)
             history = await history_on_path(self._store, item.scope, item.session_id)
             cut = await self._cut_short(live, run.run_id)
             shown = (cut.phase, cut.text) if cut.phase is not None else None
             why = await self._why_closed(item)
             if told:
-                await live.publish([dict(frame) for frame in told])
+                await live.publish(told)
             await close_interrupted(ctx, history, cut.step, why, shown)
         elif told:
-            await live.publish([dict(frame) for frame in told])
+            await live.publish(told)
         # else the run ended (its answer, stop or error is stored) and only its end was not
-        frame = run_frame("response_complete", live.session_id, run.run_id, now_ms())
-        await live.publish([frame], status=SessionStatus.IDLE)
+        end = Event(RunEnded(), live.session_id, run.run_id, now_ms())
+        await live.publish([end], status=SessionStatus.IDLE)
         if self._store.shared:
             await self._release_run(item.session_id, run.run_id)
         held = self._live.get(item.session_id)
@@ -232,14 +243,14 @@ class RunRecovery:
         asked = any(c.kind == "stop" and c.run_id == item.run_id for c in controls)
         return "user" if asked else "interrupted"
 
-    async def _last_event(self, record: SessionRecord) -> Frame:
-        """The session's last stored event (an empty frame for none). It tells how far a
+    async def _last_event(self, record: SessionRecord) -> Event:
+        """The session's last stored event (one that says nothing for none). It tells how far a
         run's end got: its `response_complete` stored without the status (MongoDB's second
         write lost), its answer, stop or error stored without the `response_complete` (a
         full disk at the last commit), or neither (the process died mid-run)."""
         scope = Scope(record.tenant_id, record.user_id)
-        last = await read_frames(self._store, scope, record.session_id, record.last_seq - 1, 1)
-        return last[0] if last else Frame({})
+        last = await read_decoded(self._store, scope, record.session_id, record.last_seq - 1, 1)
+        return last[0] if last else Event(Unrecognized({}), record.session_id)
 
     async def _cut_short(self, live: LiveSession, run_id: str) -> CutShort:
         """Where the dead run stopped: its step from its events (a step's Reason is stored
@@ -251,7 +262,7 @@ class RunRecovery:
 
 
 # A run's last event before its `response_complete`, once it has ended on its own.
-_ENDINGS = {"agent_completion", "agent_stopped", "chat_response", "error"}
+_ENDINGS = (RunCompleted, RunStopped, ChatDone, RunFailed)
 _BACK_WINDOW = 256  # events read per query, from the end of the session backwards
 
 
@@ -266,12 +277,13 @@ class CutShort:
 
 
 # The phase whose text each delta event shows (an answer continues the phase that shows it).
-_DELTA_PHASES = {
-    "agent_reason_delta": "reason",
-    "agent_observe_delta": "observe",
-    "agent_answer_delta": "summarize",
-    "chat_delta": "chat",
+_DELTA_PHASES: dict[type[Any], str] = {
+    ReasonDelta: "reason",
+    ObserveDelta: "observe",
+    AnswerDelta: "summarize",
+    ChatDelta: "chat",
 }
+_DELTAS = (ReasonDelta, ObserveDelta, AnswerDelta, ChatDelta)
 
 
 async def where_it_stopped(
@@ -280,25 +292,24 @@ async def where_it_stopped(
     """Where `run_id`, the session's last run, stopped: read from `last_seq` backwards, only
     as far as the run goes, so a long history costs nothing."""
     step, end, window = 0, last_seq, _BACK_WINDOW
-    ours: list[Frame] = []  # the run's events, oldest first
+    ours: list[AgentEvent | ServerEvent] = []  # the run's events, oldest first
     while end > 0:
         after = max(0, end - window)
-        frames = await read_frames(store, scope, session_id, after, end - after)
-        mine = [f for f in frames if f.run_id == run_id]
+        events = await read_decoded(store, scope, session_id, after, end - after)
+        mine = [e.event for e in events if e.run_id == run_id]
         ours[:0] = mine
-        step = max([step, *(f.step for f in mine)])
-        if any(f.run_id not in (run_id, None) for f in frames):
+        step = max([step, *(step_of(e) for e in mine)])
+        if any(e.run_id not in (run_id, None) for e in events):
             break  # the run's first event is in this window
         end, window = after, window * 2
     phase: str | None = None
     text: list[str] = []
-    for frame in ours:
-        kind = frame.kind
-        shows = _DELTA_PHASES.get(kind)
-        if shows is not None:
-            if phase is None or (shows != phase and kind != "agent_answer_delta"):
+    for event in ours:
+        if isinstance(event, _DELTAS):
+            shows = _DELTA_PHASES[type(event)]
+            if phase is None or (shows != phase and not isinstance(event, AnswerDelta)):
                 phase, text = shows, []
-            text.append(str(frame.get("delta") or ""))
-        elif kind != "agent_reasoning_delta":  # thinking is never kept
+            text.append(event.delta)
+        elif not isinstance(event, ThinkingDelta):  # thinking is never kept
             phase, text = None, []  # the phase ended (its message is stored) or another began
     return CutShort(step, phase, "".join(text))

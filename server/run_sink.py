@@ -9,6 +9,7 @@ sees it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict
 
 from agent.events import (
     AgentEvent,
@@ -19,8 +20,8 @@ from agent.events import (
     RunStopped,
 )
 from agent.messages import Message
+from server.events import Event, question_of
 from server.live import LiveSession, now_ms
-from server.protocol import event_frame
 from server.storage.base import SessionStatus
 
 __all__ = ["RunSink"]
@@ -29,39 +30,35 @@ _LAST = (RunCompleted, RunStopped, ChatDone)  # awaited: a failed write before t
 
 
 class RunSink:
-    """EventSink of one run: frames, status changes, then delivery, via the LiveSession."""
+    """EventSink of one run: its events in their envelope, status changes, then delivery,
+    via the LiveSession."""
 
     def __init__(self, live: LiveSession, run_id: str) -> None:
         self._live = live
         self._run_id = run_id
 
     async def emit(self, event: AgentEvent) -> None:
-        frame = event_frame(event, self._live.session_id, self._run_id, now_ms())
+        sent = Event.of_run(event, self._live.session_id, self._run_id, now_ms())
         if isinstance(event, InputRequested):
-            pending = {
-                "question": event.question,
-                "tool_call_id": event.call_id,
-                "step": event.step,
-                "expires_at": event.expires_at,
-            }
+            pending = asdict(question_of(event))
             await self._live.publish(
-                [frame],
+                [sent],
                 status=SessionStatus.AWAITING_INPUT,
                 pending_input=pending,
                 run_id=self._run_id,
             )
         elif isinstance(event, ApprovalRequested):  # what waits: in the run's RunControl
             await self._live.publish(
-                [frame], status=SessionStatus.AWAITING_APPROVAL, run_id=self._run_id
+                [sent], status=SessionStatus.AWAITING_APPROVAL, run_id=self._run_id
             )
         elif isinstance(event, _LAST):
-            await self._live.publish([frame])
+            await self._live.publish([sent])
         else:  # queued: stored in order, a failure reported by the run's next awaited write
-            await self._live.publish_streamed([frame])
+            await self._live.publish_streamed([sent])
 
     async def emit_all(self, events: Sequence[AgentEvent]) -> None:
         session, run, now = self._live.session_id, self._run_id, now_ms()
-        await self._live.publish([event_frame(e, session, run, now) for e in events])
+        await self._live.publish([Event.of_run(e, session, run, now) for e in events])
 
     async def append(self, messages: Sequence[Message]) -> None:
         await self._live.save_messages(messages)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from server.events import Event
 from server.storage.base import (
     EVENTS_PAGE,
     EVENTS_PAGE_BYTES,
@@ -19,7 +20,7 @@ from server.storage.base import (
     Store,
     events_in_pages,
 )
-from server.storage.frames import Frame, frames_in_pages
+from server.storage.frames import decoded_in_pages
 from server.storage.outage import Outage, outage_of
 from server.storage.search import SearchHit, SessionSearch
 from server.versions import Tree, load_tree, messages_on_path
@@ -96,12 +97,12 @@ class StoredSessions:
             self._store, scope, session_id, after_seq, events=events, max_bytes=max_bytes
         )
 
-    def frames(
+    def decoded(
         self, scope: Scope, session_id: str, after_seq: int, *, marker: bytes = b""
-    ) -> AsyncIterator[list[Frame]]:
+    ) -> AsyncIterator[list[Event]]:
         """The stored events after `after_seq`, decoded a page at a time; with `marker`, only
-        those whose stored text contains it (`frames_in_pages`)."""
-        return frames_in_pages(self._store, scope, session_id, after_seq, marker=marker)
+        those whose stored text contains it (`decoded_in_pages`)."""
+        return decoded_in_pages(self._store, scope, session_id, after_seq, marker=marker)
 
     async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
         """Bytes kept per tenant (`SessionStore.stored_bytes`)."""

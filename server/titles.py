@@ -11,6 +11,7 @@ import logging
 from agent.errors import ModelError, StorageError
 from agent.ports import CallInfo, ChatModel
 from agent.titles import write_title
+from server.events import Event, TitleChanged
 from server.live import LiveSession
 from server.storage.base import SessionStore
 from server.storage.search import ANSWER_PHASES
@@ -73,5 +74,4 @@ class SessionTitles:
         except (ModelError, StorageError, TimeoutError) as exc:
             log.info("session %s keeps its first words as its title: %s", session_id, exc)
             return
-        frame = {"type": "session_title", "session_id": session_id, "title": title}
-        live.notify(frame)
+        live.notify(Event(TitleChanged(title), session_id))

@@ -8,8 +8,7 @@ replay and another process's watchers follow it like any event (docs/wire-protoc
 
 from __future__ import annotations
 
-from typing import Any
-
+from server.events import Event, PathShown
 from server.live import LiveSession, now_ms
 from server.protocol import ProtocolError
 from server.run_quota import run_in_progress
@@ -17,7 +16,7 @@ from server.storage.base import SessionStatus, SessionStore
 from server.storage.runs import RunTree
 from server.versions import load_tree
 
-__all__ = ["active_path_frame", "select_version"]
+__all__ = ["select_version"]
 
 
 async def select_version(
@@ -37,20 +36,5 @@ async def select_version(
     now = now_ms()
     if not await store.show_run(live.scope, live.session_id, leaf, now):
         raise ProtocolError("unknown_run", f"run_id: run {run_id!r} is gone.")
-    frame = active_path_frame(live.session_id, tree.path(leaf), run_id, now)
-    if frame_id is not None:
-        frame["id"] = frame_id
-    await live.publish([frame])
-
-
-def active_path_frame(session_id: str, path: list[str], selected: str, ts: int) -> dict[str, Any]:
-    """The stored event of a switch (its `seq` filled in by the store). Not a run's event:
-    it has no `run_id`, so watchers never take it for a run going on."""
-    return {
-        "type": "active_path",
-        "session_id": session_id,
-        "seq": 0,
-        "ts": ts,
-        "selected": selected,
-        "active_path": path,
-    }
+    shown = PathShown(run_id, tuple(tree.path(leaf)), frame_id)
+    await live.publish([Event(shown, live.session_id, None, now)])

@@ -1,81 +1,47 @@
-"""Event frames as the server acts on them: the frame dict as built, with typed access to the
-few fields that say what happened, so no module parses JSON it built itself.
+"""Stored events read back: each decoded here, once, into the `Event` a run published.
 
-A frame a run builds reaches the subscribers as built (`LiveSession`), beside its text. A
-frame read back from the store (another process's run, a run to recover or rerun, a
-thread to reconnect) is decoded here, once: this module is the only decoder of stored
-events (tests/server/test_boundaries.py). The replay sends stored text as it is, unparsed.
+A run's events reach the subscribers as typed `Event`s, beside the text the store made of
+them. An event read back from the store (another process's run, a run to recover or rerun,
+a thread to reconnect) is decoded here into the same type (server/events.py `event_of`, the
+reverse of the frame it was stored as), so nothing else parses JSON the server built: this
+module is the only decoder of stored events (tests/server/test_boundaries.py). The replay
+sends stored text as it is, unparsed.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator
 
 import orjson
 
+from server.events import Event, Unrecognized, event_of
 from server.storage.base import Scope, Store, events_in_pages
 
-__all__ = ["Frame", "decode", "frames_in_pages", "read_frames"]
+__all__ = ["decode", "decoded_in_pages", "read_decoded"]
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """One event frame; `body` is never changed (subscribers share it)."""
-
-    body: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        """What happened: the `update_type` of an `agent_update`, else the frame's `type`."""
-        return str(self.body.get("update_type") or self.body.get("type") or "")
-
-    @property
-    def run_id(self) -> str | None:
-        run_id = self.body.get("run_id")
-        return None if run_id is None else str(run_id)
-
-    @property
-    def seq(self) -> int | None:
-        """Its place in the session's events; None for a frame that was not stored."""
-        seq = self.body.get("seq")
-        return seq if isinstance(seq, int) else None
-
-    @property
-    def step(self) -> int:
-        return int(self.body.get("step") or 0)
-
-    @property
-    def tool_call_id(self) -> str | None:
-        call_id = self.body.get("tool_call_id")
-        return None if call_id is None else str(call_id)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.body.get(key, default)
-
-    def pick(self, keys: Iterable[str]) -> dict[str, Any]:
-        """These fields of the frame (None where it has none), as a new dict."""
-        return {key: self.body.get(key) for key in keys}
+def decode(raw: bytes | str) -> Event:
+    """A stored event. Stored events are JSON objects; anything else (never written by this
+    server) reads as an event that says nothing, never an error."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict):
+        return Event(Unrecognized({}), "")
+    return event_of(body)
 
 
-def decode(raw: bytes | str) -> Frame:
-    """A stored event's frame. Stored events are JSON objects; anything else (never written
-    by this server) reads as a frame that says nothing."""
-    body = orjson.loads(raw)
-    return Frame(body if isinstance(body, dict) else {})
-
-
-async def read_frames(
+async def read_decoded(
     store: Store, scope: Scope, session_id: str, after_seq: int, limit: int | None = None
-) -> list[Frame]:
+) -> list[Event]:
     """The session's stored events with seq > `after_seq` (at most `limit`), decoded."""
     return [decode(raw) for raw in await store.read_events(scope, session_id, after_seq, limit)]
 
 
-async def frames_in_pages(
+async def decoded_in_pages(
     store: Store, scope: Scope, session_id: str, after_seq: int, *, marker: bytes = b""
-) -> AsyncIterator[list[Frame]]:
+) -> AsyncIterator[list[Event]]:
     """The session's stored events after `after_seq`, decoded a page at a time (a long
     session is never held whole in memory: see `events_in_pages`). With `marker`, only the
     events whose stored text contains it: a cheap filter before decoding."""

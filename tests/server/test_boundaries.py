@@ -186,14 +186,19 @@ await services.hub.stored.get(scope, sid)  # the session layer
 
 
 # Events stay typed until they leave the process: the only JSON the server parses is what
-# comes in from outside (docs: DESIGN.md, "Typed until the edge"). Stored events are decoded
-# in server/storage/ (server/storage/frames.py), nowhere else.
-DECODERS = SERVER / "storage"
+# comes in from outside, and what the store keeps (docs: DESIGN.md, "Typed until the edge").
+# Stored events are decoded by server/storage/frames.py alone; the replay reads only the
+# `seq` of a page's last event. Every parse is listed here with what it reads.
 PARSERS = {
     "server/protocol.py": 1,  # a client's frame
     "server/agui_input.py": 1,  # an AG-UI request's body
     "server/http_api.py": 1,  # an HTTP request's body
     "server/settings.py": 1,  # a setting given as JSON
+    "server/storage/frames.py": 1,  # a stored event: the one decoder
+    "server/storage/base.py": 1,  # the replay: the `seq` of a page's last stored event
+    "server/storage/sqlite.py": 4,  # its rows: messages, controls, a pending question
+    "server/storage/sqlite_search.py": 1,  # a stored message, to index
+    "server/storage/memory_sqlite.py": 1,  # a memory's keywords
 }
 JSON_MODULES = {"json", "orjson"}
 
@@ -228,8 +233,7 @@ def test_no_module_parses_an_event_it_built_or_stored():
     counts = {
         str(path.relative_to(SERVER.parent)): len(found)
         for path in sorted(SERVER.rglob("*.py"))
-        if not path.is_relative_to(DECODERS)
-        and (found := json_parses(path.read_text(encoding="utf-8")))
+        if (found := json_parses(path.read_text(encoding="utf-8")))
     }
     assert counts == PARSERS, (
         "read the frame a subscriber is given, or decode stored events with "
@@ -251,3 +255,43 @@ orjson.dumps({})
 other.loads("{}")
 """
     assert json_parses(source) == [6, 7, 8, 9]
+
+
+# An event's frame is made in one place, where it leaves the process: `Event.draft` (server/
+# events.py) with server/protocol.py's frame code. Everything else carries the typed `Event`.
+FRAME_MAKERS = {"event_frame", "run_frame"}
+FRAME_OWNERS = {SERVER / "events.py", SERVER / "protocol.py"}
+
+
+def frame_making(source: str) -> list[int]:
+    """The lines of `source` that call a frame maker, by name or as an attribute."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in FRAME_MAKERS:
+                lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_edge_makes_an_event_frame():
+    found = {
+        str(path.relative_to(SERVER.parent)): lines
+        for path in sorted(SERVER.rglob("*.py"))
+        if path not in FRAME_OWNERS and (lines := frame_making(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}, (
+        "publish an Event (server/events.py); its frame is made once, where it is stored and sent"
+    )
+
+
+def test_the_frame_check_sees_each_spelling():
+    source = """
+from server.protocol import event_frame
+from server import protocol
+event_frame(e, "s", "r", 1)
+protocol.run_frame("error", "s", "r", 1)
+error_frame("llm_error", "m")
+"""
+    assert frame_making(source) == [4, 5]

@@ -11,9 +11,19 @@ import orjson
 from starlette.websockets import WebSocket
 
 from agent.errors import StorageError
+from agent.events import (
+    AgentEvent,
+    AnswerDelta,
+    ChatDelta,
+    ChatDone,
+    ReasonDelta,
+    RunStopped,
+    ThinkingDelta,
+    ToolStarted,
+)
 from server import ws
 from server.connection import FRAMES_PER_TURN, OVERTAKE_AFTER, Connection
-from server.storage.frames import Frame
+from server.events import Event, RunEnded, ServerEvent
 from server.ws import _attach
 
 
@@ -29,12 +39,10 @@ class _Socket:
         self.closed = code
 
 
-def _frame(kind: str, seq: int, update: str | None = None) -> tuple[str, int, Frame]:
-    frame: dict[str, Any] = {"type": kind}
-    if update:
-        frame["update_type"] = update
-    frame.update(session_id="s", run_id="r", seq=seq, ts=1, delta="x")
-    return orjson.dumps(frame).decode(), seq, Frame(frame)
+def _frame(event: AgentEvent | ServerEvent, seq: int) -> tuple[str, int, Event]:
+    """What a session delivers of `event`, stored at `seq`."""
+    sent = Event(event, "s", "r", 1, seq)
+    return orjson.dumps(sent.frame()).decode(), seq, sent
 
 
 def _kinds(sent: list[str]) -> list[str]:
@@ -54,31 +62,32 @@ async def test_a_stop_leaves_out_stale_deltas_but_every_other_frame_in_order():
     seq = 0
     for _ in range(OVERTAKE_AFTER + 50):
         seq += 1
-        conn.deliver(*_frame("agent_update", seq, "agent_reason_delta"))
+        conn.deliver(*_frame(ReasonDelta(1, "x"), seq))
     seq += 1
-    conn.deliver(*_frame("agent_update", seq, "agent_tool_call"))
+    conn.deliver(*_frame(ToolStarted(1, "c1", "web_search", {}), seq))
     conn.overtake_deltas()
-    for kind, update in [
-        ("chat_delta", None),
-        ("agent_update", "agent_answer_delta"),
-        ("agent_update", "agent_stopped"),
-        ("response_complete", None),
-        ("chat_delta", None),  # the next run's deltas are sent again
+    for event in [
+        ChatDelta("x"),
+        AnswerDelta(1, "x"),
+        ThinkingDelta(1, "reason", "x"),
+        RunStopped(1, "user", {}),
+        RunEnded(),
+        ChatDelta("x"),  # the next run's deltas are sent again
     ]:
         seq += 1
-        conn.deliver(*_frame(kind, seq, update))
+        conn.deliver(*_frame(event, seq))
     kinds = await _drain(conn, socket)
-    assert kinds == ["agent_tool_call", "agent_stopped", "response_complete", "chat_delta"]
-    assert conn.skipped == OVERTAKE_AFTER + 52
+    assert kinds == ["tool_start", "agent_stopped", "response_complete", "chat_delta"]
+    assert conn.skipped == OVERTAKE_AFTER + 53
 
 
 async def test_a_stop_with_few_frames_waiting_sends_every_delta():
     socket = _Socket()
     conn = Connection(cast(WebSocket, socket), 10_000)
     for seq in range(1, OVERTAKE_AFTER + 1):
-        conn.deliver(*_frame("chat_delta", seq))
+        conn.deliver(*_frame(ChatDelta("x"), seq))
     conn.overtake_deltas()
-    conn.deliver(*_frame("chat_delta", OVERTAKE_AFTER + 1))
+    conn.deliver(*_frame(ChatDelta("x"), OVERTAKE_AFTER + 1))
     kinds = await _drain(conn, socket)
     assert kinds == ["chat_delta"] * (OVERTAKE_AFTER + 1) and conn.skipped == 0
 
@@ -87,10 +96,10 @@ async def test_frames_the_replay_sent_are_left_out_even_when_they_arrive_after_i
     socket = _Socket()
     conn = Connection(cast(WebSocket, socket), 10_000)
     conn.hold()
-    conn.deliver(*_frame("chat_delta", 4))  # held, and in the replay
+    conn.deliver(*_frame(ChatDelta("x"), 4))  # held, and in the replay
     conn.release(5)
-    conn.deliver(*_frame("chat_delta", 5))  # committed before, delivered after the replay
-    conn.deliver(*_frame("chat_response", 6))
+    conn.deliver(*_frame(ChatDelta("x"), 5))  # committed before, delivered after the replay
+    conn.deliver(*_frame(ChatDone("x"), 6))
     assert await _drain(conn, socket) == ["chat_response"]
 
 
@@ -164,7 +173,7 @@ async def test_a_frame_delivered_while_the_session_frame_is_sent_is_not_lost():
             if len(socket.sent) == 1:  # the run delivers seq 8 meanwhile
                 live.last_seq = 8
                 for sub in live.subscribers:
-                    sub.deliver(*_frame("chat_delta", 8))
+                    sub.deliver(*_frame(ChatDelta("x"), 8))
 
     services = _services(_no_versions)
     await _attach(
@@ -189,7 +198,7 @@ async def test_a_long_queue_lets_other_tasks_run_every_few_frames():
     socket = _Socket()
     conn = Connection(cast(WebSocket, socket), 10_000)
     for seq in range(1, 4 * FRAMES_PER_TURN + 1):
-        conn.deliver(*_frame("agent_update", seq, "agent_reason_delta"))
+        conn.deliver(*_frame(ReasonDelta(1, "x"), seq))
     seen: list[int] = []
 
     async def other() -> None:

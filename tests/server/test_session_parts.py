@@ -14,11 +14,13 @@ import orjson
 import pytest
 
 from agent.control import Decision, PendingApproval, PendingQuestion, RunControl
+from agent.events import RunStarted, StepStarted
 from agent.metrics import Metric
 from agent.ports import ToolSpec
 from agent.run import RunLimits
+from server.events import Event, RunFailed
 from server.live import ActiveRun
-from server.protocol import ChatFrame, ProtocolError
+from server.protocol import ChatFrame, ProtocolError, event_frame
 from server.run_driver import RunDriver
 from server.run_quota import RunQuota
 from server.run_recovery import RunRecovery, where_it_stopped
@@ -26,7 +28,6 @@ from server.run_request import read_request, rerun_request
 from server.session_registry import SessionRegistry
 from server.settings import AgentSettings
 from server.storage.base import Scope, SessionStatus, UnfinishedRun
-from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from server.tenant_metrics import TenantMetrics
 from tests.storage.sqlite_trace import traced
@@ -68,7 +69,7 @@ class Watcher:
         self.codes: list[int] = []
         self.closed = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
         pass
 
     def finish(self, code: int) -> None:
@@ -468,13 +469,14 @@ async def test_recovery_reads_back_only_as_far_as_the_dead_run_goes(
     await store.open()
     try:
         await store.create_session(ALICE, "s1", 1)
-        old = [{"type": "x", "run_id": f"old-{i // 50}", "step": 9} for i in range(5000)]
+        old = [event_frame(StepStarted(9), "s1", f"old-{i // 50}", 2) for i in range(5000)]
         await store.append_events(ALICE, "s1", old, 2)
         dead = [
-            {"type": "x", "run_id": "dead", "step": 1 + i * 3 // run_events}
+            event_frame(StepStarted(1 + i * 3 // run_events), "s1", "dead", 3)
             for i in range(run_events)
         ]
-        dead.insert(run_events // 2, {"type": "x", "run_id": "dead"})  # an event without a step
+        without_step = event_frame(RunStarted(5), "s1", "dead", 3)
+        dead.insert(run_events // 2, without_step)
         await store.append_events(ALICE, "s1", dead, 3)
         store.read = 0
         last_seq = 5000 + run_events + 1
@@ -492,8 +494,8 @@ async def test_a_run_asked_to_be_repaired_twice_at_once_is_closed_once(
     # the run whose `error` was stored and whose `response_complete` was not.
     await store.create_session(ALICE, "s1", 1)
     await store.update_session(ALICE, "s1", 2, status="running", active_run_id="r1")
-    error = {"type": "error", "run_id": "r1", "code": "storage_error", "message": "away"}
-    await store.append_events(ALICE, "s1", [{**error, "seq": 0}], 3)
+    error = Event(RunFailed("storage_error", "away"), "s1", "r1", 3)
+    await store.append_events(ALICE, "s1", [error.draft()], 3)
 
     async def free_slot(session_id: str, run_id: str) -> None:
         pass

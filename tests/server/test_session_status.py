@@ -15,9 +15,10 @@ import pytest
 
 import server.live
 from agent.control import PendingQuestion, RunControl
+from agent.events import InputRequested
+from server.events import Event
 from server.live import MOVES, ActiveRun, LiveSession, allowed_move
 from server.storage.base import SessionRecord, SessionStatus, Store
-from server.storage.frames import Frame
 
 _ALL = tuple(SessionStatus)
 _REFUSED = {
@@ -87,9 +88,9 @@ def test_a_refused_move_is_logged_and_made(caplog: pytest.LogCaptureFixture) -> 
 
 def test_a_followed_event_may_jump_and_is_only_noted(caplog: pytest.LogCaptureFixture) -> None:
     live = _live(SessionStatus.IDLE)  # its run's start was counted by `caught_up`, not read
-    frame = Frame({"type": "agent_request_input", "run_id": "r1", "question": "Which city?"})
+    asked = InputRequested(1, "Which city?", "c1", 9_000)
     with caplog.at_level(logging.WARNING, logger="server.live"):
-        live.settle(frame)
+        live.settle(Event(asked, "s1", "r1"))
     assert live.status == "awaiting_input"
     assert live.pending_input is not None and live.pending_input["question"] == "Which city?"
     assert not caplog.records

@@ -15,13 +15,18 @@ import pytest
 
 from agent.errors import StorageError
 from agent.messages import Message
+from server.events import Event, Unrecognized
 from server.live import LiveSession, WriteBacklog, next_tick
 from server.storage.base import Scope, WritesInOrder
-from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 from tests.storage.sqlite_trace import traced
 
 ALICE = Scope("acme", "alice")
+
+
+def _event(frame: dict[str, Any]) -> Event:
+    """A frame of any shape as an event to publish (sent and stored as it is)."""
+    return Event(Unrecognized(frame), "s1")
 
 
 class Recorder:
@@ -31,7 +36,7 @@ class Recorder:
         self.frames: list[tuple[dict[str, object], int | None]] = []
         self.arrived = asyncio.Event()
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
         self.frames.append((orjson.loads(text), seq))
         self.arrived.set()
 
@@ -66,10 +71,10 @@ async def test_queued_events_and_the_messages_after_them_are_one_transaction(
     live, watcher = await _live(store, window=3600)  # the awaited write does not wait for it
     statements = await traced(store)
     for n in range(5):
-        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+        await live.publish_streamed([_event({"type": "delta", "n": n, "seq": 0})])
     await live.save_messages([Message("assistant", "hello")])
     assert watcher.frames == []  # queued, not stored yet: nothing delivered, nobody waited
-    await live.publish([{"type": "reason", "n": 5, "seq": 0}])  # a write that is awaited
+    await live.publish([_event({"type": "reason", "n": 5, "seq": 0})])  # a write that is awaited
 
     assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
     assert [seq for _, seq in watcher.frames] == [1, 2, 3, 4, 5, 6]
@@ -84,9 +89,9 @@ async def test_a_status_change_is_stored_with_the_writes_queued_before_it(
 ) -> None:
     live, watcher = await _live(store)
     statements = await traced(store)
-    await live.publish_streamed([{"type": "tool_start", "seq": 0}])
+    await live.publish_streamed([_event({"type": "tool_start", "seq": 0})])
     await live.save_messages([Message("assistant", "done")])
-    await live.publish([{"type": "response_complete", "seq": 0}], status="idle")
+    await live.publish([_event({"type": "response_complete", "seq": 0})], status="idle")
 
     assert statements.count("BEGIN IMMEDIATE") == 1 and statements.count("COMMIT") == 1
     assert [frame["type"] for frame, _ in watcher.frames] == ["tool_start", "response_complete"]
@@ -112,7 +117,7 @@ async def test_the_events_of_a_batch_stored_in_part_are_delivered_before_the_err
         live, watcher = await _live(store)
         await live.save_messages([Message("assistant", "lost")])
         with pytest.raises(StorageError, match="could not be stored"):
-            await live.publish([{"type": "reason", "seq": 0}], status="awaiting_input")
+            await live.publish([_event({"type": "reason", "seq": 0})], status="awaiting_input")
 
         assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("reason", 1)]
         assert live.last_seq == 1 and live.status == "idle"  # the status was not stored
@@ -126,19 +131,19 @@ async def test_a_failed_batch_is_reported_to_its_awaited_write_and_loses_nothing
     store: SQLiteStore,
 ) -> None:
     live, watcher = await _live(store)
-    await live.publish([{"type": "before", "seq": 0}])
+    await live.publish([_event({"type": "before", "seq": 0})])
     await store._in_writer(_read_only, store, True)
-    await live.publish_streamed([{"type": "lost", "seq": 0}])
+    await live.publish_streamed([_event({"type": "lost", "seq": 0})])
     await live.save_messages([Message("assistant", "lost too")])
     with pytest.raises(StorageError):
-        await live.publish([{"type": "lost as well", "seq": 0}])
+        await live.publish([_event({"type": "lost as well", "seq": 0})])
     assert [frame["type"] for frame, _ in watcher.frames] == ["before"]  # never sent unstored
 
     await store._in_writer(_read_only, store, False)
     with pytest.raises(StorageError):  # nothing the run does after a lost batch is stored
-        await live.publish([{"type": "after the loss", "seq": 0}])
+        await live.publish([_event({"type": "after the loss", "seq": 0})])
     live.mend()  # the run ended (RunDriver): a next run may write again
-    await live.publish([{"type": "after", "seq": 0}])
+    await live.publish([_event({"type": "after", "seq": 0})])
     assert [seq for _, seq in watcher.frames] == [1, 2]
     stored = [orjson.loads(b) for b in await store.read_events(ALICE, "s1", 0)]
     assert [(f["type"], f["seq"]) for f in stored] == [("before", 1), ("after", 2)]
@@ -150,16 +155,16 @@ async def test_a_failed_batch_nobody_awaited_fails_the_next_write_once(
 ) -> None:
     live, watcher = await _live(store, window=0)  # stored at once, so the test can await it
     await store._in_writer(_read_only, store, True)
-    await live.publish_streamed([{"type": "lost", "seq": 0}])
-    await live.publish_streamed([{"type": "lost", "seq": 0}])
+    await live.publish_streamed([_event({"type": "lost", "seq": 0})])
+    await live.publish_streamed([_event({"type": "lost", "seq": 0})])
     assert live._writer is not None
     await live._writer  # the batch failed, and nobody was waiting for it
     await store._in_writer(_read_only, store, False)
     for _ in range(2):  # reported once, then refused: nothing after a lost batch is stored
         with pytest.raises(StorageError):
-            await live.publish([{"type": "end", "seq": 0}])
+            await live.publish([_event({"type": "end", "seq": 0})])
     live.mend()  # the run ended (RunDriver): a next run may write again
-    await live.publish([{"type": "end", "seq": 0}])
+    await live.publish([_event({"type": "end", "seq": 0})])
 
     assert [(frame["type"], seq) for frame, seq in watcher.frames] == [("end", 1)]
 
@@ -170,7 +175,9 @@ async def test_a_run_waits_for_its_writes_once_the_process_store_is_behind(
     record = await store.create_session(ALICE, "s1", 100)
     backlog = WriteBacklog(mark=1)
     live = LiveSession(record, store, backlog=backlog, write_window_s=3600)
-    await live.publish_streamed([{"type": "delta", "seq": 0}])  # held: not counted as behind
+    await live.publish_streamed(
+        [_event({"type": "delta", "seq": 0})]
+    )  # held: not counted as behind
     assert backlog.queued == 0 and live.last_seq == 0 and live._held is not None
     backlog.queued = 2  # other sessions' writes being stored: past the mark
     await live.save_messages([Message("assistant", "hello")])  # so the run waits for it
@@ -205,16 +212,16 @@ async def test_what_queues_behind_a_batch_waits_for_the_next_tick(store: SQLiteS
     run queues meanwhile is held, not stored right after it."""
     live, watcher = await _live(store, window=3600)
     gate = Gate(store)
-    ending = asyncio.create_task(live.publish([{"type": "reason", "seq": 0}]))
+    ending = asyncio.create_task(live.publish([_event({"type": "reason", "seq": 0})]))
     await asyncio.wait_for(gate.entered.wait(), timeout=5)
-    await live.publish_streamed([{"type": "tool_start", "seq": 0}])  # behind the batch
+    await live.publish_streamed([_event({"type": "tool_start", "seq": 0})])  # behind the batch
     await live.save_messages([Message("assistant", "calling")])
     gate.open.set()
     await asyncio.wait_for(ending, timeout=5)
 
     assert [frame["type"] for frame, _ in watcher.frames] == ["reason"]
     assert gate.calls == 1 and live._held is not None  # held for the next tick
-    await live.publish([{"type": "observe", "seq": 0}])  # an awaited write takes them along
+    await live.publish([_event({"type": "observe", "seq": 0})])  # an awaited write takes them along
     assert [frame["type"] for frame, _ in watcher.frames] == ["reason", "tool_start", "observe"]
     assert gate.calls == 2
     assert [m.content for m in await store.load_history(ALICE, "s1")] == ["calling"]
@@ -223,14 +230,14 @@ async def test_what_queues_behind_a_batch_waits_for_the_next_tick(store: SQLiteS
 async def test_a_run_waits_once_its_writes_pile_up_behind_a_batch(store: SQLiteStore) -> None:
     live, watcher = await _live(store, window=3600)
     gate = Gate(store)
-    first = asyncio.create_task(live.publish([{"type": "first", "seq": 0}]))
+    first = asyncio.create_task(live.publish([_event({"type": "first", "seq": 0})]))
     await asyncio.wait_for(gate.entered.wait(), timeout=5)
     for n in range(8):  # up to the session's high-water mark nobody waits
-        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+        await live.publish_streamed([_event({"type": "delta", "n": n, "seq": 0})])
     assert not any(write.awaited for write in live._writes)
 
     async def ninth() -> None:
-        await live.publish_streamed([{"type": "delta", "n": 8, "seq": 0}])
+        await live.publish_streamed([_event({"type": "delta", "n": 8, "seq": 0})])
         gate.order.append("ninth returned")
 
     over = asyncio.create_task(ninth())  # queued before the gate opens: it runs first
@@ -244,12 +251,12 @@ async def test_what_a_run_writes_within_the_window_is_stored_and_delivered_toget
     store: SQLiteStore,
 ) -> None:
     live, watcher = await _live(store, window=0.05)
-    await live.publish([{"type": "start", "n": -1, "seq": 0}])  # awaited: not held
+    await live.publish([_event({"type": "start", "n": -1, "seq": 0})])  # awaited: not held
     assert [seq for _, seq in watcher.frames] == [1]
     watcher.arrived.clear()
     statements = await traced(store)
     for n in range(3):
-        await live.publish_streamed([{"type": "delta", "n": n, "seq": 0}])
+        await live.publish_streamed([_event({"type": "delta", "n": n, "seq": 0})])
     assert len(watcher.frames) == 1  # held for the window: nothing stored, nothing delivered
     await asyncio.wait_for(watcher.arrived.wait(), timeout=5)  # no later write needed
 
@@ -266,12 +273,12 @@ async def test_every_sessions_window_ends_on_the_same_tick(store: SQLiteStore) -
     first, _ = await _live(store, window=3600)
     record = await store.create_session(ALICE, "s2", 100)
     second = LiveSession(record, store, write_window_s=3600)
-    await first.publish_streamed([{"type": "delta", "seq": 0}])
-    await second.publish_streamed([{"type": "delta", "seq": 0}])
+    await first.publish_streamed([_event({"type": "delta", "seq": 0})])
+    await second.publish_streamed([_event({"type": "delta", "seq": 0})])
     assert first._held is not None and second._held is not None
     assert first._held.when() == second._held.when()
-    await first.publish([{"type": "end", "seq": 0}])  # awaited: takes the held write along
-    await second.publish([{"type": "end", "seq": 0}])
+    await first.publish([_event({"type": "end", "seq": 0})])  # awaited: takes the held write along
+    await second.publish([_event({"type": "end", "seq": 0})])
     assert first._held is None and second._held is None
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import orjson
 
+from server.events import Event
 from server.live import LiveSession
 from server.storage.base import Scope
-from server.storage.frames import Frame
 from server.storage.sqlite import SQLiteStore
 
 ALICE = Scope("acme", "alice")
@@ -19,7 +19,7 @@ class Watcher:
     def __init__(self) -> None:
         self.frames: list[dict[str, object]] = []
 
-    def deliver(self, text: str, seq: int | None, frame: Frame) -> None:
+    def deliver(self, text: str, seq: int | None, event: Event) -> None:
         self.frames.append(orjson.loads(text))
 
     def finish(self, code: int) -> None:

@@ -13,11 +13,17 @@ import pytest
 
 from agent.errors import StorageError
 from agent.messages import Message
+from server.events import Event, Unrecognized
 from server.live import LiveSession
 from server.storage.base import Scope, SessionRecord, StatusChange
 from server.storage.sqlite import SQLiteStore
 
 ALICE = Scope("acme", "alice")
+
+
+def _event(frame: dict[str, Any]) -> Event:
+    """A frame of any shape as an event to publish (sent and stored as it is)."""
+    return Event(Unrecognized(frame), "s1")
 
 
 @pytest.fixture
@@ -74,12 +80,12 @@ async def test_live_session_passes_a_bug_through_and_logs_it(
     record = SessionRecord("s1", "acme", "alice", "idle", "", 100, 100, 0)
     live = LiveSession(record, store)
     not_a_frame: Any = ("a", "tuple")
-    with pytest.raises(TypeError):
+    with pytest.raises(AttributeError):  # no event: a bug
         await live.publish([not_a_frame])
     (logged,) = [r for r in caplog.records if r.name == "server.live"]
     assert logged.levelno == logging.ERROR and logged.exc_info is not None
     with pytest.raises(StorageError):  # a real storage failure stays one
-        await live.publish([{"type": object()}])
+        await live.publish([_event({"type": object()})])
     live.mend()  # as at the end of the run that lost the batch
-    await live.publish([{"type": "ok"}])
+    await live.publish([_event({"type": "ok"})])
     assert live.last_seq == 1
