@@ -44,6 +44,17 @@ class Task:
     check: Check
     answers: tuple[str, ...] = ()  # what the scripted user says when asked
     max_steps: int | None = None  # None: the loop's default
+    # The tools whose results hold the truth: a right answer needs a call of each that
+    # succeeded, so that a guess ("28 °C", the date's day) is not counted as looked up.
+    sources: tuple[str, ...] = ()
+
+    def right(self, outcome: Outcome) -> bool:
+        return outcome.done and self.looked_up(outcome.calls) and self.check(outcome)
+
+    def looked_up(self, calls: list[dict[str, Any]]) -> bool:
+        """Every source tool was called with success (rows of an earlier eval are judged
+        by the same rule)."""
+        return all(any(c["name"] == t and c["ok"] for c in calls) for t in self.sources)
 
 
 def _norm(text: str) -> str:
@@ -201,33 +212,61 @@ _PAGE = "http://127.0.0.1:{port}"
 
 TASKS: list[Task] = [
     # single tool calls
-    Task("time_tokyo", "single", ("What time is it in Tokyo right now?",), has_time("Asia/Tokyo")),
+    Task(
+        "time_tokyo",
+        "single",
+        ("What time is it in Tokyo right now?",),
+        has_time("Asia/Tokyo"),
+        sources=("get_current_time",),
+    ),
     Task(
         "time_london",
         "single",
         ("What's the time in London at the moment?",),
         has_time("Europe/London"),
+        sources=("get_current_time",),
     ),
     Task(
         "time_new_york",
         "single",
         ("Tell me the current time in New York.",),
         has_time("America/New_York"),
+        sources=("get_current_time",),
     ),
     Task(
         "weather_oslo",
         "single",
         ("What is the weather like in Oslo right now?",),
         both(has_number(-3), has("snow")),
+        sources=("get_weather",),
     ),
-    Task("weather_cairo", "single", ("How warm is it in Cairo today?",), has_number(28)),
-    Task("convert_usd_eur", "single", ("How much is 100 US dollars in euros?",), has_number(90)),
-    Task("order_status", "single", ("What is the status of my order A-1042?",), has("shipped")),
+    Task(
+        "weather_cairo",
+        "single",
+        ("How warm is it in Cairo today?",),
+        has_number(28),
+        sources=("get_weather",),
+    ),
+    Task(
+        "convert_usd_eur",
+        "single",
+        ("How much is 100 US dollars in euros?",),
+        has_number(90),
+        sources=("convert_currency",),
+    ),
+    Task(
+        "order_status",
+        "single",
+        ("What is the status of my order A-1042?",),
+        has("shipped"),
+        sources=("lookup_order",),
+    ),
     Task(
         "contact_phone",
         "single",
         ("What is Dana's phone number? Check my address book.",),
         has("5550 1234"),
+        sources=("lookup_contact",),
     ),
     # several tools, or one tool several times
     Task(
@@ -235,36 +274,42 @@ TASKS: list[Task] = [
         "multi",
         ("What time is it now in Tokyo and in London?",),
         both(has_time("Asia/Tokyo"), has_time("Europe/London")),
+        sources=("get_current_time",),
     ),
     Task(
         "weather_compare",
         "multi",
         ("Which is warmer right now, Oslo or Rome? Give both temperatures.",),
         both(has_number(-3), has_number(17), has("rome")),
+        sources=("get_weather",),
     ),
     Task(
         "convert_twice",
         "multi",
         ("Convert 100 US dollars to euros and to British pounds.",),
         both(has_number(90), has_number(80)),
+        sources=("convert_currency",),
     ),
     Task(
         "two_orders",
         "multi",
         ("What are the statuses of my orders A-1042 and B-2210?",),
         both(has("shipped"), has("processing")),
+        sources=("lookup_order",),
     ),
     Task(
         "order_then_weather",
         "multi",
         ("Where is my order A-1042 being shipped to, and what is the weather there now?",),
         both(has("lisbon"), has_number(15)),
+        sources=("lookup_order", "get_weather"),
     ),
     Task(
         "contact_then_time",
         "multi",
         ("Find out which city Dana lives in from my address book, then tell me the time there.",),
         both(has("rome"), has_time("Europe/Rome")),
+        sources=("lookup_contact", "get_current_time"),
     ),
     # memory across sessions
     Task(
@@ -291,24 +336,28 @@ TASKS: list[Task] = [
         "fetch",
         (f"When does the library open on weekdays? See {_PAGE}/hours.html",),
         has("8:30"),
+        sources=("web_fetch",),
     ),
     Task(
         "fetch_price",
         "fetch",
         (f"How much does the lamp on {_PAGE}/lamp.html cost?",),
         has("49.90"),
+        sources=("web_fetch",),
     ),
     Task(
         "fetch_lead",
         "fetch",
         (f"Who is the project lead, according to {_PAGE}/team.html ?",),
         has("mirela"),
+        sources=("web_fetch",),
     ),
     Task(
         "fetch_rooms",
         "fetch",
         (f"How many rooms does the hotel at {_PAGE}/hotel.html have?",),
         has_number(42),
+        sources=("web_fetch",),
     ),
     # a question to the user
     Task(
@@ -317,6 +366,7 @@ TASKS: list[Task] = [
         ("What time is it in my city? You don't know my city: ask me first.",),
         has_time("Europe/Berlin"),
         answers=("Berlin",),
+        sources=("get_current_time",),
     ),
     Task(
         "ask_budget",
@@ -324,6 +374,7 @@ TASKS: list[Task] = [
         ("Convert my budget into euros. Ask me how many US dollars my budget is.",),
         has_number(270),
         answers=("300 US dollars",),
+        sources=("convert_currency",),
     ),
     Task(
         "ask_weather_home",
@@ -331,6 +382,7 @@ TASKS: list[Task] = [
         ("What's the weather where I live? Ask me where I live.",),
         has_number(19),
         answers=("Lima, in Peru",),
+        sources=("get_weather",),
     ),
     # a tool that fails: the answer must say so
     Task(
