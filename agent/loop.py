@@ -190,7 +190,22 @@ def _link_readers(rec: RunRecorder, tools: Sequence[ToolSpec]) -> list[str]:
     alike, without a call."""
     if not _LINK.search(rec.task()):
         return []
-    return [t.name for t in tools if {"url", "urls"} & set(t.parameters.get("properties") or {})]
+    return [t.name for t in tools if _reads_links(t)]
+
+
+def _links_in_sight(rec: RunRecorder, tools: list[ToolSpec]) -> list[ToolSpec]:
+    """The tools Act may be asked for by schema: a tool that reads links only when a link is
+    in sight (the person's messages or a result hold one). Asked by schema, a model must
+    write some call, and a link it has to make up is a guess: Qwen2.5-0.5B, asked Oslo's
+    weather with `get_weather` offered, fetched api.openweathermap.org with YOUR_API_KEY in
+    the URL. A native call may still read any link the model knows."""
+    if any(_LINK.search(m.content) for m in rec.conversation if m.role in ("user", "tool")):
+        return tools
+    return [t for t in tools if not _reads_links(t)]
+
+
+def _reads_links(tool: ToolSpec) -> bool:
+    return bool({"url", "urls"} & set(tool.parameters.get("properties") or {}))
 
 
 def _named(control: ReasonControl | None, tools: Sequence[ToolSpec]) -> list[str]:
@@ -246,7 +261,8 @@ async def _act(
     if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
         state = _state(ctx, rec, step, named, asked, plan)
         instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
-        calls = await _call_by_schema(ctx, rec, step, system, instruction, tools)
+        offered = _links_in_sight(rec, tools)
+        calls = await _call_by_schema(ctx, rec, step, system, instruction, offered)
         content = "" if calls else content  # a call replaces what was said instead of one
     if not calls and not content.strip():
         return
