@@ -92,7 +92,8 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
         for step in range(1, max_steps + 1):
             await rec.start_step(step)
             control = await _reason(ctx, rec, step, system, tools)
-            if control is None or not control.finish or rec.expected_tool_unused:
+            failed = _failed_last_step(rec, step)  # "I can answer" after errors: try again
+            if control is None or not control.finish or rec.expected_tool_unused or failed:
                 named = _named(control, tools)
                 plan = control.plan if control is not None else ""
                 await _act(ctx, rec, step, system, tools, named, asked, plan)
@@ -257,7 +258,13 @@ async def _act(
     attempted = not calls and _call_attempt(content, tools)
     if calls or attempted:  # the call is the act: the rest only misleads Observe
         content = ""
-    wanted = rec.take_call_wanted() or bool(named) or bool(_unused(rec, named, asked)) or attempted
+    wanted = (
+        rec.take_call_wanted()
+        or bool(named)
+        or bool(_unused(rec, named, asked))
+        or attempted
+        or _failed_last_step(rec, step)
+    )
     if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
         state = _state(ctx, rec, step, named, asked, plan)
         instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
@@ -346,6 +353,14 @@ def _call_attempt(text: str, tools: Sequence[ToolSpec]) -> bool:
     """Text that names an offered tool beside a brace: a call written out that could not be
     read (cut off at the token bound, or malformed), not words for the person."""
     return "{" in text and any(t.name in text for t in tools)
+
+
+def _failed_last_step(rec: RunRecorder, step: int) -> bool:
+    """The step before this one ended with calls that failed, and none has succeeded since:
+    a corrected call is wanted, as a plain tool loop's model reads the error and calls
+    again. Qwen2.5-0.5B asked for "Asia/London", read that the zone is unknown, and called
+    nothing more; the run ended stuck."""
+    return any(r.step == step - 1 for r in rec.ledger.unresolved_failures())
 
 
 def _first_look(rec: RunRecorder, tools: Sequence[ToolSpec]) -> bool:

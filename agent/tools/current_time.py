@@ -98,13 +98,16 @@ def _requested_zones(args: CurrentTimeArgs) -> list[str]:
 
 async def _iana_name(name: str) -> str:
     """`name` as an IANA zone name: itself, or the one zone whose city it names ("Tokyo",
-    "new york": a person, and a model, says the city; the database says `Asia/Tokyo`)."""
+    "new york": a person, and a model, says the city; the database says `Asia/Tokyo`), also
+    under the wrong area ("Asia/London": Qwen2.5-0.5B wrote it, and then copied the example
+    of the error into its next call). The result names the zone it read."""
     zones = await _zones()
     if name in zones:
         return name
     wanted = "_".join(name.split()).lower()
+    city = wanted.rsplit("/", 1)[-1]
     matches = sorted(
-        z for z in zones if z.lower() == wanted or z.lower().rsplit("/", 1)[-1] == wanted
+        z for z in zones if z.lower() == wanted or z.lower().rsplit("/", 1)[-1] == city
     )
     if len(matches) == 1:
         return matches[0]
@@ -124,7 +127,8 @@ async def _zone(name: str) -> ZoneInfo:
             return zone
     except (ZoneInfoNotFoundError, ValueError):
         pass
-    raise ToolError(f"Unknown time zone {name!r}: use an IANA name such as 'Europe/Paris'.")
+    # No example zone: a small model copies it into its next call as the zone it wants.
+    raise ToolError(f"Unknown time zone {name!r}: give an IANA name (Area/City) or a city.")
 
 
 def _describe(name: str, moment: datetime) -> dict[str, object]:

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from agent.events import RunCompleted, ToolStarted
 from agent.ports import ToolContext
 from agent.tools.base import Tool
 from tests.agent.test_grounding import WEATHER
-from tests.fakes.openai_server import act, observe, text
+from tests.fakes.openai_server import FakeToolCall, act, observe, reason, text
 from tests.fakes.scripted_model import Harness
 
 
@@ -55,3 +56,25 @@ async def test_asked_by_schema_a_link_reader_is_offered_only_with_a_link_in_sigh
     harness.model.script("observe", observe("Nothing to read.", final="I could not tell."))
     await harness.run(task, max_steps=1)
     assert _schema_tools(harness) == offered
+
+
+async def test_after_a_step_whose_calls_failed_a_corrected_call_is_asked_for() -> None:
+    """Qwen2.5-0.5B asked the clock for "Asia/London", read that the zone is unknown, said
+    it could answer, and called nothing more: the run ended stuck."""
+    harness = Harness(tools=[WEATHER])
+    harness.model.structured_output = True
+    harness.model.script(
+        "act",
+        act(FakeToolCall("get_weather", {"town": "Cairo"})),  # fails: no `city`
+        act(),  # step 2: nothing, natively...
+        text('{"tool": "get_weather", "arguments": {"city": "Cairo"}}'),  # ...by schema
+    )
+    harness.model.script("reason", reason("Get the weather."), reason("I can say.", finish=True))
+    harness.model.script(
+        "observe", observe("That failed."), observe("Read it.", final="Sunny in Cairo.")
+    )
+    record = await harness.run("How warm is it in Cairo?", max_steps=3)
+    acts = [c for c in harness.model.calls if c.phase == "act"]
+    assert [a.response_format is not None for a in acts] == [False, False, True]
+    assert [e.name for e in record.of(ToolStarted)] == ["get_weather", "get_weather"]
+    assert record.of(RunCompleted)[0].final_answer == "Sunny in Cairo."

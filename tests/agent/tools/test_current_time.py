@@ -70,6 +70,15 @@ async def test_a_city_names_its_zone_when_only_one_zone_is_that_city() -> None:
         await call(tool, {"timezone": "Louisville"})
 
 
+async def test_a_city_under_the_wrong_area_is_read_as_that_city() -> None:
+    """Qwen2.5-0.5B asked for "Asia/London", then copied the error's example zone into its
+    next call: the city is read, and an error names no zone to copy."""
+    assert (await call(tool, {"timezone": "Asia/London"}))["timezone"] == "Europe/London"
+    with pytest.raises(ToolError) as failed:
+        await call(tool, {"timezone": "Asia/Atlantis"})
+    assert "/" not in str(failed.value).replace("'Asia/Atlantis'", "").replace("Area/City", "")
+
+
 async def test_relative_expression_moves_the_instant() -> None:
     result = await call(tool, {"timezone": "Europe/Paris", "relative": "in 3 days"})
     # Calendar days keep the wall clock across the DST change of March 30.
