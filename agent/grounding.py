@@ -18,7 +18,7 @@ from agent.messages import Message
 from agent.metrics import Metric
 from agent.run import RunContext, RunRecorder
 
-__all__ = ["figures_grounded", "ungrounded_figures"]
+__all__ = ["figures_grounded", "unchecked_figures", "ungrounded_figures"]
 
 # 41,666.67 (thousands grouped), 22.5, 2026; the sign is never part of it.
 _FIGURE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
@@ -61,11 +61,7 @@ async def figures_grounded(
     if rec.figures_checked or not ctx.tools.specs(ctx.tool_names):  # nothing to look up with
         return True
     run_id = ctx.run_id
-    read = [
-        system,
-        *(m.content for m in rec.conversation if m.run_id != run_id or m.role != "assistant"),
-    ]
-    figures = ungrounded_figures(answer, read)
+    figures = ungrounded_figures(answer, _read(rec, system))
     if not figures:
         return True
     rec.want_call()
@@ -78,5 +74,32 @@ async def figures_grounded(
     return False
 
 
-# What the person reads when an answer is sent back (not in prompts/: the model never reads it).
+def unchecked_figures(rec: RunRecorder, answer: str, system: str) -> str:
+    """What the answer adds, once sent back, when it still states figures nothing the run
+    read gave: it stands (a sum worked out, a fact known), and says which figures no tool
+    checked. "22 degrees in Cairo", written twice with only a clock to call, would
+    otherwise read like a looked-up temperature."""
+    if not rec.figures_checked:
+        return ""
+    figures = ungrounded_figures(answer, _read(rec, system))
+    return f"\n\n({_UNCHECKED.format(', '.join(figures[:5]))})" if figures else ""
+
+
+def _read(rec: RunRecorder, system: str) -> list[str]:
+    """What the run read: the system message, the person's messages, the tools' results and
+    earlier turns' answers; not its own words in this run, nor the notes that name the
+    figures in doubt."""
+    run_id = rec.ctx.run_id
+    return [
+        system,
+        *(
+            m.content
+            for m in rec.conversation
+            if m.run_id != run_id or (m.role != "assistant" and m.phase != "verify")
+        ),
+    ]
+
+
+# What the person reads (not in prompts/: the model never reads these).
 _LOOKING_UP = "No tool returned {}: the answer is looked into before it is given."
+_UNCHECKED = "No tool gave me {}: I could not check it."

@@ -37,7 +37,7 @@ from agent.events import (
     RunStarted,
 )
 from agent.findings import budget_answer, no_progress_answer, step_limit_answer, stuck_answer
-from agent.grounding import figures_grounded
+from agent.grounding import figures_grounded, unchecked_figures
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
@@ -103,6 +103,10 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
                 await _complete(ctx, rec, step, no_progress_answer(rec), "stuck")
                 return
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer, system):
+                if unchecked := unchecked_figures(rec, final_answer, system):
+                    if rec.answer_streamed:  # the deltas add up to the answer
+                        await ctx.sink.emit(AnswerDelta(step, unchecked))
+                    final_answer += unchecked
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
             if rec.ledger.stuck(step, ctx.limits.stuck_steps):  # no progress: say so, stop

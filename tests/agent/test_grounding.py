@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agent.events import FinishVerified, RunCompleted
+from agent.events import AnswerDelta, FinishVerified, RunCompleted
 from agent.grounding import ungrounded_figures
 from agent.metrics import Metric
 from agent.ports import ToolContext
@@ -79,7 +79,9 @@ async def test_a_made_up_figure_is_sent_back_and_the_next_act_asks_for_a_call(
 
 
 async def test_a_figure_stated_again_after_the_check_stands(harness: Harness) -> None:
-    """A sum the model works out is no tool's: asked once, its answer is then given."""
+    """A sum the model works out is no tool's: asked once, its answer is then given, saying
+    which figure no tool checked (with only a clock, "22 degrees in Cairo" twice would
+    otherwise read like a looked-up temperature)."""
     harness.model.script(
         "observe",
         observe("Adding.", final="12 plus 30 is 42."),
@@ -87,8 +89,12 @@ async def test_a_figure_stated_again_after_the_check_stands(harness: Harness) ->
     )
     record = await harness.run("What is 12 plus 30?", max_steps=3)
     (completion,) = record.of(RunCompleted)
-    assert (completion.steps, completion.final_answer) == (2, "12 plus 30 is 42.")
+    said = "12 plus 30 is 42.\n\n(No tool gave me 42: I could not check it.)"
+    assert (completion.steps, completion.final_answer) == (2, said)
     assert len(record.of(FinishVerified)) == 1
+    after_verdict = record.events[record.events.index(record.of(FinishVerified)[0]) :]
+    deltas = "".join(e.delta for e in after_verdict if isinstance(e, AnswerDelta))
+    assert deltas.strip() == said  # the answer's deltas add up to it, as the protocol says
 
 
 async def test_figures_from_a_result_or_the_task_are_not_checked(harness: Harness) -> None:
