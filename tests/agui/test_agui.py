@@ -564,3 +564,29 @@ async def test_a_refused_request_leaves_no_conversation_behind(server):
         assert (await http.post("/agui", json=empty)).status_code == 400
         listed = (await http.get("/api/sessions")).json()["sessions"]
     assert listed == []
+
+
+async def test_an_answer_sent_back_for_its_figures_ends_as_one_whole_message(
+    server, fake_llm: FakeLLM
+):
+    """The figure check discards the first draft (its message ends, a CUSTOM agent_verify
+    says why); the answer that stands is a new message whose text, the caveat included, is
+    the run's final answer."""
+    fake_llm.script(
+        "observe",
+        observe("Adding.", final="12 plus 30 is 42."),
+        observe("Adding.", final="12 plus 30 is 42."),
+    )
+    events = await post(server.address, run_input(uuid.uuid4().hex, "What is 12 plus 30?"))
+    check_sequence(events)
+    verdicts = [e for e in events if e.type == EventType.CUSTOM and e.name == "agent_verify"]
+    assert len(verdicts) == 1 and "42" in verdicts[0].value["reason"]
+    final = events[-1].result["final_answer"]
+    assert final == "12 plus 30 is 42.\n\n(No tool gave me 42: I could not check it.)"
+    last_message = [e for e in events if e.type == EventType.TEXT_MESSAGE_START][-1].message_id
+    text = "".join(
+        e.delta
+        for e in events
+        if e.type == EventType.TEXT_MESSAGE_CONTENT and e.message_id == last_message
+    )
+    assert text.strip() == final
