@@ -16,7 +16,9 @@ from agent.events import ApprovalRequested, ApprovalTimedOut
 from agent.messages import ToolCall
 from agent.run import RunContext, RunInterrupted
 
-__all__ = ["approve_calls"]
+__all__ = ["DECLINED", "approve_calls"]
+
+DECLINED = "The user declined:"  # how a declined call's error begins: the user's choice
 
 Parsed = tuple[dict[str, Any], str | None]
 
@@ -49,4 +51,4 @@ async def _ask(ctx: RunContext, step: int, call: ToolCall, args: dict[str, Any])
         raise RunInterrupted("input_timeout")
     if decision.approve:
         return None
-    return f"The user declined: {decision.reason.strip() or 'no reason given'}."
+    return f"{DECLINED} {decision.reason.strip() or 'no reason given'}."

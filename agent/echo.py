@@ -20,40 +20,72 @@ _MIN_WORDS = 4  # "Done." or "Checking the time." may well be in a prompt and st
 _SHARE = 0.6  # of the text's word trigrams found in the prompt
 
 
-def copied_from(text: str, *sources: str) -> bool:
+def copied_from(text: str, *sources: str, descriptions: Sequence[str] = ()) -> bool:
     """True when most of `text`'s word trigrams appear in `sources`, or eight of its words in
-    a row do (a text of fewer than four words is never judged a copy)."""
-    return _copied(_WORD.findall(text.lower()), _trigrams(_WORD.findall(" ".join(sources).lower())))
+    a row do, or a whole sentence of five words or more of `descriptions` (the tools'; they
+    count among the sources too). A text of fewer than four words is never judged a copy."""
+    return _copied(_WORD.findall(text.lower()), _Ours(sources, descriptions))
 
 
 def _trigrams(words: list[str]) -> set[tuple[str, str, str]]:
     return set(zip(words, words[1:], words[2:], strict=False))
 
 
-def _copied(words: list[str], source_grams: set[tuple[str, str, str]]) -> bool:
+class _Ours:
+    """What a copy is judged against: the word trigrams of our texts, and the sentences of the
+    tools' descriptions too short for a run of eight words ("Recall what you remember about
+    the user" came back inside Qwen2.5-0.5B's list of the tools it would use). Only the
+    descriptions': the other sources carry the date and the errors of failed calls, which an
+    answer may well say in the same words ("there is no weather data for Atlantis")."""
+
+    def __init__(self, sources: Sequence[str], descriptions: Sequence[str] = ()) -> None:
+        self.grams = _trigrams(_WORD.findall(" ".join([*sources, *descriptions]).lower()))
+        self.sentences = frozenset(
+            tuple(words)
+            for source in descriptions
+            for sentence in _OUR_SENTENCE_END.split(source.lower())
+            if _SHORTEST <= len(words := _WORD.findall(sentence)) < _RUN
+        )
+
+    def sentence_ends(self, words: Sequence[str], last: int, run: int) -> bool:
+        """Whether a whole short sentence of ours ends at `words[last]`, inside a run of `run`
+        trigrams of ours ending there."""
+        longest = min(run + 2, _RUN - 1, last + 1)
+        return any(
+            tuple(words[last + 1 - size : last + 1]) in self.sentences
+            for size in range(_SHORTEST, longest + 1)
+        )
+
+
+def _copied(words: list[str], ours: _Ours) -> bool:
     """Most of the text's trigrams are ours, or eight words of ours stand in it in a row
     ("I will use the request_input function to ask the user a question and wait for the
-    answer": a description carried in words of the model's own)."""
+    answer": a description carried in words of the model's own), or a whole sentence of ours
+    of five words or more."""
     if len(words) < _MIN_WORDS:
         return False
     grams = list(zip(words, words[1:], words[2:], strict=False))
-    ours = {g for g in grams if g in source_grams}
-    if len(ours) >= _SHARE * len(set(grams)):
+    mine = {g for g in grams if g in ours.grams}
+    if len(mine) >= _SHARE * len(set(grams)):
         return True
     run = 0
-    for gram in grams:
-        run = run + 1 if gram in ours else 0
-        if run >= _RUN - 2:
+    for i, gram in enumerate(grams):
+        run = run + 1 if gram in mine else 0
+        if run >= _RUN - 2 or (run and ours.sentence_ends(words, i + 2, run)):
             return True
     return False
 
 
 _RUN = 8  # words of ours in a row that make a copy, whatever surrounds them
+_SHORTEST = 5  # words of a sentence of ours that make a copy on their own
+# Where a sentence of ours ends: a stop, a colon (a description's "Recall …: memories …"), a line.
+_OUR_SENTENCE_END = re.compile(r"[.!?:]+(?=\s|$)|\n")
 
 
-def own_words(text: str, *sources: str) -> str:
-    """`text` without its sentences copied from `sources`: what an `EchoGate` shows of it."""
-    gate = EchoGate(*sources)
+def own_words(text: str, *sources: str, descriptions: Sequence[str] = ()) -> str:
+    """`text` without its sentences copied from `sources` (and `descriptions`, the tools'):
+    what an `EchoGate` shows of it."""
+    gate = EchoGate(*sources, descriptions=descriptions)
     return (gate.feed(text) + gate.finish()).strip()
 
 
@@ -70,11 +102,11 @@ class EchoGate:
     _HOLD_WORDS = 8
     _MAX_HELD_WORDS = 40
 
-    def __init__(self, *sources: str) -> None:
-        self._grams = _trigrams(_WORD.findall(" ".join(sources).lower()))
+    def __init__(self, *sources: str, descriptions: Sequence[str] = ()) -> None:
+        self._ours = _Ours(sources, descriptions)
         self._sentence = ""  # the sentence under way, shown or not
         self._own: bool | None = None  # its verdict, once there is one
-        self._after = _AfterPass(self._grams)  # the rest of a sentence that passed
+        self._after = _AfterPass(self._ours)  # the rest of a sentence that passed
         self.shown = ""  # everything let through
         self.dropped = False  # a sentence was left out as a copy
 
@@ -116,12 +148,12 @@ class EchoGate:
             spans = _WORD.finditer(self._sentence.lower())
             end = next(itertools.islice(spans, self._HOLD_WORDS - 1, None)).end()
             before = words[self._HOLD_WORDS - 2 : self._HOLD_WORDS]
-            self._after = _AfterPass(self._grams, before)
+            self._after = _AfterPass(self._ours, before)
             shown = self._sentence[:end] + self._after.feed(self._sentence[end:])
             self.dropped = self.dropped or self._after.dropping
             return shown
         elif len(words) >= self._MAX_HELD_WORDS:
-            self._own = not _copied(words, self._grams)
+            self._own = not _copied(words, self._ours)
             self.dropped = self.dropped or not self._own
         else:
             return ""
@@ -133,7 +165,7 @@ class EchoGate:
         self._sentence, self._own = "", None
         if own is not None:
             return self._after.finish() if own else ""
-        if _copied(_WORD.findall(sentence.lower()), self._grams):
+        if _copied(_WORD.findall(sentence.lower()), self._ours):
             self.dropped = True
             return ""
         return sentence
@@ -143,7 +175,7 @@ class EchoGate:
         return text
 
     def _shares_a_run(self, words: list[str]) -> bool:
-        return any(g in self._grams for g in _trigrams(words))
+        return any(g in self._ours.grams for g in _trigrams(words))
 
 
 # The end of a sentence: a stop followed by a space, or a line break.
@@ -161,8 +193,8 @@ class _AfterPass:
 
     _MOST = 2000  # characters held without a word's end: shown (no run can be judged)
 
-    def __init__(self, grams: set[tuple[str, str, str]], before: list[str] | None = None):
-        self._grams = grams
+    def __init__(self, ours: _Ours, before: list[str] | None = None):
+        self._ours = ours
         self._before = list(before or [])  # the last words shown, for runs across the cut
         self._held = ""
         self.dropping = False  # the rest of the sentence is left out
@@ -177,18 +209,28 @@ class _AfterPass:
         if len(self._held) > self._MOST and not found:
             return self._release(len(self._held))  # not a word: nothing to judge
         words = [*self._before, *(m.group() for m in found)]
-        run = 0  # trigrams of ours in a row, ending at the last whole word
-        for gram in zip(words, words[1:], words[2:], strict=False):
-            run = run + 1 if gram in self._grams else 0
-        if not run:  # all of it, but a word that may go on
-            end = found[-1].end() if found else 0
-            partial = _WORD.search(self._held.lower(), end)
-            return self._release(partial.start() if partial else len(self._held), found)
-        index = len(words) - run - 2 - len(self._before)  # the run's first word, if held
-        shown = self._release(found[index].start(), found[:index]) if index > 0 else ""
-        if run >= _RUN - 2:  # a copy: it and the rest of the sentence are left out
-            self.dropping, self._held = True, ""
+        run, last = 0, len(words) - 1  # trigrams of ours in a row, ending at words[last]
+        for i, gram in enumerate(zip(words, words[1:], words[2:], strict=False)):
+            run = run + 1 if gram in self._ours.grams else 0
+            if run >= _RUN - 2 or (run and self._ours.sentence_ends(words, i + 2, run)):
+                last = i + 2  # a copy ends here
+                break
+        else:
+            if not run:  # all of it, but a word that may go on
+                end = found[-1].end() if found else 0
+                partial = _WORD.search(self._held.lower(), end)
+                return self._release(partial.start() if partial else len(self._held), found)
+            return self._show_before(last - run - 1)
+        shown = self._show_before(last - run - 1)
+        self.dropping, self._held = True, ""  # a copy: it and the rest of the sentence
         return shown
+
+    def _show_before(self, start: int) -> str:
+        """Show what is held before `start`, the index among the words (with the last ones
+        shown before) where the run of ours begins."""
+        found = list(_WORD.finditer(self._held.lower()))
+        index = start - len(self._before)
+        return self._release(found[index].start(), found[:index]) if index > 0 else ""
 
     def finish(self) -> str:
         """The sentence ended: what is held is shown, unless its end was left out."""

@@ -9,13 +9,22 @@ detail stays in each call's `tool_error` event, where a UI can show it on reques
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
+from agent.approval import DECLINED
 from agent.context import RECALL_DETAILS
 from agent.ledger import CallRecord
 from agent.run import RunRecorder
 
-__all__ = ["budget_answer", "no_progress_answer", "step_limit_answer", "stuck_answer", "unable"]
+__all__ = [
+    "budget_answer",
+    "failures_unsaid",
+    "no_progress_answer",
+    "step_limit_answer",
+    "stuck_answer",
+    "unable",
+]
 
 # What a failed call of each built-in tool could not do, said to the person. A tool not
 # listed here (an MCP or Python tool) is one of "the other things I tried".
@@ -63,6 +72,28 @@ def unable(failures: Sequence[CallRecord]) -> str:
         return ""
     listed = kinds[0] if len(kinds) == 1 else f"{', '.join(kinds[:-1])} or {kinds[-1]}"
     return f"I could not {listed}."
+
+
+def failures_unsaid(rec: RunRecorder, answer: str) -> str:
+    """What an answer adds when the run's last calls failed, none succeeded since, and the
+    answer says nothing of it (no three words in a row of a failure's error, nor of the
+    sentence added here): which things could not be done. Qwen2.5-0.5B read "No weather
+    data for 'Atlantis'" and answered "The weather in Atlantis is cloudy."; a check by the
+    model passed it. No model is asked here: the run's own record of its calls says what
+    failed. A call the person declined is their choice, not a failure to tell them of."""
+    failures = [r for r in rec.ledger.unresolved_failures() if not r.detail.startswith(DECLINED)]
+    added = unable(failures)
+    said = _trigrams(answer)
+    if not failures or any(
+        said & _trigrams(text) for text in [added, *(r.detail for r in failures)]
+    ):
+        return ""
+    return f"\n\n({added})"
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return set(zip(words, words[1:], words[2:], strict=False))
 
 
 def _answer(rec: RunRecorder, why: str) -> str:

@@ -6,6 +6,10 @@ tell. A figure is grounded when the person's messages, a tool's result, an earli
 the system message holds it (rounded as the answer rounds it: 41,666.67 from 41666.6666).
 Single digits are left alone: prose is full of them ("in 2 steps"), and a made-up one is
 rarely the point of an answer.
+
+The parts of a date or a time ground only a date or a time: the 28 of "28 November 2026" or
+of a clock's "2026-11-28" is no temperature. Qwen2.5-0.5B called the clock for "How warm is
+it in Cairo today?" and answered "28 °C" on the 28th.
 """
 
 from __future__ import annotations
@@ -18,27 +22,64 @@ from agent.messages import Message
 from agent.metrics import Metric
 from agent.run import RunContext, RunRecorder
 
-__all__ = ["figures_grounded", "unchecked_figures", "ungrounded_figures"]
+__all__ = ["figures_grounded", "figures_made_up", "unchecked_figures", "ungrounded_figures"]
 
 # 41,666.67 (thousands grouped), 22.5, 2026; the sign is never part of it.
 _FIGURE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
+_MONTHS = (
+    "january|february|march|april|may|june|july|august|september|october|november|december"
+    "|jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec"
+)
+_WEEKDAYS = "monday|tuesday|wednesday|thursday|friday|saturday|sunday"
+_DAY = r"\d{1,2}(?:st|nd|rd|th)?"
+# A date or a time in a source: 2026-11-28T12:56:37, 12:56, 28 November 2026, Nov 28, 2026.
+_CALENDAR = re.compile(
+    r"\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?)?|\d{1,2}:\d{2}(?::\d{2})?"
+    rf"|\b{_DAY}\s+(?:{_MONTHS})\b(?:\s+\d{{4}})?|\b(?:{_MONTHS})\s+{_DAY}(?:,?\s+\d{{4}})?",
+    re.IGNORECASE,
+)
+# A word of an answer that is part of a date or a time: 17:00, 2026-11-28, 28th, 1999.
+_CALENDAR_WORD = re.compile(r"\d[:/-]\d|^\d{1,2}(?:st|nd|rd|th)$|^(?:19|20)\d\d$")
+_CALENDAR_NEIGHBOUR = re.compile(rf"(?:{_MONTHS}|{_WEEKDAYS})", re.IGNORECASE)
 
 
 def ungrounded_figures(answer: str, sources: Iterable[str]) -> list[str]:
     """The words of `answer` holding a figure (two digits or more, or with decimals) that no
-    text of `sources` holds: "17:00", "22.5°C", in the answer's order, each once."""
-    words: dict[str, list[str]] = {}
-    for word in answer.split():
+    text of `sources` holds: "17:00", "22.5°C", in the answer's order, each once. A figure of
+    a source's date or time grounds only a word of a date or a time."""
+    tokens = [word.strip(_PUNCTUATION) for word in answer.split()]
+    words: dict[str, tuple[list[str], bool]] = {}
+    for i, word in enumerate(tokens):
         figures = [f for f in _FIGURE.findall(word) if len(f) > 1]
-        if figures:
-            words[word.strip(_PUNCTUATION)] = figures
+        if figures and word not in words:
+            words[word] = (figures, _calendar_word(tokens, i))
     if not words:
         return []
-    known = {_value(f) for text in sources for f in _FIGURE.findall(text)}
-    return [w for w, figures in words.items() if not all(_grounded(f, known) for f in figures)]
+    plain: set[float] = set()
+    calendar: set[float] = set()
+    for text in sources:
+        calendar.update(
+            _value(f) for span in _CALENDAR.findall(text) for f in _FIGURE.findall(span)
+        )
+        plain.update(_value(f) for f in _FIGURE.findall(_CALENDAR.sub(" ", text)))
+    both = plain | calendar
+    return [
+        word
+        for word, (figures, of_calendar) in words.items()
+        if not all(_grounded(f, both if of_calendar else plain) for f in figures)
+    ]
 
 
 _PUNCTUATION = ".,;:!?()[]\"'"
+
+
+def _calendar_word(tokens: list[str], i: int) -> bool:
+    """Whether `tokens[i]` is part of a date or a time: written as one, or beside a month's
+    or a weekday's name ("28 November", "Saturday 28")."""
+    if _CALENDAR_WORD.search(tokens[i]):
+        return True
+    beside = tokens[max(i - 1, 0) : i] + tokens[i + 1 : i + 2]
+    return any(_CALENDAR_NEIGHBOUR.fullmatch(word) for word in beside)
 
 
 def _grounded(figure: str, known: set[float]) -> bool:
@@ -66,12 +107,30 @@ async def figures_grounded(
         return True
     rec.want_call()
     ctx.metrics[Metric.ANSWERS_UNGROUNDED] += 1
+    # The draft is not read back: Qwen2.5-0.5B wrote its "19:00" again beside the clock's 12:57.
+    rec.withdraw(
+        m
+        for m in rec.conversation
+        if m.run_id == run_id
+        and m.role == "assistant"
+        and not m.tool_calls
+        and any(word in m.content for word in figures)
+    )
     named = ", ".join(figures[:5])
     rec.discard_answer()  # a draft that went out is withdrawn by the verdict
     await ctx.sink.emit(FinishVerified(step, False, _LOOKING_UP.format(named)))
     note = ctx.prompts.render("agent_figures_note", figures=named)
     await rec.add(Message("system", note, phase="verify", run_id=run_id))
     return False
+
+
+def figures_made_up(ctx: RunContext, rec: RunRecorder, text: str, system: str) -> bool:
+    """Act wrote `text` instead of a call, and it states figures nothing the run read gave:
+    an answer made up where a lookup was due ("The time in London is 17:00."), so a call is
+    asked for instead, and the text is dropped before Observe can copy it."""
+    if not text.strip() or not ctx.tools.specs(ctx.tool_names):
+        return False
+    return bool(ungrounded_figures(text, _read(rec, system)))
 
 
 def unchecked_figures(rec: RunRecorder, answer: str, system: str) -> str:
@@ -88,16 +147,26 @@ def unchecked_figures(rec: RunRecorder, answer: str, system: str) -> str:
 def _read(rec: RunRecorder, system: str) -> list[str]:
     """What the run read: the system message, the person's messages, the tools' results and
     earlier turns' answers; not its own words in this run, nor the notes that name the
-    figures in doubt."""
+    figures in doubt, nor the figures a result only gives back from its call's arguments."""
     run_id = rec.ctx.run_id
+    arguments = {c.id: c.arguments for m in rec.conversation for c in m.tool_calls}
     return [
         system,
         *(
-            m.content
+            _without_echo(m.content, arguments.get(m.tool_call_id or "", ""))
             for m in rec.conversation
             if m.run_id != run_id or (m.role != "assistant" and m.phase != "verify")
         ),
     ]
+
+
+def _without_echo(result: str, arguments: str) -> str:
+    """`result` without the figures its call's arguments gave it: a figure the model wrote
+    into a call is still the model's. Qwen2.5-0.5B, sent back for "17:00" in London, saved
+    "The time in London is 17:00." as a memory, whose result then held the 17:00."""
+    for figure in sorted(set(_FIGURE.findall(arguments)), key=len, reverse=True):
+        result = re.sub(rf"(?<![\d.,]){re.escape(figure)}(?![\d]|[.,]\d)", " ", result)
+    return result
 
 
 # What the person reads (not in prompts/: the model never reads these).

@@ -36,8 +36,14 @@ from agent.events import (
     RunCompleted,
     RunStarted,
 )
-from agent.findings import budget_answer, no_progress_answer, step_limit_answer, stuck_answer
-from agent.grounding import figures_grounded, unchecked_figures
+from agent.findings import (
+    budget_answer,
+    failures_unsaid,
+    no_progress_answer,
+    step_limit_answer,
+    stuck_answer,
+)
+from agent.grounding import figures_grounded, figures_made_up, unchecked_figures
 from agent.messages import Message, ToolCall
 from agent.metrics import Metric
 from agent.parsing import (
@@ -93,7 +99,9 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
             await rec.start_step(step)
             control = await _reason(ctx, rec, step, system, tools)
             failed = _failed_last_step(rec, step)  # "I can answer" after errors: try again
-            if control is None or not control.finish or rec.expected_tool_unused or failed:
+            # an answer sent back for its figures: "I can answer" is that answer again
+            due = failed or rec.call_wanted or rec.expected_tool_unused
+            if control is None or not control.finish or due:
                 named = _named(control, tools)
                 plan = control.plan if control is not None else ""
                 await _act(ctx, rec, step, system, tools, named, asked, plan)
@@ -103,10 +111,11 @@ async def _steps(ctx: RunContext, rec: RunRecorder) -> None:
                 await _complete(ctx, rec, step, no_progress_answer(rec), "stuck")
                 return
             if final_answer is not None and await _may_finish(ctx, rec, step, final_answer, system):
-                if unchecked := unchecked_figures(rec, final_answer, system):
-                    if rec.answer_streamed:  # the deltas add up to the answer
-                        await ctx.sink.emit(AnswerDelta(step, unchecked))
-                    final_answer += unchecked
+                caveats = unchecked_figures(rec, final_answer, system)
+                caveats += failures_unsaid(rec, final_answer)
+                if caveats and rec.answer_streamed:  # the deltas add up to the answer
+                    await ctx.sink.emit(AnswerDelta(step, caveats))
+                final_answer += caveats
                 await _complete(ctx, rec, step, final_answer, "finished")
                 return
             if rec.ledger.stuck(step, ctx.limits.stuck_steps):  # no progress: say so, stop
@@ -158,7 +167,9 @@ async def _reason(
     )
     control = read_reason_control(block)
     if not content and control is not None:  # only the block: its plan is what the user reads
-        content = own_words(control.plan, *_ours(rec, system, [instruction], tools))
+        content = own_words(
+            control.plan, *_ours(rec, system, [instruction]), descriptions=_described(tools)
+        )
     await rec.commit_stream(Message("assistant", content, phase="reason", run_id=ctx.run_id))
     await ctx.sink.emit(ReasonDone(step, content))
     if control is not None:
@@ -255,21 +266,30 @@ async def _act(
     if rec.results_cut:  # something was cut to fit: let the model read more of it
         tools = [*tools, RECALL_DETAILS_SPEC]
     tools = _asked_first(rec, tools, asked)
-    calls, content = await _call_natively(ctx, rec, step, system, tools)
+    sent_back = rec.take_call_wanted()
+    by_schema = getattr(ctx.model, "structured_output", False)  # optional
+    calls: tuple[ToolCall, ...] = ()
+    content = ""
+    if not (sent_back and by_schema):  # the plain request has no room for why: by schema
+        calls, content = await _call_natively(ctx, rec, step, system, tools)
     if _sprayed(calls, tools):  # the tool list called through is no choice: ask by schema
         ctx.metrics[Metric.SPRAYED_CALLS_DROPPED] += len(calls)
         calls, content = (), ""
     attempted = not calls and _call_attempt(content, tools)
-    if calls or attempted:  # the call is the act: the rest only misleads Observe
+    made_up = not calls and not attempted and figures_made_up(ctx, rec, content, system)
+    if calls or attempted or made_up:  # the call is the act: the rest only misleads Observe
         content = ""
+    if made_up:
+        ctx.metrics[Metric.ACT_TEXTS_UNGROUNDED] += 1
     wanted = (
-        rec.take_call_wanted()
+        sent_back
         or bool(named)
         or bool(_unused(rec, named, asked))
         or attempted
+        or made_up
         or _failed_last_step(rec, step)
     )
-    if not calls and wanted and getattr(ctx.model, "structured_output", False):  # optional
+    if not calls and wanted and by_schema:
         state = _state(ctx, rec, step, named, asked, plan)
         instruction = _instruction(ctx, rec, "agent_act_prompt", step=step, state=state)
         offered = _links_in_sight(rec, tools)
@@ -395,7 +415,7 @@ async def _observe(ctx: RunContext, rec: RunRecorder, step: int, system: str) ->
         ctx, rec, step, "observe", system, instruction, [], observe_schema(), OBSERVE_KEYS
     )
     control = read_observe_control(block)
-    prompt = _ours(rec, system, [instruction], [])
+    prompt = _ours(rec, system, [instruction])
     if not content and control is not None:  # the observation: the answer's last resort
         # the instructions read back are not something the model found
         content = own_words(control.observation, *prompt)
@@ -436,16 +456,19 @@ async def _may_finish(
     return False
 
 
-def _ours(
-    rec: RunRecorder, system: str, extra: Sequence[Message], tools: Sequence[ToolSpec]
-) -> tuple[str, ...]:
-    """Every text of ours a phase's call sent: the system message, its instructions, the
-    notes the loop wrote into this run's conversation (a check's verdict, "continue the
-    work…") and the tools' descriptions. The model's to read, never to show as its own
+def _ours(rec: RunRecorder, system: str, extra: Sequence[Message]) -> tuple[str, ...]:
+    """Every text of ours a phase's call sent but the tools' descriptions (`_described`): the
+    system message, its instructions, the notes the loop wrote into this run's conversation
+    (a check's verdict, "continue the work…"). The model's to read, never to show as its own
     words: the streamed text and every fallback for it are held against the same texts."""
     run_id = rec.ctx.run_id
     notes = (m.content for m in rec.conversation if m.phase == "verify" and m.run_id == run_id)
-    return (system, *(m.content for m in extra), *notes, *(t.description for t in tools))
+    return (system, *(m.content for m in extra), *notes)
+
+
+def _described(tools: Sequence[ToolSpec]) -> tuple[str, ...]:
+    """The tools' descriptions, held against like `_ours`, their short sentences too."""
+    return tuple(t.description for t in tools)
 
 
 _COPIED_DRAFT = "The draft only repeated the instructions; the answer is built from the steps."
@@ -463,7 +486,7 @@ async def _summarize(ctx: RunContext, rec: RunRecorder, system: str, tools: list
         rec.discard_answer()  # the answer comes from the block or the fallback below
     control = read_observe_control(stream.control)
     answer = shown or (control.final_answer or control.observation if control else "")
-    own = own_words(answer, *_ours(rec, system, [instruction], tools))
+    own = own_words(answer, *_ours(rec, system, [instruction]), descriptions=_described(tools))
     if own:
         return own
     if answer.strip():  # the prompt read back: the draft the client saw is withdrawn
@@ -538,7 +561,7 @@ def _state(
     far. The request is said again: a small model reads the last message most."""
     own = step_plan.strip()
     offered = [*ctx.tools.specs(ctx.tool_names), REQUEST_INPUT_SPEC]
-    if own and copied_from(own, *(t.description for t in offered)):
+    if own and copied_from(own, descriptions=_described(offered)):
         own = ""  # a tool's description read back is no plan
     plan = "; ".join(rec.plan) if rec.plan else (own or _reasoning_pointer(rec))
     request = " ".join(rec.task().split())
@@ -635,9 +658,10 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    sources = _ours(rec, system, extra, tools)
-    gate = EchoGate(*sources)
-    answer_gate = EchoGate(*sources)  # the answer of a JSON object is held the same way
+    sources, descriptions = _ours(rec, system, extra), _described(tools)
+    gate = EchoGate(*sources, descriptions=descriptions)
+    # the answer of a JSON object is held the same way
+    answer_gate = EchoGate(*sources, descriptions=descriptions)
 
     def object_reply() -> bool:
         """The reply is one JSON object: its fields are the model's own writing."""

@@ -24,6 +24,7 @@ class Metric(StrEnum):
     VERIFICATIONS_NOT_DONE = "verifications_not_done"
     VERIFY_UNREADABLE = "verify_unreadable"
     ANSWERS_UNGROUNDED = "answers_ungrounded"
+    ACT_TEXTS_UNGROUNDED = "act_texts_ungrounded"
     TEXT_TOOL_CALLS = "text_tool_calls"
     SCHEMA_TOOL_CALLS = "schema_tool_calls"
     SPRAYED_CALLS_DROPPED = "sprayed_calls_dropped"
@@ -63,6 +64,7 @@ _HELP = {
     Metric.VERIFICATIONS_NOT_DONE: "Verifications that sent the run into another step.",
     Metric.VERIFY_UNREADABLE: "Verification replies that could not be read.",
     Metric.ANSWERS_UNGROUNDED: "Answers sent back: they stated figures no tool returned.",
+    Metric.ACT_TEXTS_UNGROUNDED: "Act replies that stated figures no tool returned, not a call.",
     Metric.TEXT_TOOL_CALLS: "Tool calls read from the model's text rather than its tool calls.",
     Metric.SCHEMA_TOOL_CALLS: "Tool calls Act asked for as JSON of the call schema.",
     Metric.SPRAYED_CALLS_DROPPED: "Tool calls dropped: one reply called most offered tools.",

@@ -175,6 +175,7 @@ class RunRecorder:
         self._verifications = 0
         self._figures_checked = False  # an answer's figures were held against what was read
         self._call_wanted = False  # the next Act asks for a call even if nothing named one
+        self._withdrawn: set[int] = set()  # ids of this run's drafts the model no longer reads
         self._results_cut = False  # a tool result was cut to fit the context budget
         self._step = 0
         self._streaming: str | None = None  # the phase whose text is streaming now
@@ -287,6 +288,17 @@ class RunRecorder:
         whether or not Reason names a tool. Once per run."""
         self._figures_checked = self._call_wanted = True
 
+    def withdraw(self, drafts: Iterable[Message]) -> None:
+        """These messages of the run (a draft sent back) stay stored, but no later call of
+        the run reads them: a small model copies what it wrote before over what a tool
+        returned since."""
+        self._withdrawn.update(id(m) for m in drafts)
+
+    @property
+    def call_wanted(self) -> bool:
+        """The next Act must ask for a call (see `want_call`), and so must run."""
+        return self._call_wanted
+
     def take_call_wanted(self) -> bool:
         """Whether this Act must ask for a call (see `want_call`); asked once."""
         wanted, self._call_wanted = self._call_wanted, False
@@ -391,14 +403,15 @@ class RunRecorder:
         Without `own_thinking`, the run's reasoning and observations are left out
         (agent/history.py)."""
         ctx = self._ctx
+        conversation = self._conversation
+        if self._withdrawn:  # only this run's messages: the earlier turns keep their place
+            conversation = [m for m in conversation if id(m) not in self._withdrawn]
         if ctx.context is None:
-            built = build_messages(
-                system, self._conversation, ctx.run_id, own_thinking=own_thinking
-            )
+            built = build_messages(system, conversation, ctx.run_id, own_thinking=own_thinking)
             return [*built, *extra]
         messages, report = ctx.context.build(
             system,
-            self._conversation,
+            conversation,
             ctx.run_id,
             extra,
             window_tokens=self._window_tokens,

@@ -1,7 +1,10 @@
 """get_current_time: the current (or a relative) date and time in one or more IANA zones.
 
 `{"timezone": "Europe/Paris"}` answers with one flat object, as it always has. Several
-zones (`timezones`) answer with `{"times": [...]}`, one object per zone, in the order asked.
+zones (`timezones`) answer with `{"times": [...]}`, one object per zone, in the order asked;
+a zone it does not know is `{"timezone": name, "error": ...}` there, and only when it knows
+none is the call an error (Qwen2.5-0.5B listed ten zones, "America/Argentina" among them, and
+lost the one it was asked for).
 `relative` moves the instant ("in 3 days", "next monday at 9am"): calendar arithmetic
 happens in the first zone's wall clock, and every zone then shows that same instant.
 """
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.errors import ToolError
 from agent.ports import ToolContext
@@ -52,14 +55,33 @@ class CurrentTimeArgs(BaseModel):
         ),
     )
 
+    @field_validator("timezones", mode="before")
+    @classmethod
+    def _once_each(cls, value: object) -> object:
+        """A zone listed again is asked once: a small model repeats the list's last zone until
+        its reply is cut, and the call would be refused as too long."""
+        return (
+            list(dict.fromkeys(value))
+            if isinstance(value, list) and all(isinstance(v, str) for v in value)
+            else value
+        )
+
 
 def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
     """Build the tool; `clock` returns the current aware datetime (tests pin it)."""
     now_utc = clock or (lambda: datetime.now(UTC))
 
     async def get_current_time(args: CurrentTimeArgs, context: ToolContext) -> object:
-        names = [await _iana_name(name) for name in _requested_zones(args)]
-        zones = [(name, await _zone(name)) for name in dict.fromkeys(names)]
+        found: dict[str, ZoneInfo | ToolError] = {}
+        for asked in _requested_zones(args):
+            try:
+                name = await _iana_name(asked)
+                found.setdefault(name, await _zone(name))
+            except ToolError as exc:
+                found.setdefault(asked, exc)
+        zones = [(name, zone) for name, zone in found.items() if not isinstance(zone, ToolError)]
+        if not zones:  # it knows none of them: the first error says why
+            raise next(z for z in found.values() if isinstance(z, ToolError))
         reference = now_utc().astimezone(zones[0][1])
         moment = reference
         if args.relative is not None:
@@ -74,7 +96,15 @@ def make_current_time_tool(clock: Callable[[], datetime] | None = None) -> Tool:
                 item["reference_iso"] = reference.astimezone(zone).isoformat(timespec="seconds")
         if args.timezones is None:
             return described[0]
-        return {"times": described}
+        shown = iter(described)
+        return {
+            "times": [
+                next(shown)
+                if isinstance(zone, ZoneInfo)
+                else {"timezone": name, "error": str(zone)}
+                for name, zone in found.items()
+            ]
+        }
 
     # The same mechanism as a Python tool of a config module (agent/tools/python.py).
     return make_tool(

@@ -84,7 +84,9 @@ class MemorySaveArgs(BaseModel):
     content: str = Field(
         min_length=3,
         max_length=4000,
-        description="One self-contained fact about the user, e.g. 'Prefers answers in French'.",
+        # No example: small models saved it as a fact ("Prefers answers in French") when
+        # asked the time in London, or wrote it into another tool's call.
+        description="One self-contained fact the user told you about themselves, in a sentence.",
     )
     category: Category = Field(
         description="profile (who they are), preference (how they like things), technical "

@@ -116,3 +116,24 @@ def test_a_few_words_of_ours_inside_a_sentence_of_its_own_are_shown():
     text = "The order A-1042 was shipped, so ask the user a question later if needed."
     assert _through(gate, text, 3) == text
     assert not gate.dropped
+
+
+DESCRIPTION = "Recall what you remember about the user: memories matching the query, best first."
+
+
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_a_whole_short_sentence_of_ours_is_a_copy_inside_a_sentence_of_its_own(size):
+    """Qwen2.5-0.5B listed the tools it would use: "…, and the memory_retrieve function to
+    recall what you remember about the user." Seven words, too few for a run, but the whole
+    of a sentence of a tool's description."""
+    gate = EchoGate(descriptions=[DESCRIPTION])
+    own = "I will plan to use the clock for the time in Paris, and the memory tool to "
+    shown = _through(gate, own + "recall what you remember about the user. It is noon.", size)
+    assert "remember about the user" not in shown
+    assert shown.startswith("I will plan to use the clock for the time in Paris")
+    assert shown.endswith("It is noon.")
+    said = "So I will look it up now and recall what you remember about the user."
+    assert copied_from(said, descriptions=[DESCRIPTION])
+    assert not copied_from("I remember about the user what you said.", descriptions=[DESCRIPTION])
+    # other texts of ours carry failed calls' errors, which an answer may say in their words
+    assert not copied_from(said, DESCRIPTION)

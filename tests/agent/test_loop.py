@@ -560,6 +560,10 @@ async def test_a_tool_result_or_error_past_the_limit_is_cut_with_a_note(harness:
     assert sent[calls[0].id] == text and sent[calls[1].id] == obj  # the model read the same
 
 
+# What an answer that says nothing of the run's last, failed call ends with (agent/findings.py).
+_FAILED_UNSAID = "\n\n(I could not finish some of the other things I tried.)"
+
+
 async def test_a_tool_text_that_is_not_unicode_is_carried_escaped(harness: Harness):
     # A lone surrogate (a file name that is not UTF-8) fits no JSON: the text goes on with it
     # escaped, and the run goes on, whether the tool returned it or failed with it.
@@ -573,7 +577,7 @@ async def test_a_tool_text_that_is_not_unicode_is_carried_escaped(harness: Harne
     assert completed.result == "found notes-\\udcfe.txt"
     (failed,) = record.of(ToolFailed)
     assert failed.error == "cannot read notes-\\udcff.txt"
-    assert record.of(RunCompleted)[-1].final_answer == "Done."
+    assert record.of(RunCompleted)[-1].final_answer == f"Done.{_FAILED_UNSAID}"
 
 
 async def _asking(args: _BlobArgs, context: ToolContext) -> Any:
@@ -678,7 +682,7 @@ async def test_tool_arguments_longer_than_a_result_may_be_are_refused(harness: H
     assert started.arguments == {}
     (failed,) = record.of(ToolFailed)
     assert failed.error == "The arguments are 5012 bytes long; at most 2000 are accepted."
-    assert record.of(RunCompleted)[-1].final_answer == "Done."
+    assert record.of(RunCompleted)[-1].final_answer == f"Done.{_FAILED_UNSAID}"
 
 
 async def test_a_stop_while_the_model_streams_is_recorded_and_ends_the_call(harness: Harness):

@@ -55,9 +55,29 @@ async def test_explicit_timezone_comes_first_with_timezones() -> None:
 
 async def test_unknown_zone_is_a_tool_error_naming_it() -> None:
     with pytest.raises(ToolError, match="Mars/Olympus"):
-        await call(tool, {"timezones": ["UTC", "Mars/Olympus"]})
+        await call(tool, {"timezones": ["Mars/Olympus", "Venus/Maxwell"]})
     with pytest.raises(ToolError, match="etc/passwd"):
         await call(tool, {"timezone": "../../etc/passwd"})
+
+
+async def test_an_unknown_zone_among_several_is_named_and_the_others_answer() -> None:
+    """Qwen2.5-0.5B asked for London beside nine more zones, "America/Argentina" among
+    them: the call failed whole, and it answered with a time it made up."""
+    result = await call(tool, {"timezone": "London", "timezones": ["Mars/Olympus", "Tokyo"]})
+    london, mars, tokyo = result["times"]
+    assert (london["timezone"], london["time"]) == ("Europe/London", "11:00:00")
+    assert mars == {
+        "timezone": "Mars/Olympus",
+        "error": "Unknown time zone 'Mars/Olympus': give an IANA name (Area/City) or a city.",
+    }
+    assert (tokyo["timezone"], tokyo["time"]) == ("Asia/Tokyo", "20:00:00")
+
+
+async def test_a_zone_listed_again_is_asked_once() -> None:
+    """A small model repeats the list's last zone until its reply is cut: more than the
+    list's limit of names, but few zones."""
+    result = await call(tool, {"timezones": ["UTC", *["Europe/Oslo"] * 40]})
+    assert [t["timezone"] for t in result["times"]] == ["UTC", "Europe/Oslo"]
 
 
 async def test_a_city_names_its_zone_when_only_one_zone_is_that_city() -> None:
