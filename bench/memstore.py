@@ -5,7 +5,9 @@ bodies are encoded exactly as a real store encodes them but not retained, so mem
 flat in long runs. Replays therefore return nothing: only benchmarks use this.
 
 The Store protocol is still growing; a method added to it and not yet here answers None
-(see `__getattr__`), so the persistence-off measurement keeps working meanwhile.
+(see `__getattr__`), so the persistence-off measurement keeps working meanwhile. That is
+fine for what one process ignores (leases, controls, quotas), not for what every turn reads:
+the run tree is kept here (tests/server/test_bench_store.py holds it to the protocol).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from server.storage.base import (
     message_from_api,
     message_to_api,
 )
+from server.storage.runs import RunNode
 
 __all__ = ["NullStore"]
 
@@ -39,6 +42,7 @@ class NullStore(WritesInOrder):
     def __init__(self) -> None:
         self._sessions: dict[str, SessionRecord] = {}
         self._messages: dict[str, list[dict[str, Any]]] = {}
+        self._runs: dict[str, list[RunNode]] = {}  # per session, in the order runs started
 
     async def open(self) -> None:
         return None
@@ -50,7 +54,7 @@ class NullStore(WritesInOrder):
         self, scope: Scope, session_id: str, now: int, title: str = ""
     ) -> SessionRecord:
         record = SessionRecord(
-            session_id, scope.tenant_id, scope.user_id, "idle", title, now, now, 0
+            session_id, scope.tenant_id, scope.user_id, SessionStatus.IDLE, title, now, now, 0
         )
         self._sessions[session_id] = record
         self._messages[session_id] = []
@@ -105,7 +109,26 @@ class NullStore(WritesInOrder):
             return "run_in_progress"
         del self._sessions[session_id]
         self._messages.pop(session_id, None)
+        self._runs.pop(session_id, None)
         return "deleted"
+
+    async def add_run(
+        self, scope: Scope, session_id: str, run_id: str, parent_run_id: str | None, now: int
+    ) -> None:
+        if self._get(scope, session_id) is not None:
+            nodes = self._runs.setdefault(session_id, [])
+            nodes.append(RunNode(run_id, parent_run_id, len(nodes), now))
+
+    async def show_run(self, scope: Scope, session_id: str, run_id: str, now: int) -> bool:
+        nodes = self._runs.get(session_id, []) if self._get(scope, session_id) else []
+        for i, node in enumerate(nodes):
+            if node.run_id == run_id:
+                nodes[i] = replace(node, shown_at=now)
+                return True
+        return False
+
+    async def run_nodes(self, scope: Scope, session_id: str) -> list[RunNode]:
+        return list(self._runs.get(session_id, [])) if self._get(scope, session_id) else []
 
     async def append_events(
         self, scope: Scope, session_id: str, frames: Sequence[dict[str, Any]], now: int
