@@ -13,7 +13,7 @@ import itertools
 import re
 from collections.abc import Sequence
 
-__all__ = ["EchoGate", "copied_from", "own_words"]
+__all__ = ["EchoGate", "copied_from", "own_words", "word_trigrams"]
 
 _WORD = re.compile(r"[a-z0-9]+")
 _MIN_WORDS = 4  # "Done." or "Checking the time." may well be in a prompt and still be meant
@@ -29,6 +29,11 @@ def copied_from(text: str, *sources: str, descriptions: Sequence[str] = ()) -> b
 
 def _trigrams(words: list[str]) -> set[tuple[str, str, str]]:
     return set(zip(words, words[1:], words[2:], strict=False))
+
+
+def word_trigrams(text: str) -> set[tuple[str, str, str]]:
+    """Every three words in a row of `text`, as the copies here are judged."""
+    return _trigrams(_WORD.findall(text.lower()))
 
 
 class _Ours:
@@ -47,7 +52,18 @@ class _Ours:
             if _SHORTEST <= len(words := _WORD.findall(sentence)) < _RUN
         )
 
-    def sentence_ends(self, words: Sequence[str], last: int, run: int) -> bool:
+    def first_copy(self, words: Sequence[str]) -> tuple[int, int, bool]:
+        """The run of our trigrams ending at the first copy in `words` (eight words of ours in
+        a row, or a whole short sentence), else at the last word: (its trigrams, the index of
+        its last word, whether it is a copy)."""
+        run = 0
+        for i, gram in enumerate(zip(words, words[1:], words[2:], strict=False)):
+            run = run + 1 if gram in self.grams else 0
+            if run >= _RUN - 2 or (run and self._sentence_ends(words, i + 2, run)):
+                return run, i + 2, True
+        return run, len(words) - 1, False
+
+    def _sentence_ends(self, words: Sequence[str], last: int, run: int) -> bool:
         """Whether a whole short sentence of ours ends at `words[last]`, inside a run of `run`
         trigrams of ours ending there."""
         longest = min(run + 2, _RUN - 1, last + 1)
@@ -64,16 +80,10 @@ def _copied(words: list[str], ours: _Ours) -> bool:
     of five words or more."""
     if len(words) < _MIN_WORDS:
         return False
-    grams = list(zip(words, words[1:], words[2:], strict=False))
-    mine = {g for g in grams if g in ours.grams}
-    if len(mine) >= _SHARE * len(set(grams)):
+    grams = _trigrams(words)
+    if len(grams & ours.grams) >= _SHARE * len(grams):
         return True
-    run = 0
-    for i, gram in enumerate(grams):
-        run = run + 1 if gram in mine else 0
-        if run >= _RUN - 2 or (run and ours.sentence_ends(words, i + 2, run)):
-            return True
-    return False
+    return ours.first_copy(words)[2]
 
 
 _RUN = 8  # words of ours in a row that make a copy, whatever surrounds them
@@ -103,7 +113,16 @@ class EchoGate:
     _MAX_HELD_WORDS = 40
 
     def __init__(self, *sources: str, descriptions: Sequence[str] = ()) -> None:
-        self._ours = _Ours(sources, descriptions)
+        self._start(_Ours(sources, descriptions))
+
+    def twin(self) -> EchoGate:
+        """A fresh gate over the same texts, without counting their words again."""
+        twin = object.__new__(EchoGate)
+        twin._start(self._ours)
+        return twin
+
+    def _start(self, ours: _Ours) -> None:
+        self._ours = ours
         self._sentence = ""  # the sentence under way, shown or not
         self._own: bool | None = None  # its verdict, once there is one
         self._after = _AfterPass(self._ours)  # the rest of a sentence that passed
@@ -209,28 +228,16 @@ class _AfterPass:
         if len(self._held) > self._MOST and not found:
             return self._release(len(self._held))  # not a word: nothing to judge
         words = [*self._before, *(m.group() for m in found)]
-        run, last = 0, len(words) - 1  # trigrams of ours in a row, ending at words[last]
-        for i, gram in enumerate(zip(words, words[1:], words[2:], strict=False)):
-            run = run + 1 if gram in self._ours.grams else 0
-            if run >= _RUN - 2 or (run and self._ours.sentence_ends(words, i + 2, run)):
-                last = i + 2  # a copy ends here
-                break
-        else:
-            if not run:  # all of it, but a word that may go on
-                end = found[-1].end() if found else 0
-                partial = _WORD.search(self._held.lower(), end)
-                return self._release(partial.start() if partial else len(self._held), found)
-            return self._show_before(last - run - 1)
-        shown = self._show_before(last - run - 1)
-        self.dropping, self._held = True, ""  # a copy: it and the rest of the sentence
+        run, last, copy = self._ours.first_copy(words)  # the run ends at words[last]
+        if not run:  # all of it, but a word that may go on
+            end = found[-1].end() if found else 0
+            partial = _WORD.search(self._held.lower(), end)
+            return self._release(partial.start() if partial else len(self._held), found)
+        index = last - run - 1 - len(self._before)  # the run's first word, if held
+        shown = self._release(found[index].start(), found[:index]) if index > 0 else ""
+        if copy:  # it and the rest of the sentence are left out
+            self.dropping, self._held = True, ""
         return shown
-
-    def _show_before(self, start: int) -> str:
-        """Show what is held before `start`, the index among the words (with the last ones
-        shown before) where the run of ours begins."""
-        found = list(_WORD.finditer(self._held.lower()))
-        index = start - len(self._before)
-        return self._release(found[index].start(), found[:index]) if index > 0 else ""
 
     def finish(self) -> str:
         """The sentence ended: what is held is shown, unless its end was left out."""

@@ -9,11 +9,11 @@ detail stays in each call's `tool_error` event, where a UI can show it on reques
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from agent.approval import DECLINED
 from agent.context import RECALL_DETAILS
+from agent.echo import word_trigrams
 from agent.ledger import CallRecord
 from agent.run import RunRecorder
 
@@ -83,17 +83,12 @@ def failures_unsaid(rec: RunRecorder, answer: str) -> str:
     failed. A call the person declined is their choice, not a failure to tell them of."""
     failures = [r for r in rec.ledger.unresolved_failures() if not r.detail.startswith(DECLINED)]
     added = unable(failures)
-    said = _trigrams(answer)
+    said = word_trigrams(answer)
     if not failures or any(
-        said & _trigrams(text) for text in [added, *(r.detail for r in failures)]
+        said & word_trigrams(text) for text in [added, *(r.detail for r in failures)]
     ):
         return ""
     return f"\n\n({added})"
-
-
-def _trigrams(text: str) -> set[tuple[str, ...]]:
-    words = re.findall(r"\w+", text.lower())
-    return set(zip(words, words[1:], words[2:], strict=False))
 
 
 def _answer(rec: RunRecorder, why: str) -> str:

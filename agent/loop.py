@@ -658,10 +658,8 @@ async def stream_text(
     deltas = {"reason": ReasonDelta, "observe": ObserveDelta, "summarize": AnswerDelta}
     make_delta = deltas[phase]
     rec.begin_stream(phase)
-    sources, descriptions = _ours(rec, system, extra), _described(tools)
-    gate = EchoGate(*sources, descriptions=descriptions)
-    # the answer of a JSON object is held the same way
-    answer_gate = EchoGate(*sources, descriptions=descriptions)
+    gate = EchoGate(*_ours(rec, system, extra), descriptions=_described(tools))
+    answer_gate = gate.twin()  # the answer of a JSON object is held the same way
 
     def object_reply() -> bool:
         """The reply is one JSON object: its fields are the model's own writing."""
