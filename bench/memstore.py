@@ -4,23 +4,26 @@ Sessions, messages (the model needs the conversation) and `seq` numbering are ke
 bodies are encoded exactly as a real store encodes them but not retained, so memory stays
 flat in long runs. Replays therefore return nothing: only benchmarks use this.
 
-The Store protocol is still growing; a method added to it and not yet here answers None
-(see `__getattr__`), so the persistence-off measurement keeps working meanwhile. That is
-fine for what one process ignores (leases, controls, quotas), not for what every turn reads:
-the run tree is kept here (tests/server/test_bench_store.py holds it to the protocol).
+Every method of the Store protocol and of the run tree is written out here, those one
+process has no use for (leases, controls, quotas, following other processes) as the answer
+of a store nobody else writes: tests/server/test_bench_store.py holds it to both protocols.
+A fallback that answered None for any method it lacked had hidden the run tree's absence,
+and every turn after a session's first then failed with `internal_error`.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from agent.messages import Message
 from server.storage.base import (
+    Control,
+    Cursor,
     DeleteOutcome,
     Lease,
     Scope,
@@ -191,11 +194,38 @@ class NullStore(WritesInOrder):
     async def unfinished_runs(self, now: int | None = None) -> list[UnfinishedRun]:
         return []
 
-    def __getattr__(self, name: str) -> Callable[..., Awaitable[None]]:
-        if name.startswith("_"):
-            raise AttributeError(name)
+    async def session_owners(self, session_ids: Sequence[str]) -> dict[str, Scope]:
+        return {
+            r.session_id: Scope(r.tenant_id, r.user_id)
+            for r in (self._sessions.get(i) for i in session_ids)
+            if r is not None
+        }
 
-        async def absent(*args: Any, **kwargs: Any) -> None:
-            return None
+    async def stored_bytes(self, tenant: str | None = None) -> dict[str, int]:
+        return {}  # nothing is kept
 
-        return absent
+    async def tail_events(
+        self, cursors: Mapping[str, Cursor], limit: int
+    ) -> list[tuple[str, int, bytes]]:
+        return []  # no other process writes
+
+    async def notices(self) -> AsyncIterator[None]:
+        return  # no other process writes
+        yield
+
+    async def send_control(self, scope: Scope, control: Control, now: int) -> bool:
+        return False  # one process: a stop reaches its run directly
+
+    async def pending_controls(self, session_ids: Sequence[str]) -> list[Control]:
+        return []
+
+    async def drop_controls(self, session_id: str, run_id: str) -> None:
+        return None
+
+    async def take_run_slot(
+        self, scope: Scope, session_id: str, run_id: str, limit: int, now: int
+    ) -> Literal["run_in_progress", "too_many_runs"] | None:
+        return None  # the process's own session state admits runs
+
+    async def release_run_slot(self, session_id: str, run_id: str) -> None:
+        return None
