@@ -52,9 +52,9 @@ def test_single_digits_and_words_without_figures_pass() -> None:
     assert ungrounded_figures("Paris, in 2 steps, -3 °C.", []) == []
 
 
-async def test_a_made_up_figure_is_sent_back_and_the_next_act_asks_for_a_call(
-    harness: Harness,
-) -> None:
+def _sent_back_then_looked_up(harness: Harness, made_up: str) -> None:
+    """Step 1 calls nothing and answers `made_up` °C; step 2's Act, asked by schema, calls
+    the weather, and the answer is what it returned."""
     harness.model.structured_output = True  # the server can be asked for the call by schema
     harness.model.script(
         "act",
@@ -63,9 +63,15 @@ async def test_a_made_up_figure_is_sent_back_and_the_next_act_asks_for_a_call(
     )
     harness.model.script(
         "observe",
-        observe("Looked.", final="It is 22.5 °C in Cairo."),
+        observe("Looked.", final=f"It is {made_up} °C in Cairo."),
         observe("Read it.", final="It is 28 °C and sunny in Cairo."),
     )
+
+
+async def test_a_made_up_figure_is_sent_back_and_the_next_act_asks_for_a_call(
+    harness: Harness,
+) -> None:
+    _sent_back_then_looked_up(harness, "22.5")
     record = await harness.run("How warm is it in Cairo?", max_steps=3)
     (verdict,) = record.of(FinishVerified)
     assert (verdict.step, verdict.done) == (1, False)
@@ -173,18 +179,8 @@ async def test_after_a_send_back_act_runs_even_when_reason_would_finish(
 ) -> None:
     """Qwen2.5-0.5B, sent back for "22 °C in Cairo", said in its next Reason that it could
     finish: Act was skipped, and the same made-up answer came again."""
-    harness.model.structured_output = True
     harness.model.script("reason", reason(), reason("I can answer now.", finish=True))
-    harness.model.script(
-        "act",
-        act(),  # step 1: no call
-        text('{"tool": "get_weather", "arguments": {"city": "Cairo"}}'),  # step 2: by schema
-    )
-    harness.model.script(
-        "observe",
-        observe("Looked.", final="It is 22 °C in Cairo."),
-        observe("Read it.", final="It is 28 °C and sunny in Cairo."),
-    )
+    _sent_back_then_looked_up(harness, "22")
     record = await harness.run("How warm is it in Cairo?", max_steps=3)
     (completion,) = record.of(RunCompleted)
     assert (completion.steps, completion.final_answer) == (2, "It is 28 °C and sunny in Cairo.")
