@@ -7,6 +7,10 @@ the system message holds it (rounded as the answer rounds it: 41,666.67 from 416
 Single digits are left alone: prose is full of them ("in 2 steps"), and a made-up one is
 rarely the point of an answer.
 
+A sum, difference, product or quotient of two figures of the person's request is grounded
+too: asked "What is 12 plus 30?", Qwen2.5-0.5B answered 42, was sent back, called
+the clock and answered "48 seconds".
+
 The parts of a date or a time ground only a date or a time: the 28 of "28 November 2026" or
 of a clock's "2026-11-28" is no temperature. Qwen2.5-0.5B called the clock for "How warm is
 it in Cairo today?" and answered "28 °C" on the 28th.
@@ -14,6 +18,7 @@ it in Cairo today?" and answered "28 °C" on the 28th.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable
 
@@ -43,10 +48,11 @@ _CALENDAR_WORD = re.compile(r"\d[:/-]\d|^\d{1,2}(?:st|nd|rd|th)$|^(?:19|20)\d\d$
 _CALENDAR_NEIGHBOUR = re.compile(rf"(?:{_MONTHS}|{_WEEKDAYS})", re.IGNORECASE)
 
 
-def ungrounded_figures(answer: str, sources: Iterable[str]) -> list[str]:
+def ungrounded_figures(answer: str, sources: Iterable[str], asked: Iterable[str] = ()) -> list[str]:
     """The words of `answer` holding a figure (two digits or more, or with decimals) that no
-    text of `sources` holds: "17:00", "22.5°C", in the answer's order, each once. A figure of
-    a source's date or time grounds only a word of a date or a time."""
+    text of `sources` holds, nor one operation on two figures of `asked` (the person's
+    request): "17:00", "22.5°C", in the answer's order, each once. A figure of a source's
+    date or time grounds only a word of a date or a time."""
     tokens = [word.strip(_PUNCTUATION) for word in answer.split()]
     words: dict[str, tuple[list[str], bool]] = {}
     for i, word in enumerate(tokens):
@@ -62,6 +68,7 @@ def ungrounded_figures(answer: str, sources: Iterable[str]) -> list[str]:
             _value(f) for span in _CALENDAR.findall(text) for f in _FIGURE.findall(span)
         )
         plain.update(_value(f) for f in _FIGURE.findall(_CALENDAR.sub(" ", text)))
+    plain |= _worked_out({_value(f) for text in asked for f in _FIGURE.findall(text)})
     both = plain | calendar
     return [
         word
@@ -71,6 +78,19 @@ def ungrounded_figures(answer: str, sources: Iterable[str]) -> list[str]:
 
 
 _PUNCTUATION = ".,;:!?()[]\"'"
+
+
+_MOST_ASKED = 20  # figures of the person's messages combined: 4 × 20² results at most
+
+
+def _worked_out(figures: set[float]) -> set[float]:
+    """`figures`, and what one operation on two of them gives: the arithmetic the person
+    asked for."""
+    some = sorted(figures)[:_MOST_ASKED]
+    results = set(some)
+    for a, b in itertools.combinations(some, 2):
+        results.update((a + b, b - a, a * b, b / a if a else b))
+    return results
 
 
 def _calendar_word(tokens: list[str], i: int) -> bool:
@@ -102,7 +122,7 @@ async def figures_grounded(
     if rec.figures_checked or not ctx.tools.specs(ctx.tool_names):  # nothing to look up with
         return True
     run_id = ctx.run_id
-    figures = ungrounded_figures(answer, _read(rec, system))
+    figures = ungrounded_figures(answer, _read(rec, system), _asked(rec))
     if not figures:
         return True
     rec.want_call()
@@ -130,7 +150,7 @@ def figures_made_up(ctx: RunContext, rec: RunRecorder, text: str, system: str) -
     asked for instead, and the text is dropped before Observe can copy it."""
     if not text.strip() or not ctx.tools.specs(ctx.tool_names):
         return False
-    return bool(ungrounded_figures(text, _read(rec, system)))
+    return bool(ungrounded_figures(text, _read(rec, system), _asked(rec)))
 
 
 def unchecked_figures(rec: RunRecorder, answer: str, system: str) -> str:
@@ -140,7 +160,7 @@ def unchecked_figures(rec: RunRecorder, answer: str, system: str) -> str:
     otherwise read like a looked-up temperature."""
     if not rec.figures_checked:
         return ""
-    figures = ungrounded_figures(answer, _read(rec, system))
+    figures = ungrounded_figures(answer, _read(rec, system), _asked(rec))
     return f"\n\n({_UNCHECKED.format(', '.join(figures[:5]))})" if figures else ""
 
 
@@ -158,6 +178,11 @@ def _read(rec: RunRecorder, system: str) -> list[str]:
             if m.run_id != run_id or (m.role != "assistant" and m.phase != "verify")
         ),
     ]
+
+
+def _asked(rec: RunRecorder) -> list[str]:
+    """The person's message that started the run, whose figures the answer may work out."""
+    return [rec.task()]
 
 
 def _without_echo(result: str, arguments: str) -> str:

@@ -86,17 +86,17 @@ async def test_a_made_up_figure_is_sent_back_and_the_next_act_asks_for_a_call(
 
 
 async def test_a_figure_stated_again_after_the_check_stands(harness: Harness) -> None:
-    """A sum the model works out is no tool's: asked once, its answer is then given, saying
+    """A fact the model knows is no tool's: asked once, its answer is then given, saying
     which figure no tool checked (with only a clock, "22 degrees in Cairo" twice would
     otherwise read like a looked-up temperature)."""
     harness.model.script(
         "observe",
-        observe("Adding.", final="12 plus 30 is 42."),
-        observe("Adding.", final="12 plus 30 is 42."),
+        observe("Recalling.", final="Mount Everest is 8849 m high."),
+        observe("Recalling.", final="Mount Everest is 8849 m high."),
     )
-    record = await harness.run("What is 12 plus 30?", max_steps=3)
+    record = await harness.run("How high is Mount Everest?", max_steps=3)
     (completion,) = record.of(RunCompleted)
-    said = "12 plus 30 is 42.\n\n(No tool gave me 42: I could not check it.)"
+    said = "Mount Everest is 8849 m high.\n\n(No tool gave me 8849: I could not check it.)"
     assert (completion.steps, completion.final_answer) == (2, said)
     assert len(record.of(FinishVerified)) == 1
     after_verdict = record.events[record.events.index(record.of(FinishVerified)[0]) :]
@@ -110,6 +110,24 @@ async def test_figures_from_a_result_or_the_task_are_not_checked(harness: Harnes
     record = await harness.run("How warm is it in Cairo in 2026?", max_steps=3)
     assert record.of(FinishVerified) == []
     assert record.of(RunCompleted)[0].steps == 1
+
+
+def test_one_operation_on_the_request_s_figures_is_grounded() -> None:
+    """Asked "What is 12 plus 30?", Qwen2.5-0.5B answered 42, was sent back, called the
+    clock, and answered "48 seconds"."""
+    asked = ["What is 12 plus 30?"]
+    assert ungrounded_figures("12 plus 30 is 42.", asked, asked) == []
+    assert ungrounded_figures("It is 48 seconds.", asked, asked) == ["48"]
+    split = ["Split 125000 euros in 3 parts."]
+    assert ungrounded_figures("41,666.67 euros each.", split, split) == []
+    assert ungrounded_figures("It is 42.", ["12 and 30"]) == ["42"]  # a result's: no sum
+
+
+async def test_a_sum_the_person_asked_for_is_answered_at_once(harness: Harness) -> None:
+    harness.model.script("observe", observe("Adding.", final="12 plus 30 is 42."))
+    record = await harness.run("What is 12 plus 30?", max_steps=3)
+    assert record.of(FinishVerified) == []
+    assert record.of(RunCompleted)[0].final_answer == "12 plus 30 is 42."
 
 
 def test_the_date_grounds_a_date_and_no_temperature() -> None:

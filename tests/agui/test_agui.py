@@ -574,15 +574,16 @@ async def test_an_answer_sent_back_for_its_figures_ends_as_one_whole_message(
     the run's final answer."""
     fake_llm.script(
         "observe",
-        observe("Adding.", final="12 plus 30 is 42."),
-        observe("Adding.", final="12 plus 30 is 42."),
+        observe("Recalling.", final="Mount Everest is 8849 m high."),
+        observe("Recalling.", final="Mount Everest is 8849 m high."),
     )
-    events = await post(server.address, run_input(uuid.uuid4().hex, "What is 12 plus 30?"))
+    events = await post(server.address, run_input(uuid.uuid4().hex, "How high is Everest?"))
     check_sequence(events)
     verdicts = [e for e in events if e.type == EventType.CUSTOM and e.name == "agent_verify"]
-    assert len(verdicts) == 1 and "42" in verdicts[0].value["reason"]
+    assert len(verdicts) == 1 and "8849" in verdicts[0].value["reason"]
     final = events[-1].result["final_answer"]
-    assert final == "12 plus 30 is 42.\n\n(No tool gave me 42: I could not check it.)"
+    said = "Mount Everest is 8849 m high.\n\n(No tool gave me 8849: I could not check it.)"
+    assert final == said
     last_message = [e for e in events if e.type == EventType.TEXT_MESSAGE_START][-1].message_id
     text = "".join(
         e.delta
