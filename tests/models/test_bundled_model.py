@@ -63,3 +63,22 @@ async def test_serve_without_a_model_serves_the_bundled_one(tmp_path: Path):
     async with httpx.AsyncClient() as http:
         with pytest.raises(httpx.TransportError):  # the model server stopped with the server
             await http.get(served.group(1) + "/health", timeout=5)
+    # ...and its process ended: llama-server had closed its port on SIGTERM and then hung
+    port_arg = f"--port\0{served.group(1).rsplit(':', 1)[1]}\0".encode()
+    async with asyncio.timeout(20):
+        while True:
+            if not _processes_with(port_arg):
+                break
+            await asyncio.sleep(0.1)  # polling for a process's end, with a bound
+
+
+def _processes_with(argument: bytes) -> list[int]:
+    """The processes whose command line holds `argument` (as /proc writes it, NUL-separated)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and argument in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # it ended while we looked
+            continue
+    return found
